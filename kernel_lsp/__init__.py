@@ -1,0 +1,3 @@
+"""kernel-lsp: GPU kernel work inside the edit loop."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,250 @@
+"""The shared records behind DESIGN.md's words.
+
+Standard library only: the Worker (engine), the agent, the store, the CLI and the
+server all exchange these, and the Worker runs where no LSP package is installed.
+Every record turns into plain JSON with ``to_dict`` and back with ``from_dict``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Severity = Literal["error", "warning", "information", "hint"]
+
+# One short word for what an Evaluation found (`kernel-lsp bench --json` "verdict").
+VERDICTS = (
+    "correct",           # matches the reference on every input set
+    "mismatch",          # values differ beyond tolerance
+    "unwritten_output",  # poisoned (NaN) output elements survived the run
+    "mutated_input",     # the candidate changed its inputs
+    "stale_result",      # results reused across calls / input sets
+    "bad_output",        # wrong type, shape, dtype, device, strides, or a tensor subclass
+    "nan",               # NaN/Inf where the reference has none
+    "timeout",           # ran past its deadline; the Worker was restarted
+    "crashed",           # the Worker died (segfault, illegal memory access, abort)
+    "oom",               # out of memory
+    "compile_error",     # the candidate did not build
+    "error",             # it raised, or the harness could not run it
+    "not_run",           # nothing could run (no GPU for a CUDA task, execution off)
+)
+
+
+class _Record:
+    """to_dict/from_dict for nested dataclasses (lists of records included)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]):
+        kwargs = {}
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            if f.name not in data:
+                continue
+            value = data[f.name]
+            kind = _NESTED.get((cls.__name__, f.name))
+            if kind is not None and value is not None:
+                if isinstance(value, list):
+                    value = [kind.from_dict(v) for v in value]
+                else:
+                    value = kind.from_dict(value)
+            kwargs[f.name] = value
+        return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class Span(_Record):
+    """A range in a document: 0-based lines, 0-based columns in code points, end exclusive."""
+
+    start_line: int
+    start_col: int
+    end_line: int
+    end_col: int
+
+    def contains(self, line: int, col: int) -> bool:
+        after_start = (line, col) >= (self.start_line, self.start_col)
+        before_end = (line, col) <= (self.end_line, self.end_col)
+        return after_start and before_end
+
+
+@dataclass
+class Diagnostic(_Record):
+    """A compiler (or checker) message placed in the user's document."""
+
+    span: Span
+    severity: Severity
+    message: str
+    source: str = "nvcc"
+    code: str | None = None
+    path: str | None = None  # the document it belongs to; None for the file compiled
+
+
+@dataclass
+class ResourceUsage(_Record):
+    """What ptxas reported for one kernel, plus the theoretical occupancy it implies."""
+
+    kernel: str                 # name as written in the source (demangled, no parameters)
+    mangled: str
+    arch: str                   # e.g. "sm_90"
+    registers: int = 0
+    shared_bytes: int = 0       # static shared memory per block
+    stack_bytes: int = 0
+    spill_stores: int = 0
+    spill_loads: int = 0
+    constant_bytes: int = 0
+    threads_per_block: int | None = None   # from __launch_bounds__ or the launch site, if known
+    occupancy: float | None = None         # 0..1, theoretical, for threads_per_block
+    occupancy_limiter: str | None = None   # "registers" | "shared memory" | "blocks" | "threads"
+
+
+@dataclass
+class CompileResult(_Record):
+    ok: bool
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    resources: list[ResourceUsage] = field(default_factory=list)
+    log: str = ""
+    seconds: float = 0.0
+    cached: bool = False
+    command: list[str] = field(default_factory=list)
+
+
+class TargetKind(str, enum.Enum):
+    CUDA_KERNEL = "cuda_kernel"          # a __global__ function
+    HOST_EXPORT = "host_export"          # a host function exported to Python
+    TASK_MODEL = "model"                 # KernelBench `Model`
+    CANDIDATE_MODEL = "model_new"        # KernelBench `ModelNew`
+    NN_MODULE = "nn_module"              # any other nn.Module
+    TRITON_KERNEL = "triton_kernel"      # @triton.jit
+    EMBEDDED_CUDA = "embedded_cuda"      # CUDA/C++ text in a Python string for load_inline/load
+
+
+@dataclass
+class Target(_Record):
+    """Something that can be measured or optimized, with its place in a document."""
+
+    name: str
+    kind: TargetKind
+    path: str
+    span: Span                  # the whole definition
+    name_span: Span             # the identifier
+    detail: str = ""            # a one-line signature for symbols and hovers
+    data: dict[str, Any] = field(default_factory=dict)  # kind-specific facts (params, launch bounds...)
+
+
+@dataclass
+class Task(_Record):
+    """A Target plus its harness (the KernelBench contract, DESIGN.md)."""
+
+    name: str
+    reference_path: str          # the .py with Model, get_inputs, get_init_inputs
+    reference_source: str        # its text (an unsaved editor buffer is fine)
+    cuda_path: str | None = None     # a .cu task: the kernel file the harness stands beside
+    entry: str | None = None         # the exported function that stands for Model.forward
+    atol: float | None = None        # None: the dtype's default
+    rtol: float | None = None
+
+
+@dataclass
+class Candidate(_Record):
+    """One source text proposed for a Task."""
+
+    source: str
+    kind: Literal["python", "cuda"]  # a file defining ModelNew, or a .cu standing for Model.forward
+    origin: str = "user"             # user | llm | tuner | repair
+    parent: str | None = None        # id of the Candidate it was made from
+    note: str = ""                   # what the Proposer says it changed
+
+    @property
+    def id(self) -> str:
+        return source_hash(self.source, self.kind)
+
+
+@dataclass
+class Timing(_Record):
+    """A timed call: median and spread over `runs` separate calls, in milliseconds."""
+
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    spread_pct: float    # interquartile range over median, in percent
+    runs: int
+
+
+@dataclass
+class Evaluation(_Record):
+    """What running a Candidate gave."""
+
+    task: str
+    candidate: str                       # Candidate.id
+    verdict: str = "not_run"             # one of VERDICTS
+    correct: bool | None = None          # None when it could not run
+    message: str = ""                    # one human sentence
+    flags: list[str] = field(default_factory=list)   # torch_fallback, beyond_roofline, ...
+    evidence: dict[str, Any] | None = None           # output, input_set, max_abs_err, max_rel_err, where
+    compile: CompileResult | None = None
+    time: Timing | None = None           # the candidate
+    eager: Timing | None = None          # PyTorch eager reference
+    compiled: Timing | None = None       # torch.compile of the reference
+    profile: dict[str, Any] | None = None
+    device: dict[str, Any] | None = None  # name, sm_count, capability, clocks, memory bandwidth
+    versions: dict[str, str] = field(default_factory=dict)
+    wall_seconds: float = 0.0
+
+    @property
+    def speedup_eager(self) -> float | None:
+        return _ratio(self.eager, self.time)
+
+    @property
+    def speedup_compile(self) -> float | None:
+        return _ratio(self.compiled, self.time)
+
+    def summary(self) -> dict[str, Any]:
+        """The `kernel-lsp bench --json` object for one Target."""
+        return {
+            "target": self.task,
+            "candidate": self.candidate,
+            "correct": self.correct,
+            "verdict": self.verdict,
+            "message": self.message,
+            "flags": list(self.flags),
+            "evidence": self.evidence,
+            "time_ms": self.time.median_ms if self.time else None,
+            "eager_ms": self.eager.median_ms if self.eager else None,
+            "compile_ms": self.compiled.median_ms if self.compiled else None,
+            "speedup_eager": self.speedup_eager,
+            "speedup_compile": self.speedup_compile,
+            "spread_pct": self.time.spread_pct if self.time else None,
+            "device": self.device,
+        }
+
+
+def _ratio(base: Timing | None, new: Timing | None) -> float | None:
+    if base is None or new is None or new.median_ms <= 0:
+        return None
+    return base.median_ms / new.median_ms
+
+
+def source_hash(text: str, *salt: str) -> str:
+    """Content hash used for Candidates, build caches and compile caches."""
+    h = hashlib.sha256()
+    for part in (*salt, text):
+        h.update(part.encode("utf-8", "surrogatepass"))
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+_NESTED: dict[tuple[str, str], type[_Record]] = {
+    ("Diagnostic", "span"): Span,
+    ("CompileResult", "diagnostics"): Diagnostic,
+    ("CompileResult", "resources"): ResourceUsage,
+    ("Target", "span"): Span,
+    ("Target", "name_span"): Span,
+    ("Evaluation", "compile"): CompileResult,
+    ("Evaluation", "time"): Timing,
+    ("Evaluation", "eager"): Timing,
+    ("Evaluation", "compiled"): Timing,
+}
