@@ -1,0 +1,34 @@
+# `make demo`: set up and check the examples. `make test`: set up and run every test.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup demo test test-python test-editors gpu-test clean
+
+$(BIN)/kernel-lsp: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# torch first: the CPU build (a bare range would pull a CUDA build of several GB)
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e ".[test]"
+	touch $@
+
+setup: $(BIN)/kernel-lsp
+
+demo: setup
+	$(BIN)/kernel-lsp check examples/
+
+test: test-python test-editors
+
+test-python: setup
+	$(BIN)/python -m pytest -q -ra
+
+test-editors: setup
+	bash editors/vscode/ci.sh
+
+# On a GPU machine with torch (no LSP packages needed): the gpu-marked tests.
+gpu-test:
+	$(PY) -m pytest -q -ra -m gpu tests/engine tests/test_examples.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .kernel-lsp

@@ -1,0 +1,20 @@
+-- kernel-lsp for Neovim 0.11+: picked up by vim.lsp.config('kernel_lsp') / vim.lsp.enable('kernel_lsp').
+-- Override any field with vim.lsp.config('kernel_lsp', {...}) or require('kernel_lsp').setup({...}).
+return {
+  cmd = { 'kernel-lsp', 'serve' },
+  filetypes = { 'cuda', 'python' },
+  root_markers = { 'pyproject.toml', '.git' },
+  -- The server reads the same object from initializationOptions and from
+  -- workspace/configuration (section "kernelLsp"); see :help kernel_lsp-settings.
+  init_options = {},
+  settings = { kernelLsp = {} },
+  handlers = {
+    -- Looked up lazily so that this file loads without the Lua module on 'runtimepath' order.
+    ['kernel-lsp/status'] = function(...)
+      return require('kernel_lsp').on_status(...)
+    end,
+    ['window/showDocument'] = function(...)
+      return require('kernel_lsp').on_show_document(...)
+    end,
+  },
+}

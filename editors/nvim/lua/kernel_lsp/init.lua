@@ -1,0 +1,473 @@
+-- kernel-lsp for Neovim: setup, user commands, progress, status, and the candidate
+-- diff that must come before applyCandidate (Neovim applies workspace edits unasked).
+local M = {}
+
+local NAME = 'kernel_lsp'
+local CANDIDATE_DIR = '/.kernel-lsp/candidates/'
+
+M.config = {
+  cmd = nil, -- default from lsp/kernel_lsp.lua: { 'kernel-lsp', 'serve' }
+  filetypes = nil,
+  root_markers = nil,
+  cmd_env = nil, -- e.g. { OPENAI_API_KEY = os.getenv('MY_KEY') }; never put keys in settings
+  settings = {}, -- kernelLsp settings: nvcc, arch, extraFlags, ... (see :help kernel_lsp-settings)
+  progress = true, -- echo workDoneProgress of kernel-lsp jobs
+  -- How to ask before applying a candidate: function(prompt, callback(apply: boolean)).
+  confirm = nil,
+}
+
+-- What the plugin saw; tests and statuslines read it.
+M.state = {
+  jobs = {}, -- from kernel-lsp/status
+  best = nil, -- best speedup seen
+  progress = {}, -- recent kernel-lsp progress values
+  last_uri = nil, -- document of the last command
+  last_preview = nil, -- { search =, candidate = } of the last search / preview
+  diff = nil, -- { orig_win =, cand_win =, cand_buf = } while a candidate diff is open
+}
+
+local has_011 = vim.fn.has('nvim-0.11') == 1
+
+local function notify(msg, level)
+  vim.notify('kernel-lsp: ' .. msg, level or vim.log.levels.INFO)
+end
+
+local function get_clients(filter)
+  if vim.lsp.get_clients then
+    return vim.lsp.get_clients(filter)
+  end
+  return vim.lsp.get_active_clients(filter) -- 0.8 - 0.9
+end
+
+--- The kernel-lsp client of a buffer (or any kernel-lsp client).
+function M.client(bufnr)
+  return get_clients({ name = NAME, bufnr = bufnr })[1] or get_clients({ name = NAME })[1]
+end
+
+local function request(client, method, params, handler, bufnr)
+  if has_011 then
+    return client:request(method, params, handler, bufnr)
+  end
+  return client.request(method, params, handler, bufnr)
+end
+
+local function request_sync(client, method, params, timeout, bufnr)
+  if has_011 then
+    return client:request_sync(method, params, timeout, bufnr)
+  end
+  return client.request_sync(method, params, timeout, bufnr)
+end
+
+function M.is_candidate(uri_or_path)
+  return (uri_or_path or ''):gsub('\\', '/'):find(CANDIDATE_DIR, 1, true) ~= nil
+end
+
+--- Search and candidate ids from `.kernel-lsp/candidates/<search>/<candidate>/<file>`.
+function M.ref_from_path(path)
+  local p = path:gsub('\\', '/')
+  local _, e = p:find(CANDIDATE_DIR, 1, true)
+  if not e then
+    return {}
+  end
+  local parts = vim.split(p:sub(e + 1), '/', { plain = true })
+  table.remove(parts) -- the file name
+  return { search = parts[1], candidate = parts[2] }
+end
+
+local function remember(command, arg)
+  if type(arg) ~= 'table' then
+    return
+  end
+  if type(arg.uri) == 'string' and not M.is_candidate(arg.uri) then
+    M.state.last_uri = arg.uri
+  end
+  if command == 'kernel-lsp.previewCandidate' or command == 'kernel-lsp.applyCandidate' then
+    M.state.last_preview = { search = arg.search, candidate = arg.candidate }
+  end
+end
+
+--- workspace/executeCommand on the kernel-lsp server; `on_result(err, result)` optional.
+function M.exec(command, arg, bufnr, on_result)
+  bufnr = bufnr or vim.api.nvim_get_current_buf()
+  local client = M.client(bufnr)
+  if not client then
+    notify('no kernel-lsp server is attached (see :checkhealth vim.lsp)', vim.log.levels.WARN)
+    return false
+  end
+  remember(command, arg)
+  request(client, 'workspace/executeCommand', { command = command, arguments = { arg } }, function(err, result)
+    if err then
+      notify(command .. ': ' .. (err.message or vim.inspect(err)), vim.log.levels.ERROR)
+    elseif type(result) == 'table' and result.search ~= nil then
+      M.state.last_preview = { search = result.search, candidate = result.candidate }
+    end
+    if on_result then
+      on_result(err, result)
+    end
+  end, bufnr)
+  return true
+end
+
+local function contains(range, line, col)
+  local s, e = range.start, range['end']
+  if line < s.line or line > e.line then
+    return false
+  end
+  if line == s.line and col < s.character then
+    return false
+  end
+  return not (line == e.line and col > e.character)
+end
+
+--- Name of the innermost document symbol (a Target) under the cursor, if any.
+function M.target_at_cursor(bufnr, timeout)
+  bufnr = bufnr or vim.api.nvim_get_current_buf()
+  local client = M.client(bufnr)
+  if not client then
+    return nil
+  end
+  local params = { textDocument = vim.lsp.util.make_text_document_params(bufnr) }
+  local resp = request_sync(client, 'textDocument/documentSymbol', params, timeout or 2000, bufnr)
+  if not resp or resp.err or type(resp.result) ~= 'table' then
+    return nil
+  end
+  local cursor = vim.api.nvim_win_get_cursor(0)
+  local line, col = cursor[1] - 1, cursor[2]
+  local best
+  local function visit(symbols)
+    for _, s in ipairs(symbols or {}) do
+      local range = s.range or (s.location and s.location.range)
+      if range and contains(range, line, col) then
+        best = s.name
+        visit(s.children)
+      end
+    end
+  end
+  visit(resp.result)
+  return best
+end
+
+--- {uri, target?} for the current buffer and cursor.
+function M.document_args(bufnr)
+  bufnr = bufnr or vim.api.nvim_get_current_buf()
+  local arg = { uri = vim.uri_from_bufnr(bufnr) }
+  arg.target = M.target_at_cursor(bufnr)
+  return arg
+end
+
+local function summary(result)
+  if type(result) ~= 'table' then
+    return result ~= nil and tostring(result) or nil
+  end
+  if type(result.message) == 'string' then
+    return result.message
+  end
+  if type(result.speedup) == 'number' then
+    return string.format('best speedup %.2fx', result.speedup)
+  end
+end
+
+local function document_command(server_command, extra)
+  return function(opts)
+    local arg = M.document_args()
+    for k, v in pairs(extra and extra(opts) or {}) do
+      arg[k] = v
+    end
+    M.exec(server_command, arg, nil, function(err, result)
+      local text = not err and summary(result)
+      if text then
+        notify(text)
+      end
+    end)
+  end
+end
+
+-- stylua: ignore
+local COMMANDS = {
+  KernelLspOptimize = { document_command('kernel-lsp.optimize', function(o)
+    return o.args ~= '' and { proposer = o.args } or {}
+  end), { nargs = '?', complete = function() return { 'llm', 'tuner' } end,
+           desc = 'kernel-lsp: optimize the kernel under the cursor [llm|tuner]' } },
+  KernelLspTune = { document_command('kernel-lsp.tune'), { desc = 'kernel-lsp: tune (no LLM)' } },
+  KernelLspBenchmark = { document_command('kernel-lsp.benchmark'), { desc = 'kernel-lsp: verify and time' } },
+  KernelLspCancel = { function(o)
+    local job = o.args ~= '' and o.args or (#M.state.jobs == 1 and M.state.jobs[1].id or nil)
+    M.exec('kernel-lsp.cancel', job and { job = job } or vim.empty_dict())
+  end, { nargs = '?', desc = 'kernel-lsp: cancel a job (all when several run)' } },
+  KernelLspReport = { function(o)
+    local search = o.args ~= '' and o.args or (M.state.last_preview or {}).search
+    M.exec('kernel-lsp.showReport', search and { search = search } or vim.empty_dict(), nil, function(err, result)
+      local path = type(result) == 'table' and result.path or result
+      if not err and type(path) == 'string' then
+        notify('report: ' .. path)
+        if vim.ui.open and #vim.api.nvim_list_uis() > 0 then
+          vim.ui.open(path)
+        end
+      end
+    end)
+  end, { nargs = '?', desc = 'kernel-lsp: write and open the HTML report' } },
+  KernelLspApply = { function()
+    M.apply(M.state.last_preview or {})
+  end, { desc = 'kernel-lsp: apply the last previewed candidate' } },
+}
+
+function M.create_commands()
+  for name, spec in pairs(COMMANDS) do
+    vim.api.nvim_create_user_command(name, spec[1], spec[2])
+  end
+end
+
+-- kernel-lsp/status -------------------------------------------------------------------
+
+--- A short statusline string: '' when idle with nothing to say.
+function M.statusline()
+  local jobs = M.state.jobs
+  local function x(v)
+    return type(v) == 'number' and string.format('%.2fx', v) or nil
+  end
+  if #jobs == 0 then
+    return M.state.best and ('kernel-lsp ' .. x(M.state.best)) or ''
+  end
+  local best
+  for _, j in ipairs(jobs) do
+    if type(j.bestSpeedup) == 'number' and (not best or j.bestSpeedup > best) then
+      best = j.bestSpeedup
+    end
+  end
+  local label = #jobs == 1 and ((jobs[1].title or 'job') .. (jobs[1].message and jobs[1].message ~= '' and (': ' .. jobs[1].message) or ''))
+    or (#jobs .. ' jobs')
+  return 'kernel-lsp ' .. label .. (best and (' · best ' .. x(best)) or '')
+end
+
+function M.on_status(_, params, _, _)
+  M.state.jobs = type(params) == 'table' and type(params.jobs) == 'table' and params.jobs or {}
+  for _, j in ipairs(M.state.jobs) do
+    if type(j.bestSpeedup) == 'number' and (not M.state.best or j.bestSpeedup > M.state.best) then
+      M.state.best = j.bestSpeedup
+    end
+  end
+  vim.g.kernel_lsp_status = M.statusline()
+  vim.api.nvim_exec_autocmds('User', { pattern = 'KernelLspStatus', modeline = false })
+  vim.cmd('redrawstatus')
+end
+
+-- Progress ----------------------------------------------------------------------------
+
+local function on_progress(client_id, value)
+  local client = vim.lsp.get_client_by_id(client_id)
+  if not client or client.name ~= NAME or type(value) ~= 'table' then
+    return
+  end
+  table.insert(M.state.progress, value)
+  if #M.state.progress > 100 then
+    table.remove(M.state.progress, 1)
+  end
+  if not M.config.progress then
+    return
+  end
+  local pct = value.percentage and string.format(' (%d%%)', value.percentage) or ''
+  local text = (value.title or '') .. (value.message and (': ' .. value.message) or '') .. pct
+  if value.kind == 'end' then
+    notify(value.message or 'done')
+  else
+    vim.api.nvim_echo({ { 'kernel-lsp ' .. text } }, false, {})
+  end
+end
+
+local function watch_progress(group)
+  if vim.fn.has('nvim-0.10') == 1 then
+    vim.api.nvim_create_autocmd('LspProgress', {
+      group = group,
+      callback = function(ev)
+        local data = ev.data or {}
+        on_progress(data.client_id, data.params and data.params.value)
+      end,
+    })
+  else -- 0.8 - 0.9: no data on the event; read the client's progress table
+    vim.api.nvim_create_autocmd('User', {
+      group = group,
+      pattern = 'LspProgressUpdate',
+      callback = function()
+        for _, client in ipairs(get_clients({ name = NAME })) do
+          for _, p in pairs(client.messages and client.messages.progress or {}) do
+            on_progress(client.id, { kind = p.done and 'end' or 'report', title = p.title, message = p.message, percentage = p.percentage })
+          end
+        end
+      end,
+    })
+  end
+end
+
+-- The candidate diff --------------------------------------------------------------------
+
+local function find_original(candidate_path)
+  if M.state.last_uri then
+    return vim.uri_to_fname(M.state.last_uri)
+  end
+  local name = vim.fs.basename(candidate_path)
+  for _, b in ipairs(vim.api.nvim_list_bufs()) do
+    local p = vim.api.nvim_buf_get_name(b)
+    if p ~= '' and not M.is_candidate(p) and vim.fs.basename(p) == name then
+      return p
+    end
+  end
+end
+
+function M.close_diff()
+  local d = M.state.diff
+  M.state.diff = nil
+  if not d then
+    return
+  end
+  if vim.api.nvim_win_is_valid(d.cand_win) then
+    vim.api.nvim_win_close(d.cand_win, true)
+  end
+  if vim.api.nvim_win_is_valid(d.orig_win) then
+    vim.api.nvim_win_call(d.orig_win, function()
+      vim.cmd('diffoff')
+    end)
+  end
+end
+
+--- kernel-lsp.applyCandidate; the server sends the versioned edit as workspace/applyEdit.
+function M.apply(ref, on_done)
+  local arg = {}
+  arg.search = ref.search
+  arg.candidate = ref.candidate
+  local bufnr = M.state.last_uri and vim.uri_to_bufnr(M.state.last_uri) or nil
+  return M.exec('kernel-lsp.applyCandidate', next(arg) and arg or vim.empty_dict(), bufnr, function(err, result)
+    M.close_diff()
+    if not err then
+      notify(summary(result) or 'candidate applied')
+    end
+    if on_done then
+      on_done(err, result)
+    end
+  end)
+end
+
+local function default_confirm(prompt, callback)
+  vim.ui.select({ 'Apply', 'Discard' }, { prompt = prompt }, function(choice)
+    callback(choice == 'Apply')
+  end)
+end
+
+--- Shows `candidate_path` beside the user's file in diff mode, then asks before applying.
+function M.open_candidate_diff(candidate_path)
+  local original = find_original(candidate_path)
+  if not original then
+    return false
+  end
+  M.close_diff()
+  local orig_buf = vim.fn.bufadd(original)
+  vim.fn.bufload(orig_buf)
+  local orig_win = vim.fn.bufwinid(orig_buf)
+  if orig_win == -1 then
+    vim.cmd('buffer ' .. orig_buf)
+    orig_win = vim.api.nvim_get_current_win()
+  end
+  vim.api.nvim_set_current_win(orig_win)
+  local cand_buf = vim.fn.bufadd(candidate_path)
+  vim.b[cand_buf].kernel_lsp_candidate = true
+  -- noautocmd: no FileType, so no LSP client attaches to (and compiles) the candidate.
+  vim.cmd('noautocmd rightbelow vertical sbuffer ' .. cand_buf)
+  local cand_win = vim.api.nvim_get_current_win()
+  vim.bo[cand_buf].bufhidden = 'wipe'
+  vim.bo[cand_buf].readonly = true
+  vim.bo[cand_buf].syntax = vim.bo[orig_buf].filetype
+  for _, win in ipairs({ orig_win, cand_win }) do
+    vim.api.nvim_win_call(win, function()
+      vim.cmd('diffthis')
+    end)
+  end
+  M.state.diff = { orig_win = orig_win, cand_win = cand_win, cand_buf = cand_buf, original = original }
+  local ref = M.ref_from_path(candidate_path)
+  local hint = M.state.last_preview or {}
+  ref = { search = hint.search or ref.search, candidate = hint.candidate or ref.candidate }
+  -- Ask after this handler has answered the server (vim.ui.select may block).
+  vim.schedule(function()
+    local confirm = M.config.confirm or default_confirm
+    confirm('kernel-lsp: apply this candidate to ' .. vim.fs.basename(original) .. '?', function(yes)
+      if yes then
+        M.apply(ref)
+      else
+        M.close_diff()
+      end
+    end)
+  end)
+  return true
+end
+
+function M.on_show_document(err, params, ctx, config)
+  if type(params) == 'table' and not params.external and M.is_candidate(params.uri) then
+    local ok, shown = pcall(M.open_candidate_diff, vim.uri_to_fname(params.uri))
+    if ok and shown then
+      return { success = true }
+    end
+    if not ok then
+      notify('candidate diff failed: ' .. tostring(shown), vim.log.levels.ERROR)
+    end
+  end
+  return vim.lsp.handlers['window/showDocument'](err, params, ctx, config)
+end
+
+-- Setup ---------------------------------------------------------------------------------
+
+--- The config table of lsp/kernel_lsp.lua with setup()'s options laid over it.
+function M.lsp_config()
+  local file = vim.api.nvim_get_runtime_file('lsp/kernel_lsp.lua', false)[1]
+  local base = file and dofile(file) or {}
+  local c = M.config
+  local cfg = vim.tbl_deep_extend('force', base, {
+    cmd = c.cmd,
+    cmd_env = c.cmd_env,
+    filetypes = c.filetypes,
+    root_markers = c.root_markers,
+  })
+  -- An empty Lua table would go out as a JSON array; the server wants an object.
+  local settings = next(c.settings or {}) and vim.deepcopy(c.settings) or vim.empty_dict()
+  cfg.init_options = settings
+  cfg.settings = { kernelLsp = settings }
+  return cfg
+end
+
+local function start_fallback(group, cfg)
+  -- Neovim 0.8 - 0.10: start (or reuse) a client per root on FileType.
+  vim.api.nvim_create_autocmd('FileType', {
+    group = group,
+    pattern = cfg.filetypes,
+    callback = function(ev)
+      if vim.b[ev.buf].kernel_lsp_candidate or vim.bo[ev.buf].buftype ~= '' then
+        return
+      end
+      local fname = vim.api.nvim_buf_get_name(ev.buf)
+      local marker = vim.fs.find(cfg.root_markers, { upward = true, path = vim.fs.dirname(fname) })[1]
+      local root = marker and vim.fs.dirname(marker) or vim.fs.dirname(fname)
+      vim.lsp.start({
+        name = NAME,
+        cmd = cfg.cmd,
+        cmd_env = cfg.cmd_env,
+        root_dir = root,
+        init_options = cfg.init_options,
+        settings = cfg.settings,
+        handlers = cfg.handlers,
+      }, { bufnr = ev.buf })
+    end,
+  })
+end
+
+function M.setup(opts)
+  M.config = vim.tbl_deep_extend('force', M.config, opts or {})
+  M.create_commands()
+  local group = vim.api.nvim_create_augroup('kernel_lsp', { clear = true })
+  watch_progress(group)
+  local cfg = M.lsp_config()
+  if vim.lsp.config and vim.lsp.enable then
+    vim.lsp.config(NAME, cfg)
+    vim.lsp.enable(NAME)
+  else
+    start_fallback(group, cfg)
+  end
+end
+
+return M

@@ -1,0 +1,343 @@
+// kernel-lsp for VS Code: starts `python -m kernel_lsp.cli serve` over stdio and
+// turns the server's commands, status and candidate previews into editor UI.
+import * as vscode from "vscode";
+import {
+  LanguageClient,
+  LanguageClientOptions,
+  ServerOptions,
+  TransportKind,
+} from "vscode-languageclient/node";
+import { SECTION, configurationItem, serverSettings } from "./config";
+import { CandidateRef, PreviewHints, isCandidate, showCandidateDiff } from "./diff";
+import {
+  API_KEY_SECRET,
+  PythonApi,
+  SERVE_ARGS,
+  apiKey,
+  chooseInterpreter,
+  pythonExtensionApi,
+  serverEnv,
+} from "./server";
+import { STATUS_NOTIFICATION, StatusBar, StatusParams } from "./status";
+
+/** Server commands (docs/architecture.md). */
+export const SERVER_COMMANDS = {
+  optimize: "kernel-lsp.optimize",
+  tune: "kernel-lsp.tune",
+  benchmark: "kernel-lsp.benchmark",
+  cancel: "kernel-lsp.cancel",
+  showReport: "kernel-lsp.showReport",
+  previewCandidate: "kernel-lsp.previewCandidate",
+  applyCandidate: "kernel-lsp.applyCandidate",
+} as const;
+
+type Args = Record<string, unknown>;
+
+export class Controller implements vscode.Disposable {
+  client?: LanguageClient;
+  readonly hints: PreviewHints = {};
+  private starting?: Promise<void>;
+  private restartTimer?: NodeJS.Timeout;
+  private python?: PythonApi;
+
+  constructor(
+    private readonly context: vscode.ExtensionContext,
+    readonly output: vscode.OutputChannel,
+    readonly status: StatusBar,
+    private readonly makeClient = (id: string, name: string, s: ServerOptions, c: LanguageClientOptions) =>
+      new LanguageClient(id, name, s, c),
+  ) {}
+
+  private config(): vscode.WorkspaceConfiguration {
+    return vscode.workspace.getConfiguration(SECTION);
+  }
+
+  private workspaceFolder(): vscode.WorkspaceFolder | undefined {
+    const active = vscode.window.activeTextEditor?.document.uri;
+    return (active && vscode.workspace.getWorkspaceFolder(active)) || vscode.workspace.workspaceFolders?.[0];
+  }
+
+  async start(): Promise<void> {
+    if (this.client) return;
+    if (this.starting) return this.starting;
+    this.starting = this.doStart().finally(() => (this.starting = undefined));
+    return this.starting;
+  }
+
+  private async doStart(): Promise<void> {
+    const trusted = vscode.workspace.isTrusted;
+    this.python ??= await pythonExtensionApi();
+    const folder = this.workspaceFolder();
+    const interpreter = chooseInterpreter(this.config().get<string>("python"), this.python, folder?.uri, folder?.uri.fsPath);
+    const extra = (this.config().get<string[]>("serverArgs") ?? []).filter((a) => typeof a === "string");
+    const key = await apiKey(this.context.secrets, process.env);
+    const serverOptions: ServerOptions = {
+      command: interpreter.path,
+      args: [...SERVE_ARGS, ...extra],
+      transport: TransportKind.stdio,
+      options: { env: serverEnv(process.env, key, trusted), cwd: folder?.uri.fsPath },
+    };
+    const clientOptions: LanguageClientOptions = {
+      documentSelector: [
+        { scheme: "file", language: "cuda-cpp" },
+        { scheme: "file", language: "python" },
+        { scheme: "file", pattern: "**/*.{cu,cuh}" },
+      ],
+      outputChannel: this.output,
+      initializationOptions: serverSettings(this.config(), trusted),
+      middleware: {
+        workspace: {
+          // Answer our section ourselves so that trust is applied; others go the usual way.
+          configuration: async (params, token, next) => {
+            const theirs = await next(params, token);
+            if (!Array.isArray(theirs)) return theirs;
+            return params.items.map((item, i) => {
+              const ours = configurationItem(
+                item.section,
+                vscode.workspace.getConfiguration(SECTION, item.scopeUri ? vscode.Uri.parse(item.scopeUri) : undefined),
+                vscode.workspace.isTrusted,
+              );
+              return ours === undefined ? theirs[i] : ours;
+            });
+          },
+        },
+        window: {
+          // The client calls `next` with params only, despite its declared type.
+          showDocument: async (params, next) =>
+            (await showCandidateDiff(params, this.hints, (ref) => this.apply(ref))) ??
+            ((await next(params, undefined as never)) as { success: boolean }),
+        },
+        // Code lenses and code actions run server commands through here: remember
+        // which document and search a later candidate preview belongs to.
+        executeCommand: (command, args, next) => {
+          this.remember(command, args?.[0]);
+          return next(command, args);
+        },
+      },
+    };
+    this.output.appendLine(
+      `[kernel-lsp] starting ${interpreter.path} ${[...SERVE_ARGS, ...extra].join(" ")} (interpreter from ${interpreter.source}; ` +
+        `workspace ${trusted ? "trusted" : "untrusted: execution off"}; API key ${key && trusted ? "set" : "not set"})`,
+    );
+    const client = this.makeClient("kernelLsp", "kernel-lsp", serverOptions, clientOptions);
+    this.client = client;
+    try {
+      await client.start();
+    } catch (err) {
+      this.client = undefined;
+      this.status.offline("the server did not start");
+      void this.startFailed(interpreter.path, err);
+      return;
+    }
+    client.onNotification(STATUS_NOTIFICATION, (params: StatusParams) => {
+      this.status.update(params);
+      const job = params?.jobs?.find((j) => j.search !== undefined);
+      if (job) this.hints.lastPreview = { search: job.search };
+    });
+    this.status.update({ jobs: [] });
+  }
+
+  private async startFailed(python: string, err: unknown): Promise<void> {
+    const msg = err instanceof Error ? err.message : String(err);
+    this.output.appendLine(`[kernel-lsp] start failed: ${msg}`);
+    const choice = await vscode.window.showErrorMessage(
+      `kernel-lsp could not start with ${python}. Install it there (pip install kernel-lsp) or set kernelLsp.python.`,
+      "Open Settings",
+      "Show Log",
+    );
+    if (choice === "Open Settings") await vscode.commands.executeCommand("workbench.action.openSettings", "kernelLsp.python");
+    if (choice === "Show Log") this.output.show();
+  }
+
+  async stop(): Promise<void> {
+    const client = this.client;
+    this.client = undefined;
+    if (client) {
+      try {
+        await client.stop(5000);
+      } catch (err) {
+        this.output.appendLine(`[kernel-lsp] stop: ${err instanceof Error ? err.message : String(err)}`);
+      }
+    }
+    this.status.offline("stopped");
+  }
+
+  async restart(): Promise<void> {
+    await this.starting;
+    await this.stop();
+    await this.start();
+  }
+
+  /** Settings UIs fire a change per keystroke: restart once they settle. */
+  restartSoon(delayMs = 500): void {
+    if (this.restartTimer) clearTimeout(this.restartTimer);
+    this.restartTimer = setTimeout(() => void this.restart(), delayMs);
+  }
+
+  watchPythonExtension(): vscode.Disposable | undefined {
+    return this.python?.environments?.onDidChangeActiveEnvironmentPath?.(() => {
+      if (!this.config().get<string>("python")) this.restartSoon();
+    });
+  }
+
+  private remember(command: string, arg: unknown): void {
+    if (!arg || typeof arg !== "object") return;
+    const a = arg as Args;
+    if (typeof a.uri === "string" && !isCandidate(a.uri)) this.hints.lastUri = a.uri;
+    if (command === SERVER_COMMANDS.previewCandidate || command === SERVER_COMMANDS.applyCandidate) {
+      this.hints.lastPreview = { search: a.search as CandidateRef["search"], candidate: a.candidate as CandidateRef["candidate"] };
+    }
+  }
+
+  /** workspace/executeCommand on the server (starting it first if needed). */
+  async exec(command: string, arg: Args): Promise<unknown> {
+    await this.start();
+    if (!this.client) throw new Error("kernel-lsp is not running");
+    this.remember(command, arg);
+    const result = await this.client.sendRequest("workspace/executeCommand", { command, arguments: [arg] });
+    if (result && typeof result === "object" && "search" in (result as Args)) {
+      const r = result as Args;
+      this.hints.lastPreview = { search: r.search as CandidateRef["search"], candidate: r.candidate as CandidateRef["candidate"] };
+    }
+    return result;
+  }
+
+  apply(ref: CandidateRef): Thenable<unknown> {
+    const arg: Args = {};
+    if (ref.search !== undefined) arg.search = ref.search;
+    if (ref.candidate !== undefined) arg.candidate = ref.candidate;
+    return this.exec(SERVER_COMMANDS.applyCandidate, arg).then(undefined, (err) => report(err));
+  }
+
+  dispose(): void {
+    if (this.restartTimer) clearTimeout(this.restartTimer);
+    void this.stop();
+  }
+}
+
+function report(err: unknown): void {
+  const msg = err instanceof Error ? err.message : String(err);
+  void vscode.window.showErrorMessage(`kernel-lsp: ${msg}`);
+}
+
+function rangeContains(r: vscode.Range, p: vscode.Position): boolean {
+  return r.start.isBeforeOrEqual(p) && r.end.isAfterOrEqual(p);
+}
+
+/** The innermost symbol under the cursor (the server's documentSymbol names the Targets). */
+export async function targetAt(uri: vscode.Uri, position: vscode.Position): Promise<string | undefined> {
+  let symbols: (vscode.DocumentSymbol | vscode.SymbolInformation)[] | undefined;
+  try {
+    symbols = await vscode.commands.executeCommand("vscode.executeDocumentSymbolProvider", uri);
+  } catch {
+    return undefined;
+  }
+  let best: string | undefined;
+  const visit = (list: (vscode.DocumentSymbol | vscode.SymbolInformation)[] | undefined): void => {
+    for (const s of list ?? []) {
+      const range = "range" in s ? s.range : s.location.range;
+      if (!rangeContains(range, position)) continue;
+      best = s.name;
+      if ("children" in s) visit(s.children);
+    }
+  };
+  visit(symbols);
+  return best;
+}
+
+/** `{uri, target?}` from explicit arguments (code lens) or the active editor. */
+export async function documentArgs(arg: unknown): Promise<Args | undefined> {
+  if (arg && typeof arg === "object" && typeof (arg as Args).uri === "string") return arg as Args;
+  if (arg instanceof vscode.Uri) return { uri: arg.toString() };
+  const editor = vscode.window.activeTextEditor;
+  if (!editor) {
+    void vscode.window.showWarningMessage("kernel-lsp: open a .cu or .py file first");
+    return undefined;
+  }
+  const out: Args = { uri: editor.document.uri.toString() };
+  const target = await targetAt(editor.document.uri, editor.selection.active);
+  if (target) out.target = target;
+  return out;
+}
+
+export async function activate(context: vscode.ExtensionContext): Promise<Controller> {
+  const output = vscode.window.createOutputChannel("kernel-lsp");
+  const status = new StatusBar();
+  const ctl = new Controller(context, output, status);
+  context.subscriptions.push(output, status, ctl);
+
+  const onDocument = (serverCommand: string) => async (arg?: unknown) => {
+    const args = await documentArgs(arg);
+    if (!args) return;
+    try {
+      return await ctl.exec(serverCommand, args);
+    } catch (err) {
+      report(err);
+    }
+  };
+
+  context.subscriptions.push(
+    vscode.commands.registerCommand("kernelLsp.optimize", onDocument(SERVER_COMMANDS.optimize)),
+    vscode.commands.registerCommand("kernelLsp.tune", onDocument(SERVER_COMMANDS.tune)),
+    vscode.commands.registerCommand("kernelLsp.benchmark", onDocument(SERVER_COMMANDS.benchmark)),
+    vscode.commands.registerCommand("kernelLsp.cancel", async (arg?: unknown) => {
+      let job = arg && typeof arg === "object" ? (arg as Args).job : undefined;
+      const jobs = status.jobs;
+      if (job === undefined && jobs.length > 1) {
+        const pick = await vscode.window.showQuickPick(
+          [{ label: "All jobs", id: undefined as unknown }, ...jobs.map((j) => ({ label: j.title || String(j.id), description: j.message, id: j.id as unknown }))],
+          { placeHolder: "Cancel which kernel-lsp job?" },
+        );
+        if (!pick) return;
+        job = pick.id;
+      } else if (job === undefined && jobs.length === 1) {
+        job = jobs[0].id;
+      }
+      try {
+        return await ctl.exec(SERVER_COMMANDS.cancel, job === undefined ? {} : { job });
+      } catch (err) {
+        report(err);
+      }
+    }),
+    vscode.commands.registerCommand("kernelLsp.showReport", async (arg?: unknown) => {
+      try {
+        const search = arg && typeof arg === "object" ? (arg as Args).search : ctl.hints.lastPreview?.search;
+        const result = await ctl.exec(SERVER_COMMANDS.showReport, search === undefined ? {} : { search });
+        const file = typeof result === "string" ? result : (result as Args | undefined)?.path;
+        if (typeof file === "string" && file) {
+          await vscode.env.openExternal(vscode.Uri.file(file));
+        }
+        return result;
+      } catch (err) {
+        report(err);
+      }
+    }),
+    vscode.commands.registerCommand("kernelLsp.applyCandidate", (arg?: CandidateRef) => ctl.apply(arg ?? ctl.hints.lastPreview ?? {})),
+    vscode.commands.registerCommand("kernelLsp.restart", () => ctl.restart()),
+    vscode.commands.registerCommand("kernelLsp.setApiKey", async () => {
+      const key = await vscode.window.showInputBox({
+        prompt: "API key for the OpenAI-compatible endpoint (stored in VS Code's secret storage; empty to remove)",
+        password: true,
+        ignoreFocusOut: true,
+      });
+      if (key === undefined) return; // dismissed
+      if (key.trim()) await context.secrets.store(API_KEY_SECRET, key.trim());
+      else await context.secrets.delete(API_KEY_SECRET);
+      // The key lives in the server's environment: a new process picks it up.
+      await ctl.restart();
+    }),
+    vscode.workspace.onDidChangeConfiguration((e) => {
+      if (e.affectsConfiguration(SECTION)) ctl.restartSoon();
+    }),
+    vscode.workspace.onDidGrantWorkspaceTrust(() => void ctl.restart()),
+  );
+
+  await ctl.start();
+  const watch = ctl.watchPythonExtension();
+  if (watch) context.subscriptions.push(watch);
+  return ctl;
+}
+
+export function deactivate(): void {
+  // Controller.dispose (a subscription) stops the client.
+}

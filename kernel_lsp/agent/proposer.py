@@ -1,0 +1,57 @@
+"""The Proposer protocol: what the Search asks for and what it gets back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from kernel_lsp.model import Candidate, Evaluation, Task
+
+Mode = Literal["optimize", "repair"]
+
+
+@dataclass
+class ProposalRequest:
+    """One expansion of a Search node."""
+
+    task: Task
+    parent: Candidate                      # the node's source: what to improve or repair
+    evaluation: Evaluation | None          # what running `parent` gave
+    mode: Mode = "optimize"                # repair: fix the compile error / wrong result first
+    count: int = 1                         # how many children the Search wants
+    device: dict[str, Any] = field(default_factory=dict)       # engine.device_info()
+    history: list[str] = field(default_factory=list)           # short lines: what was tried
+    profile: dict[str, Any] | None = None  # profiler facts, only once the node is correct
+    start_evaluation: Evaluation | None = None                 # the user's source, as timed
+    round: int = 0
+
+
+@dataclass
+class Proposal:
+    """One proposed child, or one failed proposal with its reason."""
+
+    candidate: Candidate | None
+    error: str | None = None               # why no candidate (a recorded failed step)
+    fatal: bool = False                    # the Proposer cannot go on (wrong key, no endpoint)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+    seconds: float = 0.0
+    form: str = ""                         # "file" | "patch" | "tuner"
+
+    @classmethod
+    def failed(cls, reason: str, **kw: Any) -> "Proposal":
+        return cls(candidate=None, error=reason, **kw)
+
+
+@runtime_checkable
+class Proposer(Protocol):
+    name: str                              # "llm" | "tuner" | ...
+    model: str | None                      # for the store and the report; None without an LLM
+
+    async def propose(self, request: ProposalRequest) -> list[Proposal]:
+        """Children of `request.parent`; never raises for a bad answer (a failed Proposal)."""
+        ...
+
+    async def aclose(self) -> None:
+        ...

@@ -1,0 +1,566 @@
+"""The Search: one optimize run over a Task from a starting Candidate.
+
+Best-first over a tree of Candidates with a UCB-like exploration term on verified
+speedup. Failing children are repaired by the Proposer first (bounded rounds per
+lineage, CuTeGen's "repair before optimize"); profiler facts enter the prompt only
+once a node is correct and deep enough. Everything goes to the store as it happens,
+so a cancelled Search leaves every evaluated Candidate and the best so far behind.
+
+The guard: the result is the fastest Candidate verified correct, without flags,
+and faster than the starting source by more than the measured noise, re-timed
+against the start in a final confirmation run; otherwise improved=False.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from kernel_lsp.model import Candidate, Evaluation, Task
+
+from .budget import Budget
+from .proposer import Proposal, ProposalRequest, Proposer
+
+log = logging.getLogger(__name__)
+
+# Verdicts a Proposer may be asked to repair (a hang or a dead Worker may be worth a try too).
+# Flags that keep a correct candidate from counting (the engine's DISQUALIFYING_FLAGS plus its
+# summary flag "not_counted"); benign flags (compile_baseline_failed, ...) do not.
+BAD_FLAGS = frozenset({
+    "not_counted", "torch_fallback", "timer_patch", "tampering", "side_stream", "thread_started",
+    "result_cache", "result_cache_suspected", "precision_lowering", "cuda_graph", "beyond_roofline",
+})
+
+REPAIRABLE = ("compile_error", "mismatch", "unwritten_output", "mutated_input", "stale_result",
+              "bad_output", "nan", "error", "crashed", "timeout", "oom")
+
+
+@dataclass
+class SearchOptions:
+    budget: Budget = field(default_factory=Budget)
+    children: int = 2                    # children asked for per expansion
+    max_children: int = 6                # per node, before it counts as fully expanded
+    max_in_flight: int = 2               # evaluations awaited at once (the engine queues GPU work)
+    repair_rounds: int = 2               # repairs per failing lineage
+    profile_after_depth: int = 1         # profile facts in the prompt from this depth on, once correct
+    profile: bool = True
+    profile_timeout: float = 60.0
+    exploration: float = 0.3             # UCB constant
+    min_gain: float = 0.02               # the guard: speedup > 1 + max(min_gain, noise * spread)
+    noise_factor: float = 2.0
+    confirm: bool = True                 # re-time the winner against the start at the end
+    confirm_top: int = 2                 # how many candidates may be tried in confirmation
+    accept_repair: bool = True           # a failing start: a correct candidate is the improvement
+    bad_flags: frozenset[str] = BAD_FLAGS  # Evaluation flags that disqualify a candidate
+    checks: tuple[str, ...] = ("compile", "verify", "bench")
+    eval_timeout: float | None = None    # per evaluation; None: the engine's default
+    max_errors: int = 3                  # consecutive transport failures before stopping
+
+
+@dataclass
+class SearchEvent:
+    """One step, for the editor's progress and the CLI's live display."""
+
+    kind: str          # started baseline proposing proposal_failed evaluating evaluated new_best
+                       # duplicate confirming confirmed finished cancelled failed
+    round: int
+    candidate: str | None = None
+    verdict: str | None = None
+    speedup: float | None = None         # vs the starting source
+    best_speedup: float | None = None
+    budget_left: dict[str, Any] = field(default_factory=dict)
+    message: str = ""
+    parent: str | None = None
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Node:
+    candidate: Candidate
+    depth: int
+    parent: str | None
+    evaluation: Evaluation | None = None
+    speedup: float | None = None         # vs the starting source, from this Search's timings
+    visits: int = 0
+    children: int = 0
+    repairs_left: int = 0
+    repaired: bool = False               # a repair was asked for already
+    exhausted: bool = False
+    profile: dict[str, Any] | None = None
+    step: int = 0
+
+    @property
+    def id(self) -> str:
+        return self.candidate.id
+
+
+@dataclass
+class SearchResult:
+    search_id: int | None
+    task: str
+    state: str                           # done | cancelled | failed
+    reason: str                          # why it stopped
+    improved: bool
+    start: Candidate
+    start_evaluation: Evaluation | None
+    best: Candidate | None               # the guard's winner; None without an improvement
+    best_evaluation: Evaluation | None
+    speedup: float | None                # confirmed, vs the start
+    confirmed: bool
+    candidates_evaluated: int
+    usage: dict[str, Any]
+    steps: list[dict[str, Any]]
+    ranking: list[dict[str, Any]]        # correct candidates, fastest first
+
+    @property
+    def tokens(self) -> int:
+        return int(self.usage.get("tokens", 0))
+
+    @property
+    def cost(self) -> float:
+        return float(self.usage.get("cost", 0.0))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "search": self.search_id, "task": self.task, "state": self.state, "reason": self.reason,
+            "improved": self.improved, "speedup": self.speedup, "confirmed": self.confirmed,
+            "best": self.best.id if self.best else None,
+            "best_note": self.best.note if self.best else None,
+            "start": self.start.id,
+            "start_ms": _ms(self.start_evaluation), "best_ms": _ms(self.best_evaluation),
+            "candidates_evaluated": self.candidates_evaluated,
+            "tokens": self.tokens, "cost": round(self.cost, 6), "usage": self.usage,
+            "ranking": self.ranking, "failed_steps": [s for s in self.steps if s.get("failed")],
+        }
+
+
+def _ms(ev: Evaluation | None) -> float | None:
+    return ev.time.median_ms if ev is not None and ev.time is not None else None
+
+
+def noise_threshold(a: Evaluation, b: Evaluation, min_gain: float = 0.02, factor: float = 2.0) -> float:
+    """The speedup b must beat over a to count: 1 + max(min_gain, factor * the larger spread)."""
+    spread = max(a.time.spread_pct if a.time else 0.0, b.time.spread_pct if b.time else 0.0) / 100
+    return 1.0 + max(min_gain, factor * spread)
+
+
+Progress = Callable[[SearchEvent], Any]
+
+
+class Search:
+    def __init__(self, engine: Any, store: Any, task: Task, start: Candidate, proposer: Proposer,
+                 options: SearchOptions | None = None) -> None:
+        self.engine = engine
+        self.store = store
+        self.task = task
+        self.start = start
+        self.proposer = proposer
+        self.options = options or SearchOptions()
+        self.budget = self.options.budget
+        self.nodes: dict[str, Node] = {}
+        self.steps: list[dict[str, Any]] = []
+        self.search_id: int | None = None
+        self.round = 0
+        self.best: Node | None = None          # fastest verified-faster node so far
+        self.result: SearchResult | None = None  # set when run() ends, cancelled included
+        self._progress: Progress | None = None
+        self._device: dict[str, Any] = {}
+        self._history: list[str] = []
+        self._evaluated = 0
+        self._errors = 0
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    # -- events and store ------------------------------------------------------
+
+    def _emit(self, kind: str, **kw: Any) -> None:
+        ev = SearchEvent(kind=kind, round=self.round,
+                         best_speedup=self.best.speedup if self.best else None,
+                         budget_left=self.budget.left(), **kw)
+        if self._progress is None:
+            return
+        try:
+            self._progress(ev)
+        except Exception:  # a broken progress display must not end the Search
+            log.exception("progress callback failed")
+
+    def _step(self, kind: str, reason: str, *, failed: bool, **kw: Any) -> None:
+        self.steps.append({"round": self.round, "kind": kind, "failed": failed, "reason": reason,
+                           "time": round(self.budget.elapsed(), 3), **kw})
+
+    def _doc(self, result: dict[str, Any] | None = None) -> dict[str, Any]:
+        # The store's `budget` column: limits, usage, failed steps, and the guard's result.
+        doc: dict[str, Any] = {"limits": self.budget.limits(), "usage": self.budget.usage(),
+                               "proposer": self.proposer.name, "model": self.proposer.model,
+                               "steps": self.steps[-200:]}
+        if result is not None:
+            doc["result"] = result
+        return doc
+
+    def _store(self, fn: str, *args: Any, **kw: Any) -> Any:
+        if self.store is None:
+            return None
+        return getattr(self.store, fn)(*args, **kw)
+
+    # -- evaluation ------------------------------------------------------------
+
+    async def _evaluate(self, cand: Candidate) -> Evaluation:
+        try:
+            ev = await self.engine.evaluate(self.task, cand, checks=self.options.checks,
+                                            timeout=self.options.eval_timeout)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # the engine should not raise for candidate faults; keep going
+            log.exception("engine.evaluate failed")
+            ev = Evaluation(task=self.task.name, candidate=cand.id, verdict="error", correct=None,
+                            message=f"engine error: {type(e).__name__}: {e}")
+        self._store("add_evaluation", self.task.name, ev, cand)
+        return ev
+
+    def _prebuild(self, cand: Candidate) -> None:
+        fn = getattr(self.engine, "prebuild", None)
+        if fn is None:
+            return
+
+        async def go() -> None:
+            try:
+                await fn(self.task, cand)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a failed prebuild shows again in evaluate
+                log.debug("prebuild failed", exc_info=True)
+
+        t = asyncio.ensure_future(go())
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    def _qualifies(self, ev: Evaluation | None) -> bool:
+        if ev is None or ev.verdict != "correct" or ev.correct is not True or ev.time is None:
+            return False
+        return not (set(ev.flags) & self.options.bad_flags)
+
+    def _speedup(self, ev: Evaluation) -> float | None:
+        root = self.nodes[self.start.id].evaluation
+        if root is None or root.time is None or ev.time is None or ev.time.median_ms <= 0:
+            return None
+        return root.time.median_ms / ev.time.median_ms
+
+    def _beats_start(self, node: Node) -> bool:
+        root = self.nodes[self.start.id]
+        if not self._qualifies(node.evaluation) or node.id == root.id:
+            return False
+        if not self._qualifies(root.evaluation):
+            return self.options.accept_repair
+        assert node.evaluation is not None and root.evaluation is not None
+        limit = noise_threshold(root.evaluation, node.evaluation, self.options.min_gain,
+                                self.options.noise_factor)
+        return node.speedup is not None and node.speedup > limit
+
+    def _better(self, a: Node, b: Node | None) -> bool:
+        if b is None:
+            return True
+        ta = a.evaluation.time.median_ms if a.evaluation and a.evaluation.time else math.inf
+        tb = b.evaluation.time.median_ms if b.evaluation and b.evaluation.time else math.inf
+        return ta < tb
+
+    # -- the loop --------------------------------------------------------------
+
+    async def run(self, progress: Progress | None = None) -> SearchResult:
+        self._progress = progress
+        self.budget.started = time.monotonic()
+        self._store("add_task", self.task)
+        self.search_id = self._store("start_search", self.task.name, self.start, self.proposer.name,
+                                     self._doc())
+        root = Node(self.start, depth=0, parent=None, repairs_left=self.options.repair_rounds)
+        self.nodes[root.id] = root
+        self._emit("started", candidate=root.id, message=f"optimizing {self.task.name} "
+                   f"with {self.proposer.name}" + (f" ({self.proposer.model})" if self.proposer.model else ""))
+        try:
+            reason = await self._loop(root)
+            result = await self._finish("done", reason)
+            self._emit("finished", candidate=result.best.id if result.best else None,
+                       speedup=result.speedup, message=reason)
+            return result
+        except asyncio.CancelledError:
+            await self._cancel_children()
+            self.result = self._final("cancelled", "cancelled", confirmed=False)
+            self._emit("cancelled", message="cancelled; everything evaluated is in the store")
+            raise
+        except Exception as e:
+            await self._cancel_children()
+            log.exception("search failed")
+            self.result = self._final("failed", f"{type(e).__name__}: {e}", confirmed=False)
+            self._emit("failed", message=self.result.reason)
+            return self.result
+
+    async def _cancel_children(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=0.5)
+
+    async def _loop(self, root: Node) -> str:
+        try:
+            self._device = dict(await self.engine.device_info() or {})
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            log.info("device_info failed: %s", e)
+        self._emit("evaluating", candidate=root.id, message="timing the starting source")
+        root.evaluation = await self._evaluate(self.start)
+        self._evaluated += 1
+        root.speedup = self._speedup(root.evaluation) if self._qualifies(root.evaluation) else None
+        self._store("update_node", self.search_id, root.id, root.evaluation.verdict)
+        self._emit("baseline", candidate=root.id, verdict=root.evaluation.verdict,
+                   speedup=root.speedup, message=root.evaluation.message or "")
+        if root.evaluation.verdict == "correct" and root.evaluation.time is None and "bench" in self.options.checks:
+            return "the starting source could not be timed"
+
+        while True:
+            why = self.budget.exhausted()
+            if why:
+                return why
+            picked = self._select()
+            if picked is None:
+                return "nothing left to expand"
+            node, mode = picked
+            self.round += 1
+            gained = await self._expand(node, mode)
+            if mode == "optimize" or gained:
+                self.budget.stale_rounds = 0 if gained else self.budget.stale_rounds + 1
+            self._store("update_search", self.search_id, budget=self._doc())
+            if self._errors >= self.options.max_errors:
+                return f"stopped after {self._errors} proposer failures in a row: {self.steps[-1]['reason']}"
+            if self.steps and self.steps[-1].get("fatal"):
+                return f"proposer cannot go on: {self.steps[-1]['reason']}"
+
+    def _select(self) -> tuple[Node, str] | None:
+        can_repair = getattr(self.proposer, "can_repair", True)
+        # Repair first: the newest failing node with repairs left (its lineage's bound).
+        if can_repair:
+            failing = [n for n in self.nodes.values()
+                       if n.evaluation is not None and not self._qualifies(n.evaluation)
+                       and n.evaluation.verdict in REPAIRABLE and n.repairs_left > 0 and not n.repaired]
+            if failing:
+                return max(failing, key=lambda n: n.step), "repair"
+        open_nodes = [n for n in self.nodes.values() if self._qualifies(n.evaluation)
+                      and not n.exhausted and n.children < self.options.max_children]
+        if not open_nodes:
+            return None
+        total = sum(n.visits for n in self.nodes.values()) + 1
+
+        def ucb(n: Node) -> tuple[float, int]:
+            value = n.speedup if n.speedup is not None else 1.0
+            explore = self.options.exploration * math.sqrt(math.log(total + 1) / (n.visits + 1))
+            return value + explore, n.depth
+
+        return max(open_nodes, key=ucb), "optimize"
+
+    def _profile_for(self, node: Node) -> Any:
+        async def get() -> dict[str, Any] | None:
+            if (not self.options.profile or not getattr(self.proposer, "uses_profile", True)
+                    or node.depth < self.options.profile_after_depth
+                    or not self._qualifies(node.evaluation)):
+                return None
+            if node.profile is None:
+                try:
+                    node.profile = await asyncio.wait_for(
+                        self.engine.profile(self.task, node.candidate), self.options.profile_timeout)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:  # profiling is a hint, never a reason to stop
+                    log.info("profile failed: %s", e)
+                    node.profile = {}
+            return node.profile or None
+        return get()
+
+    async def _expand(self, node: Node, mode: str) -> bool:
+        if mode == "repair":
+            node.repaired = True
+        node.visits += 1
+        parent_id = node.parent
+        while parent_id is not None and parent_id in self.nodes:  # back-propagate the visit
+            self.nodes[parent_id].visits += 1
+            parent_id = self.nodes[parent_id].parent
+        left = self.budget.proposals_left()
+        count = self.options.children if mode == "optimize" else 1
+        if left is not None:
+            count = max(1, min(count, left))
+        self._emit("proposing", candidate=node.id, verdict=node.evaluation.verdict if node.evaluation else None,
+                   message=f"{'repairing' if mode == 'repair' else 'expanding'} {node.id[:8]}")
+        request = ProposalRequest(
+            task=self.task, parent=node.candidate, evaluation=node.evaluation, mode=mode,  # type: ignore[arg-type]
+            count=count, device=self._device, history=list(self._history),
+            profile=await self._profile_for(node) if mode == "optimize" else None,
+            start_evaluation=self.nodes[self.start.id].evaluation, round=self.round)
+        try:
+            proposals = await self.proposer.propose(request)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # a Proposer bug is a failed step, not a crash
+            log.exception("proposer failed")
+            proposals = [Proposal.failed(f"proposer error: {type(e).__name__}: {e}")]
+        if left is not None:
+            proposals = proposals[: max(1, left)]  # never spend past the proposal budget
+        if not proposals:
+            node.exhausted = True
+            self._step("exhausted", "no more proposals for this node", failed=False, parent=node.id)
+            return False
+
+        fresh: list[Node] = []
+        for p in proposals:
+            self.budget.used_proposals += 1
+            self.budget.charge(p.prompt_tokens, p.completion_tokens, p.cost)
+            if p.candidate is None:
+                reason = p.error or "no candidate"
+                self._errors = self._errors + 1 if (p.fatal or _transport(reason)) else 0
+                self._step("proposal", reason, failed=True, parent=node.id, mode=mode, fatal=p.fatal)
+                self._history.append(f"(failed proposal: {reason[:80]})")
+                self._emit("proposal_failed", parent=node.id, message=reason)
+                continue
+            self._errors = 0
+            cand = p.candidate
+            if cand.id in self.nodes:
+                self._step("duplicate", "proposed a source already in this search", failed=True,
+                           parent=node.id, candidate=cand.id)
+                self._emit("duplicate", candidate=cand.id, parent=node.id, message="already tried")
+                continue
+            node.children += 1
+            child = Node(cand, depth=node.depth + 1, parent=node.id, step=len(self.nodes),
+                         repairs_left=(node.repairs_left - 1) if mode == "repair" else self.options.repair_rounds)
+            self.nodes[child.id] = child
+            self._store("add_node", self.search_id, cand, node.id, child.depth, child.step, "proposed")
+            fresh.append(child)
+        if not fresh:
+            return False
+
+        for child in fresh:  # compile the batch while earlier ones are being timed
+            self._prebuild(child.candidate)
+        gate = asyncio.Semaphore(max(1, self.options.max_in_flight))
+
+        async def one(child: Node) -> Node:
+            async with gate:
+                self._emit("evaluating", candidate=child.id, parent=node.id, note=child.candidate.note,
+                           message=f"evaluating {child.candidate.note or child.id[:8]}")
+                child.evaluation = await self._evaluate(child.candidate)
+                return child
+
+        gained = False
+        jobs = [asyncio.ensure_future(one(c)) for c in fresh]
+        for j in jobs:
+            self._tasks.add(j)
+            j.add_done_callback(self._tasks.discard)
+        for fut in asyncio.as_completed(jobs):
+            child = await fut
+            gained |= self._record(child)
+        return gained
+
+    def _record(self, child: Node) -> bool:
+        ev = child.evaluation
+        assert ev is not None
+        self._evaluated += 1
+        child.speedup = self._speedup(ev) if self._qualifies(ev) else None
+        self._store("update_node", self.search_id, child.id, ev.verdict)
+        shown = f"{child.speedup:.2f}x" if child.speedup else ev.verdict
+        self._history.append(f"{child.candidate.note or child.candidate.origin}: {ev.verdict}"
+                             + (f", {child.speedup:.2f}x vs start" if child.speedup else ""))
+        self._step("evaluation", ev.message or ev.verdict, failed=not self._qualifies(ev),
+                   candidate=child.id, parent=child.parent, verdict=ev.verdict, speedup=child.speedup)
+        self._emit("evaluated", candidate=child.id, parent=child.parent, verdict=ev.verdict,
+                   speedup=child.speedup, note=child.candidate.note,
+                   message=f"{child.candidate.note or child.id[:8]}: {shown}")
+        if self._beats_start(child) and self._better(child, self.best):
+            self.best = child
+            self._store("update_search", self.search_id, best=child.id)
+            self._emit("new_best", candidate=child.id, verdict=ev.verdict, speedup=child.speedup,
+                       note=child.candidate.note, message=f"new best: {shown}")
+            return True
+        return False
+
+    # -- the guard -------------------------------------------------------------
+
+    def _ranking(self) -> list[Node]:
+        nodes = [n for n in self.nodes.values() if n.id != self.start.id and self._beats_start(n)]
+        return sorted(nodes, key=lambda n: n.evaluation.time.median_ms if n.evaluation and n.evaluation.time else math.inf)
+
+    async def _finish(self, state: str, reason: str) -> SearchResult:
+        root = self.nodes[self.start.id]
+        ranked = self._ranking()
+        winner: Node | None = None
+        win_ev: Evaluation | None = None
+        speedup: float | None = None
+        confirmed = False
+        start_ev = root.evaluation
+        if ranked and not self._qualifies(root.evaluation):
+            winner, win_ev = ranked[0], ranked[0].evaluation   # a repair: correct beats broken
+        elif ranked and self.options.confirm:
+            self._emit("confirming", candidate=ranked[0].id, message="re-timing the best against the start")
+            start_ev = await self._evaluate(self.start)
+            self._evaluated += 1
+            for node in ranked[: max(1, self.options.confirm_top)]:
+                ev = await self._evaluate(node.candidate)
+                self._evaluated += 1
+                ok = self._qualifies(ev) and self._qualifies(start_ev)
+                s = (start_ev.time.median_ms / ev.time.median_ms) if ok and ev.time.median_ms > 0 else None  # type: ignore[union-attr]
+                limit = noise_threshold(start_ev, ev, self.options.min_gain, self.options.noise_factor)
+                self._step("confirmation", f"{s:.3f}x vs start (needs > {limit:.3f})" if s else ev.verdict,
+                           failed=not (s and s > limit), candidate=node.id, speedup=s)
+                if s is not None and s > limit:
+                    winner, win_ev, speedup, confirmed = node, ev, s, True
+                    break
+            self._emit("confirmed" if confirmed else "not_confirmed",
+                       candidate=winner.id if winner else None, speedup=speedup,
+                       message=(f"confirmed {speedup:.2f}x" if confirmed and speedup
+                                else "no candidate stayed faster than the start when re-timed"))
+        elif ranked:  # confirmation off: the Search's own measurement
+            winner, win_ev, speedup = ranked[0], ranked[0].evaluation, ranked[0].speedup
+        if winner is not None and speedup is None and self._qualifies(start_ev) and win_ev and win_ev.time:
+            speedup = start_ev.time.median_ms / win_ev.time.median_ms  # type: ignore[union-attr]
+        result = self._final(state, reason if winner else f"{reason}; no improvement",
+                             confirmed=confirmed, winner=winner, win_ev=win_ev, speedup=speedup,
+                             start_ev=start_ev)
+        return result
+
+    def _final(self, state: str, reason: str, *, confirmed: bool, winner: Node | None = None,
+               win_ev: Evaluation | None = None, speedup: float | None = None,
+               start_ev: Evaluation | None = None) -> SearchResult:
+        root = self.nodes.get(self.start.id)
+        if start_ev is None and root is not None:
+            start_ev = root.evaluation
+        if state != "done" and winner is None and self.best is not None:
+            # Cancelled or failed: record the best so far (unconfirmed; improved stays False).
+            best_so_far = self.best
+        else:
+            best_so_far = winner
+        ranking = [{"candidate": n.id, "note": n.candidate.note, "origin": n.candidate.origin,
+                    "depth": n.depth, "time_ms": _ms(n.evaluation), "speedup": n.speedup}
+                   for n in sorted((n for n in self.nodes.values() if self._qualifies(n.evaluation)),
+                                   key=lambda n: _ms(n.evaluation) or math.inf)]
+        result = SearchResult(
+            search_id=self.search_id, task=self.task.name, state=state, reason=reason,
+            improved=winner is not None, start=self.start, start_evaluation=start_ev,
+            best=winner.candidate if winner else None, best_evaluation=win_ev, speedup=speedup,
+            confirmed=confirmed, candidates_evaluated=self._evaluated, usage=self.budget.usage(),
+            steps=list(self.steps), ranking=ranking)
+        summary = {"improved": result.improved, "speedup": speedup, "confirmed": confirmed,
+                   "best": winner.id if winner else None, "reason": reason,
+                   "best_so_far": best_so_far.id if best_so_far else None,
+                   "candidates_evaluated": self._evaluated}
+        if self.search_id is not None:
+            # Plain synchronous sqlite: runs to the end even while the task is being cancelled.
+            self._store("update_search", self.search_id, budget=self._doc(summary))
+            self._store("finish_search", self.search_id, state=state,
+                        best=best_so_far.id if best_so_far else None, message=reason)
+        self.result = result
+        return result
+
+
+def _transport(reason: str) -> bool:
+    return any(w in reason for w in ("cannot reach", "rate limited", "server error", "timed out",
+                                     "authentication", "API error"))

@@ -1,0 +1,216 @@
+"""The tuner: no LLM. Finds tunable integer constants and sweeps them.
+
+CUDA (a .cu, or CUDA text embedded in a Python file): `#define NAME <int>`,
+`constexpr int NAME = <int>`, template int parameters with defaults,
+`__launch_bounds__(N)`, `#pragma unroll N`, literal block sizes in `<<<grid, 128>>>`
+and `dim3 block(16, 16)`. Python: top-level `NAME = <int>` constants, and
+`torch.compile` modes on ModelNew (CUDA graphs through "reduce-overhead") on a GPU.
+
+Each call proposes one-parameter changes of the parent (powers of two around the
+current value, within the parameter's limits); with the Search expanding its best
+node, that is coordinate descent.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from kernel_lsp.model import Candidate
+
+from .proposer import Proposal, ProposalRequest
+
+
+@dataclass(frozen=True)
+class Tunable:
+    name: str
+    kind: str          # define | constexpr | template | launch_bounds | unroll | launch | dim3 | python
+    value: int
+    start: int         # offset of the number in the source
+    end: int
+    lo: int = 1
+    hi: int = 65536
+    multiple: int = 1
+
+    def label(self) -> str:
+        return self.name
+
+
+_THREADY = re.compile(r"THREAD|BLOCK_SIZE|BLOCKSIZE|BLOCK_DIM|TPB|NTHREADS|BLOCK$|^BS$", re.I)
+
+_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    ("define", re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+\(?(\d+)\)?[ \t]*(?://.*)?$", re.M)),
+    ("constexpr", re.compile(
+        r"\b(?:static\s+)?constexpr\s+(?:const\s+)?(?:unsigned\s+|signed\s+)?(?:int|long|size_t|"
+        r"unsigned|int32_t|int64_t|uint32_t)\s+([A-Za-z_]\w*)\s*=\s*(\d+)\s*;")),
+    ("launch_bounds", re.compile(r"__launch_bounds__\s*\(\s*()(\d+)")),
+    ("unroll", re.compile(r"#\s*pragma\s+unroll\s*\(?\s*()(\d+)")),
+    ("launch", re.compile(r"<<<\s*[^,<>]+?,\s*()(\d+)\s*(?:,|>>>)")),
+]
+_TEMPLATE = re.compile(r"template\s*<([^<>]*)>")
+_TEMPLATE_PARAM = re.compile(r"\b(?:int|unsigned|size_t|long)\s+([A-Za-z_]\w*)\s*=\s*(\d+)")
+_DIM3 = re.compile(r"\bdim3\s+([A-Za-z_]\w*)\s*[({]\s*(\d+)\s*(?:,\s*(\d+)\s*)?(?:,\s*(\d+)\s*)?[)}]")
+_PY_CONST = re.compile(r"^([A-Z][A-Z0-9_]*)\s*(?::\s*int\s*)?=\s*(\d+)[ \t]*(?:#.*)?$", re.M)
+_COMPILE_MODES = ("default", "max-autotune-no-cudagraphs", "reduce-overhead")
+
+
+def _limits(name: str, kind: str) -> tuple[int, int, int]:
+    if kind in ("launch_bounds", "launch") or (kind != "unroll" and _THREADY.search(name)):
+        return 32, 1024, 32
+    if kind == "unroll":
+        return 1, 32, 1
+    return 1, 65536, 1
+
+
+def find_tunables(source: str, kind: str = "cuda") -> list[Tunable]:
+    """Every tunable integer in `source`, in source order (CUDA forms also inside Python strings)."""
+    found: dict[int, Tunable] = {}
+
+    def add(name: str, k: str, m: re.Match[str], group: int) -> None:
+        value = int(m.group(group))
+        lo, hi, mult = _limits(name, k)
+        if value <= 0:
+            return
+        found.setdefault(m.start(group), Tunable(name, k, value, m.start(group), m.end(group), lo, hi, mult))
+
+    for k, pat in _PATTERNS:
+        for m in pat.finditer(source):
+            name = m.group(1) or {"launch_bounds": "__launch_bounds__", "unroll": "#pragma unroll",
+                                  "launch": "launch block size"}[k]
+            if k == "unroll":
+                name = f"#pragma unroll (line {source.count(chr(10), 0, m.start()) + 1})"
+            add(name, k, m, 2)
+    for m in _TEMPLATE.finditer(source):
+        for p in _TEMPLATE_PARAM.finditer(m.group(1)):
+            value = int(p.group(2))
+            start = m.start(1) + p.start(2)
+            lo, hi, mult = _limits(p.group(1), "template")
+            if value > 0:
+                found.setdefault(start, Tunable(p.group(1), "template", value, start,
+                                                start + len(p.group(2)), lo, hi, mult))
+    for m in _DIM3.finditer(source):
+        dims = [g for g in (2, 3, 4) if m.group(g) is not None]
+        for axis, g in enumerate(dims):
+            value = int(m.group(g))
+            if value <= 0:
+                continue
+            # One axis of a block: a power of two up to 1024 (the product is checked later).
+            found.setdefault(m.start(g), Tunable(f"{m.group(1)}.{'xyz'[axis]}", "dim3", value,
+                                                 m.start(g), m.end(g), 1, 1024, 1))
+    if kind == "python":
+        for m in _PY_CONST.finditer(source):
+            add(m.group(1), "python", m, 2)
+    return [found[k] for k in sorted(found)]
+
+
+def _neighbours(t: Tunable) -> list[int]:
+    v = t.value
+    out: list[int] = []
+    for f in (2, 0.5, 4, 0.25):
+        n = int(v * f)
+        if f < 1 and v % int(1 / f):
+            n = 1 << max(0, (v // int(1 / f)).bit_length() - 1) if v // int(1 / f) else 0
+        if n == v or n < t.lo or n > t.hi or n % t.multiple:
+            continue
+        if n not in out:
+            out.append(n)
+    return out
+
+
+def _dim3_product_ok(source: str) -> bool:
+    for m in _DIM3.finditer(source):
+        if not re.search(r"block|thread|tpb", m.group(1), re.I):
+            continue
+        prod = 1
+        for g in (2, 3, 4):
+            if m.group(g) is not None:
+                prod *= int(m.group(g))
+        if prod > 1024:
+            return False
+    return True
+
+
+def variants(source: str, kind: str = "cuda") -> list[tuple[str, str]]:
+    """(new source, note) for every one-parameter change of `source`."""
+    tunables = find_tunables(source, kind)
+    bounds = [t for t in tunables if t.kind == "launch_bounds"]
+    out: list[tuple[str, str]] = []
+    for t in tunables:
+        for n in _neighbours(t):
+            if t.kind == "launch_bounds" and n < t.value:
+                continue  # a bound below the launch's block size makes the launch fail
+            edits = [(t.start, t.end, str(n))]
+            # Keep __launch_bounds__ in step with a block size that had the same value.
+            if t.kind != "launch_bounds" and t.multiple == 32:
+                edits += [(b.start, b.end, str(n)) for b in bounds if b.value == t.value]
+            new = source
+            for s, e, text in sorted(set(edits), reverse=True):
+                new = new[:s] + text + new[e:]
+            if t.kind == "dim3" and not _dim3_product_ok(new):
+                continue
+            out.append((new, f"{t.label()} {t.value} -> {n}"))
+    return out
+
+
+def compile_variants(source: str) -> list[tuple[str, str]]:
+    """torch.compile modes on ModelNew; "reduce-overhead" uses CUDA graphs."""
+    if "ModelNew" not in source or "torch.compile" in source:
+        return []
+    out = []
+    for mode in _COMPILE_MODES:
+        tail = (f"\n\n# kernel-lsp tuner: torch.compile mode={mode!r}\n"
+                f"ModelNew.forward = torch.compile(ModelNew.forward, mode={mode!r})\n")
+        out.append((source.rstrip("\n") + tail, f"torch.compile(mode={mode!r})"))
+    return out
+
+
+class TunerProposer:
+    """Sweeps tunable constants; needs no model and no network."""
+
+    name = "tuner"
+    model: str | None = None
+    can_repair = False      # the Search does not ask it to fix failing candidates
+    uses_profile = False
+
+    def __init__(self, *, torch_compile: bool | None = None) -> None:
+        # None: try torch.compile modes only on a GPU device (CPU inductor builds are slow).
+        self.torch_compile = torch_compile
+        self._seen: set[str] = set()
+        self._queues: dict[str, list[Candidate]] = {}
+
+    async def aclose(self) -> None:
+        pass
+
+    def _all_for(self, request: ProposalRequest) -> list[Candidate]:
+        parent = request.parent
+        pairs = variants(parent.source, parent.kind)
+        use_compile = self.torch_compile
+        if use_compile is None:
+            dev = str(request.device.get("name", "") or request.device.get("type", "")).lower()
+            use_compile = bool(dev) and "cpu" not in dev
+        if parent.kind == "python" and use_compile:
+            pairs += compile_variants(parent.source)
+        return [Candidate(source=s, kind=parent.kind, origin="tuner", parent=parent.id, note=n)
+                for s, n in pairs]
+
+    async def propose(self, request: ProposalRequest) -> list[Proposal]:
+        if request.mode == "repair":
+            # A tuner cannot repair code; the Search records the reason.
+            return [Proposal.failed("the tuner cannot repair a failing candidate", form="tuner")]
+        pid = request.parent.id
+        if pid not in self._queues:
+            self._queues[pid] = self._all_for(request)
+        queue = self._queues[pid]
+        out: list[Proposal] = []
+        while queue and len(out) < max(1, request.count):
+            cand = queue.pop(0)
+            if cand.id in self._seen:
+                continue
+            self._seen.add(cand.id)
+            out.append(Proposal(candidate=cand, form="tuner"))
+        return out
+
+    def exhausted(self, parent: Candidate) -> bool:
+        """True once every variant of `parent` has been handed out."""
+        q = self._queues.get(parent.id)
+        return q is not None and not any(c.id not in self._seen for c in q)

@@ -1,0 +1,244 @@
+"""Compile checks without the editor: what `kernel-lsp check` prints and the server shows.
+
+nvcc diagnostics and ptxas resources for .cu files and for CUDA embedded in Python strings,
+with the occupancy the source's block size implies and warnings for spills and low occupancy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import os
+import sys
+from pathlib import Path
+
+from kernel_lsp.config import Settings, SettingsError, load_settings
+from kernel_lsp.model import CompileResult, Diagnostic, ResourceUsage, Span, TargetKind
+from kernel_lsp.source import Document, SourceError, parse_document, read_text
+from kernel_lsp.toolchain import CompileOptions, compile_check, occupancy
+
+DEFAULT_THREADS = 256  # when neither __launch_bounds__ nor a literal launch says
+TORCH_HEADERS_TIMEOUT = 900.0  # seconds: torch/extension.h is a large translation unit
+SUFFIXES = (".cu", ".cuh", ".py")
+SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".kernel-lsp", "build", "dist"}
+
+
+def compile_options(settings: Settings, path: str, torch_headers: bool = False) -> CompileOptions:
+    includes = [*settings.include_paths, os.path.dirname(os.path.abspath(path))]
+    return CompileOptions(
+        nvcc=settings.nvcc or "nvcc",
+        arch=settings.effective_arch,
+        flags=list(settings.extra_flags),
+        include_paths=includes,
+        torch_headers=torch_headers,
+    )
+
+
+async def compile_document(doc: Document, settings: Settings) -> list[CompileResult]:
+    """Compile a document's CUDA: the file itself, or each embedded CUDA source in a .py.
+
+    Results are cached in memory and on disk by content, so an unchanged source answers at
+    once, also after a restart. Embedded sources include torch's headers, which nvcc needs
+    minutes for on a small machine the first time: they get a longer limit.
+    """
+    cache = compile_cache_dir()
+    if doc.path.endswith(".py"):
+        jobs = [
+            compile_check(emb.text, path=doc.path,
+                          options=compile_options(settings, doc.path, torch_headers=True),
+                          line_map=emb.to_document, timeout=TORCH_HEADERS_TIMEOUT, cache_dir=cache)
+            for emb in doc.embedded if emb.kind == "cuda"
+        ]
+        return list(await asyncio.gather(*jobs))
+    return [await compile_check(doc.text, path=doc.path, options=compile_options(settings, doc.path),
+                                cache_dir=cache)]
+
+
+def compile_cache_dir() -> str:
+    base = os.environ.get("KERNEL_LSP_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "kernel-lsp")
+    return os.path.join(base, "compile")
+
+
+def kernel_resources(doc: Document, results: list[CompileResult], arch: str) -> dict[str, ResourceUsage]:
+    """ptxas' report per kernel name, with occupancy for the block size the source implies."""
+    kernels = {t.name: t for t in doc.targets if t.kind == TargetKind.CUDA_KERNEL}
+    usage: dict[str, ResourceUsage] = {}
+    for result in results:
+        for res in result.resources:
+            target = kernels.get(res.kernel)
+            threads = res.threads_per_block or (block_size(doc, target) if target else None)
+            if threads:
+                occ, limiter = occupancy(arch, threads, res.registers, res.shared_bytes)
+                res = dataclasses.replace(res, threads_per_block=threads, occupancy=occ,
+                                          occupancy_limiter=limiter)
+            usage.setdefault(res.kernel, res)
+    return usage
+
+
+def block_size(doc: Document, target) -> int:
+    """Threads per block: __launch_bounds__, else a literal block size at a launch site."""
+    bounds = target.data.get("launch_bounds") or []
+    if bounds:
+        try:
+            return int(str(bounds[0]).strip())
+        except ValueError:
+            pass
+    for launch in doc.launches:
+        if launch.kernel == target.name and launch.block.strip().isdigit():
+            return int(launch.block)
+    return DEFAULT_THREADS
+
+
+def resource_warnings(doc: Document, usage: dict[str, ResourceUsage], settings: Settings) -> list[Diagnostic]:
+    out: list[Diagnostic] = []
+    for target in doc.targets:
+        if target.kind != TargetKind.CUDA_KERNEL or target.name not in usage:
+            continue
+        res = usage[target.name]
+        span: Span = target.name_span
+        if res.spill_stores or res.spill_loads:
+            out.append(Diagnostic(span, "warning", (
+                f"{target.name} spills registers to local memory: {res.spill_stores} bytes stored, "
+                f"{res.spill_loads} bytes loaded ({res.registers} registers, {res.arch}). "
+                "Fewer live values, smaller per-thread arrays or looser __launch_bounds__ help."),
+                source="kernel-lsp", code="spill"))
+        if res.occupancy is not None and res.occupancy < settings.occupancy_threshold:
+            out.append(Diagnostic(span, "warning", (
+                f"{target.name}: theoretical occupancy {res.occupancy:.0%} at {res.threads_per_block} "
+                f"threads per block, limited by {res.occupancy_limiter} ({res.registers} registers, "
+                f"{res.shared_bytes} B shared; threshold {settings.occupancy_threshold:.0%})."),
+                source="kernel-lsp", code="occupancy"))
+    return out
+
+
+def describe(res: ResourceUsage) -> str:
+    """One line for hovers and the CLI table."""
+    parts = [f"{res.registers} registers", f"{res.shared_bytes} B shared", f"{res.stack_bytes} B stack"]
+    parts.append(f"spills {res.spill_stores}/{res.spill_loads} B" if (res.spill_stores or res.spill_loads)
+                 else "no spills")
+    if res.occupancy is not None:
+        parts.append(f"occupancy {res.occupancy:.0%} at {res.threads_per_block} threads"
+                     + (f" (limited by {res.occupancy_limiter})" if res.occupancy_limiter else ""))
+    return " · ".join(parts) + f" · {res.arch}"
+
+
+# -- kernel-lsp check ---------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class FileReport:
+    path: str
+    results: list[CompileResult]
+    diagnostics: list[Diagnostic]
+    resources: list[ResourceUsage]
+    error: str | None = None  # the file could not be read at all
+
+    @property
+    def errors(self) -> int:
+        return (1 if self.error else 0) + sum(d.severity == "error" for d in self.diagnostics)
+
+    @property
+    def warnings(self) -> int:
+        return sum(d.severity == "warning" for d in self.diagnostics)
+
+    def to_dict(self) -> dict:
+        return {
+            "path": self.path,
+            "ok": self.errors == 0,
+            "error": self.error,
+            "diagnostics": [d.to_dict() for d in self.diagnostics],
+            "resources": [r.to_dict() for r in self.resources],
+            "compile_seconds": round(sum(r.seconds for r in self.results), 3),
+            "cached": bool(self.results) and all(r.cached for r in self.results),
+        }
+
+
+def collect_files(paths: list[str]) -> list[Path]:
+    """The CUDA and Python files under `paths`; a missing path is an error the caller reports."""
+    found: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            for folder, dirs, files in os.walk(path):
+                dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+                found.extend(Path(folder, f) for f in sorted(files) if f.endswith(SUFFIXES))
+        elif path.exists():
+            found.append(path)
+        else:
+            raise FileNotFoundError(f"no such file or folder: {raw}")
+    return found
+
+
+async def check_file(path: Path, settings: Settings, limit: asyncio.Semaphore) -> FileReport | None:
+    try:
+        text = read_text(str(path))
+    except (OSError, SourceError) as exc:
+        return FileReport(str(path), [], [], [], error=str(exc))
+    doc = parse_document(str(path), text)
+    if path.suffix == ".py" and not any(e.kind == "cuda" for e in doc.embedded):
+        return None  # nothing for nvcc in this Python file
+    async with limit:
+        results = await compile_document(doc, settings)
+    usage = kernel_resources(doc, results, settings.effective_arch)
+    diagnostics = [d for r in results for d in r.diagnostics if d.path in (None, doc.path)]
+    diagnostics += resource_warnings(doc, usage, settings)
+    diagnostics.sort(key=lambda d: (d.span.start_line, d.span.start_col))
+    return FileReport(str(path), results, diagnostics, list(usage.values()))
+
+
+async def check_paths(paths: list[str], settings: Settings) -> list[FileReport]:
+    limit = asyncio.Semaphore(max(1, os.cpu_count() or 1))
+    files = collect_files(paths)
+    reports = await asyncio.gather(*(check_file(f, settings, limit) for f in files))
+    return [r for r in reports if r is not None]
+
+
+def check_main(ns: argparse.Namespace) -> int:
+    try:
+        settings = load_settings(os.getcwd(), {"arch": ns.arch, "nvcc": ns.nvcc})
+        reports = asyncio.run(check_paths(ns.paths, settings))
+    except (FileNotFoundError, SettingsError) as exc:
+        print(f"kernel-lsp check: {exc}", file=sys.stderr)
+        return 2
+    errors = sum(r.errors for r in reports)
+    if ns.json:
+        json.dump({"files": [r.to_dict() for r in reports], "errors": errors,
+                   "warnings": sum(r.warnings for r in reports)}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print_reports(reports)
+    return 1 if errors else 0
+
+
+def print_reports(reports: list[FileReport]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    for report in reports:
+        if report.error:
+            console.print(f"{report.path}: error: {report.error}")
+        for d in report.diagnostics:
+            where = f"{report.path}:{d.span.start_line + 1}:{d.span.start_col + 1}"
+            style = {"error": "red", "warning": "yellow"}.get(d.severity, "")
+            console.print(f"{where}: [{style}]{d.severity}[/]: {d.message}" if style
+                          else f"{where}: {d.severity}: {d.message}", soft_wrap=True)
+    table = Table(title="Kernel resources (ptxas)")
+    for column in ("file", "kernel", "arch", "regs", "shared B", "stack B", "spills st/ld B", "occupancy"):
+        table.add_column(column)
+    for report in reports:
+        for res in report.resources:
+            occ = (f"{res.occupancy:.0%} @ {res.threads_per_block}"
+                   + (f" ({res.occupancy_limiter})" if res.occupancy_limiter and res.occupancy < 1 else "")
+                   if res.occupancy is not None else "-")
+            table.add_row(os.path.relpath(report.path), res.kernel, res.arch, str(res.registers),
+                          str(res.shared_bytes), str(res.stack_bytes),
+                          f"{res.spill_stores}/{res.spill_loads}", occ)
+    if table.row_count:
+        console.print(table)
+    errors = sum(r.errors for r in reports)
+    warnings = sum(r.warnings for r in reports)
+    console.print(f"{len(reports)} files checked: {errors} errors, {warnings} warnings")

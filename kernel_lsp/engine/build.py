@@ -1,0 +1,620 @@
+"""Build and load Candidates, never paying twice for the same text (Worker side).
+
+- ``load_python(source, filename)`` executes a ``.py`` as a fresh module. Any
+  ``torch.utils.cpp_extension.load_inline`` / ``load`` it calls is intercepted: the
+  extension's name and build directory come from a content hash of its sources and
+  flags, under ``cache_root()/ext``, so an unchanged extension loads from the cache in
+  milliseconds, in any process, in any session.
+- ``load_cuda(source, filename, options)`` builds a ``.cu``: with an ``extern "C"``
+  launcher (and no PYBIND11_MODULE / TORCH_LIBRARY) through ``nvcc -shared`` into
+  ``cache_root()/so/<hash>.so`` loaded with ctypes (about 1.8 s cold instead of
+  about 60 s); otherwise as a torch extension with a hashed name.
+- ``build_cuda`` / ``build_python`` do the same without handing back the library
+  (for the CPU build pool, so the GPU Worker later gets a cache hit).
+
+Two processes building the same text take turns on a file lock; outputs are
+written to a temporary name and renamed, or marked done only once complete.
+The interception hooks are installed once per process and stay installed, so an
+extension built lazily (in ``ModelNew.__init__``) is cached too; its
+CompileResult is reported only inside ``capture()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import functools
+import inspect
+import itertools
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import types
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from kernel_lsp.model import CompileResult, Diagnostic, Span, source_hash
+
+DEFAULT_ARCH = "sm_90"  # the lent H200; used only when neither option, env nor device says
+NVCC_TIMEOUT = 600.0
+
+_arch: str | None = None
+_captures: list[list[CompileResult]] = []
+_counter = itertools.count()
+_hooks_installed = False
+
+
+class BuildError(RuntimeError):
+    """A build failed; ``result`` holds the log and Diagnostics."""
+
+    def __init__(self, message: str, result: CompileResult) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+# -- where things go --------------------------------------------------------
+
+
+def cache_root() -> Path:
+    """$KERNEL_LSP_CACHE, else $XDG_CACHE_HOME/kernel-lsp, else ~/.cache/kernel-lsp."""
+    env = os.environ.get("KERNEL_LSP_CACHE")
+    if env:
+        root = Path(env)
+    else:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        root = Path(base) / "kernel-lsp"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def configure(arch: str | None) -> None:
+    """Set the arch builds target in this process (the Worker sets its GPU's)."""
+    global _arch
+    _arch = _normalize_arch(arch) if arch else None
+
+
+def _normalize_arch(arch: str) -> str:
+    a = arch.strip()
+    if re.fullmatch(r"\d+\.\d+", a):  # "9.0" (TORCH_CUDA_ARCH_LIST style)
+        a = "sm_" + a.replace(".", "")
+    elif re.fullmatch(r"\d+", a):
+        a = "sm_" + a
+    return a
+
+
+def target_arch(options: dict[str, Any] | None = None) -> str:
+    """options["arch"], else configure(), else $KERNEL_LSP_ARCH, else an initialized
+    CUDA device's capability, else DEFAULT_ARCH."""
+    if options and options.get("arch"):
+        return _normalize_arch(str(options["arch"]))
+    if _arch:
+        return _arch
+    env = os.environ.get("KERNEL_LSP_ARCH")
+    if env:
+        return _normalize_arch(env)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            if torch.cuda.is_available():
+                major, minor = torch.cuda.get_device_capability()
+                return f"sm_{major}{minor}"
+        except Exception:  # a broken driver must not stop a build for an explicit arch
+            pass
+    return DEFAULT_ARCH
+
+
+def _torch_arch_list(arch: str) -> str:
+    m = re.fullmatch(r"sm_(\d+)(\d)([a-z]?)", arch)
+    return f"{m.group(1)}.{m.group(2)}{m.group(3)}" if m else arch
+
+
+@functools.cache
+def _nvcc_identity(nvcc: str) -> str:
+    # The compiler is part of the cache key: an upgraded nvcc rebuilds.
+    path = shutil.which(nvcc) or nvcc
+    try:
+        st = os.stat(path)
+        return f"{os.path.realpath(path)}:{st.st_size}:{int(st.st_mtime)}"
+    except OSError:
+        return path
+
+
+def _find_nvcc(options: dict[str, Any] | None) -> str:
+    if options and options.get("nvcc"):
+        return str(options["nvcc"])
+    for cand in (
+        os.path.join(os.environ.get("CUDA_HOME", ""), "bin", "nvcc") if os.environ.get("CUDA_HOME") else "",
+        shutil.which("nvcc") or "",
+        "/usr/local/cuda/bin/nvcc",
+    ):
+        if cand and os.path.exists(cand):
+            return cand
+    return "nvcc"
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+# -- compiler output -> Diagnostics -----------------------------------------
+
+_NVCC_RE = re.compile(
+    r"^(?P<file>[^\s(][^()]*?)\((?P<line>\d+)\): (?P<sev>catastrophic error|error|warning|remark)"
+    r"(?: #[\w-]+)?: (?P<msg>.*)$"
+)
+_GCC_RE = re.compile(
+    r"^(?P<file>[^\s:][^:]*?):(?P<line>\d+):(?:(?P<col>\d+):)? (?P<sev>fatal error|error|warning): (?P<msg>.*)$"
+)
+
+
+def parse_compiler_output(log: str, rename: dict[str, str] | None = None) -> list[Diagnostic]:
+    """nvcc (EDG) and gcc-style messages as Diagnostics; ``rename`` maps a compiled
+    file's path to the path the user knows."""
+    rename = rename or {}
+    out: list[Diagnostic] = []
+    seen: set[tuple[str, int, str]] = set()
+    for raw in log.splitlines():
+        line = raw.strip()
+        m = _NVCC_RE.match(line) or _GCC_RE.match(line)
+        if not m:
+            continue
+        path = rename.get(m.group("file"), m.group("file"))
+        lineno = max(int(m.group("line")) - 1, 0)
+        col = max(int(m.group("col")) - 1, 0) if m.groupdict().get("col") else 0
+        sev = m.group("sev")
+        severity = "warning" if sev == "warning" else ("information" if sev == "remark" else "error")
+        key = (path, lineno, m.group("msg"))
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(
+            Diagnostic(
+                span=Span(lineno, col, lineno, col + 1),
+                severity=severity,
+                message=m.group("msg").strip(),
+                source="nvcc",
+                path=path,
+            )
+        )
+    if not out and log.strip():
+        # Linker or driver failures have no file:line; still say something.
+        tail = [ln for ln in log.strip().splitlines() if ln.strip()][-1]
+        out.append(Diagnostic(span=Span(0, 0, 0, 1), severity="error", message=tail[:500], source="nvcc"))
+    return out
+
+
+# -- .cu ----------------------------------------------------------------------
+
+_EXTERN_C = re.compile(r'extern\s+"C"')
+_PYBIND = re.compile(r"\bPYBIND11_MODULE\s*\(")
+_TORCH_LIBRARY = re.compile(r"\bTORCH_LIBRARY(?:_FRAGMENT|_IMPL)?\s*\(\s*(\w+)")
+
+
+def has_c_launcher(source: str) -> bool:
+    """The fast path applies: an extern "C" host function, and no torch bindings."""
+    return bool(_EXTERN_C.search(source)) and not _PYBIND.search(source) and not _TORCH_LIBRARY.search(source)
+
+
+def _cuda_flags(options: dict[str, Any] | None) -> list[str]:
+    flags = list((options or {}).get("flags") or [])
+    return [str(f) for f in flags]
+
+
+def _so_key(source: str, filename: str, options: dict[str, Any] | None) -> tuple[str, str, str, list[str]]:
+    nvcc = _find_nvcc(options)
+    arch = target_arch(options)
+    flags = _cuda_flags(options)
+    include = os.path.dirname(os.path.abspath(filename))
+    key = source_hash(source, "cu-so-v1", arch, json.dumps(flags), _nvcc_identity(nvcc), include)
+    return key, nvcc, arch, flags
+
+
+def build_cuda(source: str, filename: str, options: dict[str, Any] | None = None) -> tuple[str | None, CompileResult]:
+    """Build a .cu without loading it: (path of the .so or extension dir, CompileResult)."""
+    if has_c_launcher(source):
+        return _build_so(source, filename, options)
+    path, result, _ = _build_torch_cu(source, filename, options, load=False)
+    return path, result
+
+
+def load_cuda(source: str, filename: str, options: dict[str, Any] | None = None) -> tuple[object | None, CompileResult]:
+    """Build (or find in the cache) and load a .cu: a ctypes.CDLL for an extern "C"
+    launcher, a Python module (PYBIND11_MODULE) or torch.ops namespace (TORCH_LIBRARY)."""
+    if has_c_launcher(source):
+        path, result = _build_so(source, filename, options)
+        if path is None:
+            return None, result
+        try:
+            return ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL), result
+        except OSError as exc:
+            result.ok = False
+            result.log += f"\nloading {path} failed: {exc}"
+            result.diagnostics.append(
+                Diagnostic(Span(0, 0, 0, 1), "error", f"the built library does not load: {exc}", path=filename)
+            )
+            return None, result
+    _, result, lib = _build_torch_cu(source, filename, options, load=True)
+    return lib, result
+
+
+def _build_so(source: str, filename: str, options: dict[str, Any] | None) -> tuple[str | None, CompileResult]:
+    t0 = time.perf_counter()
+    key, nvcc, arch, flags = _so_key(source, filename, options)
+    out_dir = cache_root() / "so"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    so_path = out_dir / f"{key}.so"
+    meta = out_dir / f"{key}.json"
+    if so_path.exists():  # published only by rename, so existing means complete
+        return str(so_path), _cached_result(meta, t0)
+    with _file_lock(out_dir / f"{key}.lock"):
+        if so_path.exists():  # another process finished it while we waited
+            return str(so_path), _cached_result(meta, t0)
+        result = _toolchain_build(source, filename, so_path, nvcc, arch, flags, options)
+        if result is None:
+            result = _nvcc_shared(source, filename, so_path, nvcc, arch, flags, options)
+        result.seconds = time.perf_counter() - t0
+        if result.ok:
+            # Keep the first build's report (resources, warnings) for later cache hits.
+            tmp_meta = meta.with_suffix(f".{os.getpid()}.tmp")
+            tmp_meta.write_text(json.dumps(result.to_dict()))
+            os.replace(tmp_meta, meta)
+    return (str(so_path) if result.ok else None), result
+
+
+def _cached_result(meta: Path, t0: float) -> CompileResult:
+    try:
+        result = CompileResult.from_dict(json.loads(meta.read_text()))
+    except (OSError, ValueError, TypeError):
+        result = CompileResult(ok=True)
+    result.ok, result.cached = True, True
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _toolchain_build(
+    source: str, filename: str, so_path: Path, nvcc: str, arch: str, flags: list[str], options: dict[str, Any] | None
+) -> CompileResult | None:
+    """kernel_lsp.toolchain.build_library (placed diagnostics, ptxas resources) when it
+    imports; None to fall back to calling nvcc here. It publishes the .so atomically."""
+    try:
+        from kernel_lsp.toolchain import CompileOptions, build_library  # noqa: PLC0415
+    except Exception:
+        return None
+    include = os.path.dirname(os.path.abspath(filename))
+    try:
+        opts = CompileOptions(nvcc=nvcc, arch=arch, flags=flags, include_paths=[include])
+    except TypeError:
+        return None
+    timeout = float((options or {}).get("timeout") or NVCC_TIMEOUT)
+    try:
+        result = build_library(source, out_path=str(so_path), options=opts, timeout=timeout, path=filename)
+    except Exception as exc:  # noqa: BLE001 - a toolchain bug must not take the Worker down
+        return CompileResult(ok=False, log=f"toolchain.build_library failed: {exc!r}", diagnostics=[
+            Diagnostic(Span(0, 0, 0, 1), "error", f"build failed: {exc}", path=filename)])
+    if result.ok and not so_path.exists():
+        result.ok = False
+        result.log += "\nno library was written"
+    return result
+
+
+def _nvcc_shared(
+    source: str, filename: str, so_path: Path, nvcc: str, arch: str, flags: list[str], options: dict[str, Any] | None
+) -> CompileResult:
+    out_dir = so_path.parent
+    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".build-") as tmpdir:
+        src = Path(tmpdir) / "candidate.cu"
+        # #line makes nvcc report errors on the user's file and lines.
+        src.write_text(f'#line 1 "{filename}"\n{source}', encoding="utf-8")
+        tmp_out = Path(tmpdir) / "out.so"
+        cmd = [
+            nvcc, "-shared", "-Xcompiler", "-fPIC", "-O3", f"-arch={arch}",
+            "-I", os.path.dirname(os.path.abspath(filename)), *flags, "-o", str(tmp_out), str(src),
+        ]
+        timeout = float((options or {}).get("timeout") or NVCC_TIMEOUT)
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmpdir)
+        except FileNotFoundError:
+            return CompileResult(ok=False, command=cmd, log=f"{nvcc}: not found", diagnostics=[
+                Diagnostic(Span(0, 0, 0, 1), "error", f"nvcc not found ({nvcc}); set CUDA_HOME or PATH", path=filename)])
+        except subprocess.TimeoutExpired as exc:
+            return CompileResult(ok=False, command=cmd, log=str(exc), diagnostics=[
+                Diagnostic(Span(0, 0, 0, 1), "error", f"nvcc ran past {timeout:.0f} s", path=filename)])
+        log = (proc.stdout or "") + (proc.stderr or "")
+        log = log.replace(str(src), filename)
+        if proc.returncode != 0 or not tmp_out.exists():
+            diags = parse_compiler_output(log, {str(src): filename})
+            return CompileResult(ok=False, diagnostics=diags, log=log, command=cmd)
+        os.replace(tmp_out, so_path)  # atomic publish: a reader never sees half a library
+        warnings = [d for d in parse_compiler_output(log, {str(src): filename}) if d.severity != "error"] if log.strip() else []
+        return CompileResult(ok=True, diagnostics=warnings, log=log, command=cmd)
+
+
+def _build_torch_cu(
+    source: str, filename: str, options: dict[str, Any] | None, load: bool
+) -> tuple[str | None, CompileResult, object | None]:
+    """A .cu with PYBIND11_MODULE / TORCH_LIBRARY through cpp_extension.load, hashed name."""
+    arch = target_arch(options)
+    flags = _cuda_flags(options)
+    key = source_hash(source, "cu-torch-v1", arch, json.dumps(flags), _torch_identity())
+    name = f"klsp_{Path(filename).stem[:24]}_{key}"
+    name = re.sub(r"\W", "_", name)
+    build_dir = cache_root() / "ext" / name
+    build_dir.mkdir(parents=True, exist_ok=True)
+    src = build_dir / f"{name}.cu"
+    if not src.exists():
+        src.write_text(f'#line 1 "{filename}"\n{source}', encoding="utf-8")
+    is_module = bool(_PYBIND.search(source))
+    ns = _TORCH_LIBRARY.search(source)
+
+    def build() -> object:
+        from torch.utils import cpp_extension  # noqa: PLC0415 - torch only when needed
+
+        real = getattr(cpp_extension.load, "_klsp_real", cpp_extension.load)
+        return real(
+            name, [str(src)], extra_cuda_cflags=["-O3", *flags], build_directory=str(build_dir),
+            verbose=False, is_python_module=is_module,
+        )
+
+    try:
+        lib, result = _cached_torch_build(name, build_dir, build, is_module, arch, {str(src): filename})
+    except BuildError as exc:
+        return None, exc.result, None
+    if not is_module and ns is not None:
+        import torch  # noqa: PLC0415
+
+        lib = getattr(torch.ops, ns.group(1))
+    return str(build_dir), result, (lib if load else None)
+
+
+@functools.cache
+def _torch_identity() -> str:
+    try:
+        import torch  # noqa: PLC0415
+
+        return f"torch-{torch.__version__}-cuda-{torch.version.cuda}-py{sys.version_info[:2]}"
+    except Exception:
+        return f"no-torch-py{sys.version_info[:2]}"
+
+
+def _cached_torch_build(
+    name: str,
+    build_dir: Path,
+    build: Callable[[], object],
+    is_module: bool,
+    arch: str,
+    rename: dict[str, str] | None = None,
+) -> tuple[object, CompileResult]:
+    """Run a cpp_extension build once per content hash; later calls import the .so."""
+    t0 = time.perf_counter()
+    done = build_dir / ".kernel-lsp-done"
+    so = build_dir / f"{name}.so"
+    if done.exists() and so.exists():
+        lib = _import_built(name, build_dir, so, is_module)
+        return lib, CompileResult(ok=True, cached=True, seconds=time.perf_counter() - t0)
+    with _file_lock(build_dir.parent / f"{name}.lock"):
+        if done.exists() and so.exists():
+            lib = _import_built(name, build_dir, so, is_module)
+            return lib, CompileResult(ok=True, cached=True, seconds=time.perf_counter() - t0)
+        saved = os.environ.get("TORCH_CUDA_ARCH_LIST")
+        # The arch is part of the key, so the build must use exactly it (no GPU needed).
+        os.environ["TORCH_CUDA_ARCH_LIST"] = _torch_arch_list(arch)
+        try:
+            lib = build()
+        except Exception as exc:  # torch raises RuntimeError with ninja's output
+            log = str(exc)
+            diags = parse_compiler_output(log, rename)
+            result = CompileResult(ok=False, diagnostics=diags, log=log, seconds=time.perf_counter() - t0,
+                                   command=["torch.utils.cpp_extension", name])
+            raise BuildError(f"building extension {name} failed", result) from exc
+        finally:
+            if saved is None:
+                os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
+            else:
+                os.environ["TORCH_CUDA_ARCH_LIST"] = saved
+        done.write_text(str(time.time()))
+    return lib, CompileResult(ok=True, cached=False, seconds=time.perf_counter() - t0,
+                              command=["torch.utils.cpp_extension", name])
+
+
+def _import_built(name: str, build_dir: Path, so: Path, is_module: bool) -> object:
+    import importlib.util  # noqa: PLC0415
+
+    if not is_module:
+        import torch  # noqa: PLC0415
+
+        torch.ops.load_library(str(so))
+        return str(so)
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, str(so))
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {so}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[name] = module
+    return module
+
+
+# -- load_inline / load interception ------------------------------------------
+
+
+@contextlib.contextmanager
+def capture() -> Iterator[list[CompileResult]]:
+    """Collect the CompileResults of every extension build inside the block."""
+    records: list[CompileResult] = []
+    _captures.append(records)
+    try:
+        yield records
+    finally:
+        _captures.remove(records)
+
+
+def _record(result: CompileResult) -> None:
+    for records in _captures:
+        records.append(result)
+
+
+_KEY_SKIP = {"name", "build_directory", "verbose", "keep_intermediates"}
+
+
+def _key_material(bound: dict[str, Any]) -> str:
+    parts: dict[str, Any] = {}
+    for k, v in bound.items():
+        if k in _KEY_SKIP:
+            continue
+        if k == "sources":  # load(): file paths; the key is their contents
+            paths = [v] if isinstance(v, (str, os.PathLike)) else list(v)
+            v = [[str(p), Path(p).read_text(errors="replace") if os.path.exists(p) else ""] for p in paths]
+        parts[k] = v
+    return json.dumps(parts, sort_keys=True, default=str)
+
+
+def _wrap(real: Callable[..., Any], kind: str) -> Callable[..., Any]:
+    sig = inspect.signature(real)
+
+    @functools.wraps(real)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        bound = sig.bind(*args, **kwargs)
+        bound.apply_defaults()
+        a = dict(bound.arguments)
+        with_cuda = bool(a.get("cuda_sources")) or bool(a.get("with_cuda")) or any(
+            str(s).endswith(".cu") for s in ([a["sources"]] if isinstance(a.get("sources"), str) else a.get("sources") or [])
+        )
+        arch = target_arch() if with_cuda else "cpu"
+        key = source_hash(_key_material(a), f"{kind}-v1", arch, _torch_identity())
+        name = re.sub(r"\W", "_", f"{str(a['name'])[:40]}_{key}")
+        build_dir = cache_root() / "ext" / name
+        build_dir.mkdir(parents=True, exist_ok=True)
+        is_module = bool(a.get("is_python_module", True))
+        a["name"] = name
+        a["build_directory"] = str(build_dir)
+        a["verbose"] = False
+
+        def build() -> object:
+            return real(**a)
+
+        try:
+            lib, result = _cached_torch_build(name, build_dir, build, is_module, arch)
+        except BuildError as exc:
+            _record(exc.result)
+            raise
+        _record(result)
+        return lib
+
+    wrapper._klsp_real = real  # type: ignore[attr-defined]
+    return wrapper
+
+
+def install_hooks() -> bool:
+    """Route cpp_extension.load_inline / load through the content-hash cache. Idempotent;
+    False when torch is not importable (plain Python candidates still load)."""
+    global _hooks_installed
+    if _hooks_installed:
+        return True
+    try:
+        from torch.utils import cpp_extension  # noqa: PLC0415
+    except Exception:
+        return False
+    for attr, kind in (("load_inline", "inline"), ("load", "load")):
+        real = getattr(cpp_extension, attr)
+        if not hasattr(real, "_klsp_real"):
+            setattr(cpp_extension, attr, _wrap(real, kind))
+    _hooks_installed = True
+    return True
+
+
+# -- .py ----------------------------------------------------------------------
+
+
+def _merge(records: list[CompileResult], seconds: float, ok: bool = True) -> CompileResult:
+    return CompileResult(
+        ok=ok and all(r.ok for r in records),
+        diagnostics=[d for r in records for d in r.diagnostics],
+        resources=[u for r in records for u in r.resources],
+        log="\n".join(r.log for r in records if r.log),
+        seconds=seconds,
+        cached=bool(records) and all(r.cached for r in records),
+        command=records[-1].command if records else [],
+    )
+
+
+def _python_diagnostic(exc: BaseException, filename: str) -> Diagnostic:
+    line = 0
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if frame.filename == filename and frame.lineno:
+            line = frame.lineno - 1  # deepest frame in the candidate's own file
+    return Diagnostic(
+        span=Span(line, 0, line, 1),
+        severity="error",
+        message=f"{type(exc).__name__}: {exc}"[:2000],
+        source="python",
+        path=filename,
+    )
+
+
+def _is_oom(exc: BaseException) -> bool:
+    return isinstance(exc, MemoryError) or type(exc).__name__.endswith("OutOfMemoryError")
+
+
+def load_python(source: str, filename: str) -> tuple[types.ModuleType | None, CompileResult]:
+    """Execute a candidate or reference file as a new module (unique name in
+    sys.modules). A syntax error, an exception at import or a failed extension build
+    comes back as CompileResult(ok=False) with Diagnostics. Out-of-memory errors
+    propagate (they are a verdict of their own, not a compile error)."""
+    t0 = time.perf_counter()
+    try:
+        code = compile(source, filename, "exec")
+    except SyntaxError as exc:
+        line = max((exc.lineno or 1) - 1, 0)
+        col = max((exc.offset or 1) - 1, 0)
+        diag = Diagnostic(Span(line, col, line, col + 1), "error", f"SyntaxError: {exc.msg}", source="python",
+                          path=filename)
+        return None, CompileResult(ok=False, diagnostics=[diag], log=str(exc), seconds=time.perf_counter() - t0)
+    name = f"kernel_lsp_candidate_{source_hash(source, filename)}_{next(_counter)}"
+    module = types.ModuleType(name)
+    module.__file__ = filename
+    sys.modules[name] = module  # dataclasses, pickling and typing look the module up
+    install_hooks()
+    with capture() as records:
+        try:
+            exec(code, module.__dict__)
+        except BuildError as exc:
+            sys.modules.pop(name, None)
+            result = _merge(records, time.perf_counter() - t0, ok=False)
+            if not result.diagnostics:
+                result.diagnostics = list(exc.result.diagnostics)
+            return None, result
+        except (Exception, SystemExit) as exc:
+            if _is_oom(exc):
+                sys.modules.pop(name, None)
+                raise
+            sys.modules.pop(name, None)
+            result = _merge(records, time.perf_counter() - t0, ok=False)
+            result.diagnostics.append(_python_diagnostic(exc, filename))
+            tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            result.log = (result.log + "\n" + tb).strip()
+            return None, result
+    return module, _merge(records, time.perf_counter() - t0)
+
+
+def build_python(source: str, filename: str) -> CompileResult:
+    """Execute a .py only for its extension builds (the CPU pool's prebuild)."""
+    module, result = load_python(source, filename)
+    if module is not None:
+        sys.modules.pop(module.__name__, None)
+    return result

@@ -1,0 +1,501 @@
+"""The caller side of the Worker: ``Engine`` (no torch here, never blocks the loop).
+
+The Engine starts a Worker subprocess on demand (``python -m kernel_lsp.engine.worker``),
+keeps it warm, and sends it one request at a time. A request past its deadline, a
+Worker that dies, or a cancelled caller ends that Worker (its whole process group:
+it may be mid-kernel or mid-nvcc); the next request starts a fresh one. Candidate
+faults come back as Evaluations, never as exceptions.
+
+The Worker's environment is an allowlist minus anything that looks secret, so an
+``OPENAI_API_KEY`` in the server's environment never reaches candidate code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable
+
+from kernel_lsp.engine import protocol
+from kernel_lsp.model import Candidate, CompileResult, Diagnostic, Evaluation, Span, Task
+
+if TYPE_CHECKING:
+    from kernel_lsp.engine.pool import BuildPool
+    from kernel_lsp.store import Store
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str], Any]
+
+ENV_ALLOW_EXACT = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR", "TEMP", "TMP",
+    "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHASHSEED", "XDG_CACHE_HOME", "CC", "CXX", "CPATH",
+    "LIBRARY_PATH", "MAX_JOBS", "VIRTUAL_ENV", "CONDA_PREFIX", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+})
+ENV_ALLOW_PREFIX = ("LC_", "CUDA_", "NVIDIA_", "NVCC_", "TORCH_", "TORCHINDUCTOR_", "PYTORCH_", "TRITON_",
+                    "KERNEL_LSP_", "NCCL_", "CUBLAS_", "CUDNN_")
+SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "PRIVATE", "AUTH")
+STDERR_TAIL_BYTES = 64 * 1024
+LINE_LIMIT = 256 * 1024 * 1024  # an Evaluation with a profile can be large
+
+
+def looks_secret(name: str) -> bool:
+    upper = name.upper()
+    return any(word in upper for word in SECRET_WORDS)
+
+
+def worker_environment(
+    device: int | str | None = None,
+    extra: dict[str, str] | None = None,
+    base: dict[str, str] | None = None,
+) -> dict[str, str]:
+    """The allowlisted environment a Worker gets (``extra`` is filtered the same way)."""
+    source = dict(os.environ if base is None else base)
+    env = {
+        k: v for k, v in source.items()
+        if (k in ENV_ALLOW_EXACT or k.startswith(ENV_ALLOW_PREFIX)) and not looks_secret(k)
+    }
+    for k, v in (extra or {}).items():
+        if not looks_secret(k):
+            env[k] = v
+    # The Worker must import this kernel_lsp even under another interpreter.
+    root = str(Path(__file__).resolve().parents[2])
+    parts = [root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]
+    env["PYTHONPATH"] = os.pathsep.join(parts)
+    env["PYTHONUNBUFFERED"] = "1"
+    if device is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(device)
+    return env
+
+
+def default_python() -> str:
+    return os.environ.get("KERNEL_LSP_PYTHON") or sys.executable
+
+
+class WorkerDied(Exception):
+    def __init__(self, returncode: int | None, stderr_tail: str) -> None:
+        super().__init__(protocol.describe_exit(returncode))
+        self.returncode = returncode
+        self.stderr_tail = stderr_tail
+
+
+class WorkerRaised(Exception):
+    """The op raised inside the Worker; the Worker itself is alive unless ``fatal``."""
+
+    def __init__(self, error: dict[str, Any], fatal: bool) -> None:
+        super().__init__(f"{error.get('type')}: {error.get('message')}")
+        self.error = error
+        self.fatal = fatal
+
+
+class EngineTimeout(Exception):
+    pass
+
+
+class WorkerProcess:
+    """One Worker subprocess in its own process group, with its stderr tail."""
+
+    def __init__(self, python: str, env: dict[str, str], cwd: str | None = None,
+                 stderr_limit: int = STDERR_TAIL_BYTES) -> None:
+        self.python = python
+        self.env = env
+        self.cwd = cwd
+        self.stderr_limit = stderr_limit
+        self.proc: asyncio.subprocess.Process | None = None
+        self.ready: dict[str, Any] = {}
+        self._stderr = bytearray()
+        self._stderr_task: asyncio.Task[None] | None = None
+        self._next_id = 0
+        self.warm: dict[str, Any] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+    def stderr_tail(self, limit: int | None = None) -> str:
+        data = bytes(self._stderr[-(limit or self.stderr_limit):])
+        return data.decode("utf-8", "replace")
+
+    async def start(self, timeout: float) -> dict[str, Any]:
+        self.proc = await asyncio.create_subprocess_exec(
+            self.python, "-m", "kernel_lsp.engine.worker",
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env=self.env, cwd=self.cwd, start_new_session=True, limit=LINE_LIMIT,
+        )
+        self._stderr_task = asyncio.create_task(self._drain_stderr())
+        try:
+            message = await asyncio.wait_for(self._read_message(), timeout)
+        except asyncio.TimeoutError:
+            self.kill()
+            raise EngineTimeout(f"the Worker did not start within {timeout:.0f} s") from None
+        except BaseException:
+            self.kill()
+            raise
+        self.ready = message.get("ready") or {}
+        return self.ready
+
+    async def _drain_stderr(self) -> None:
+        assert self.proc is not None and self.proc.stderr is not None
+        while True:
+            chunk = await self.proc.stderr.read(65536)
+            if not chunk:
+                return
+            self._stderr += chunk
+            if len(self._stderr) > 2 * self.stderr_limit:
+                del self._stderr[: len(self._stderr) - self.stderr_limit]
+
+    async def _read_message(self) -> dict[str, Any]:
+        assert self.proc is not None and self.proc.stdout is not None
+        line = await self.proc.stdout.readline()
+        if not line:
+            raise await self._death()
+        return protocol.decode(line)
+
+    async def _death(self) -> WorkerDied:
+        assert self.proc is not None
+        try:
+            await asyncio.wait_for(self.proc.wait(), 5.0)
+        except asyncio.TimeoutError:
+            self.kill()
+        if self._stderr_task is not None:
+            with contextlib.suppress(asyncio.TimeoutError, Exception):
+                await asyncio.wait_for(asyncio.shield(self._stderr_task), 1.0)
+        return WorkerDied(self.proc.returncode, self.stderr_tail())
+
+    async def call(self, op: str, params: dict[str, Any] | None = None) -> tuple[Any, bool]:
+        """(result, fatal). Raises WorkerRaised, WorkerDied."""
+        if not self.alive or self.proc is None or self.proc.stdin is None:
+            raise WorkerDied(self.proc.returncode if self.proc else None, self.stderr_tail())
+        self._next_id += 1
+        req_id = self._next_id
+        try:
+            self.proc.stdin.write(protocol.encode(protocol.request(req_id, op, params)))
+            await self.proc.stdin.drain()
+        except (BrokenPipeError, ConnectionResetError):
+            raise await self._death() from None
+        while True:
+            message = await self._read_message()
+            if message.get("id") == req_id:
+                break
+            # An answer to an older, abandoned request cannot happen (we kill on abandon); skip it.
+        fatal = bool(message.get("fatal"))
+        if "error" in message:
+            raise WorkerRaised(message["error"], fatal)
+        return message.get("result"), fatal
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group now (synchronous: safe inside cancellation)."""
+        if self.proc is None or self.proc.returncode is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+
+    async def reap(self) -> None:
+        if self.proc is None:
+            return
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.proc.wait(), 10.0)
+        if self._stderr_task is not None:
+            self._stderr_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._stderr_task
+
+    async def close(self, grace: float = 2.0) -> None:
+        if self.alive:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.call("shutdown"), grace)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.proc.wait(), grace)  # type: ignore[union-attr]
+        self.kill()
+        await self.reap()
+
+
+class Engine:
+    """Runs Candidates in a Worker that owns one GPU (docs/architecture.md)."""
+
+    def __init__(
+        self,
+        store: "Store | None" = None,
+        python: str | None = None,
+        device: int | str | None = None,
+        timeout: float = 120.0,
+        *,
+        start_timeout: float = 300.0,
+        warm: bool = True,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        pool: "BuildPool | None" = None,
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        self.store = store
+        self.python = python or default_python()
+        self.device = device
+        self.timeout = timeout
+        self.start_timeout = start_timeout
+        self.warm = warm
+        self.extra_env = dict(env or {})
+        self.cwd = cwd
+        self.options = dict(options or {})  # passed to every evaluate (e.g. {"arch": "sm_90"})
+        self._pool = pool
+        self._own_pool = pool is None
+        self._worker: WorkerProcess | None = None
+        self._lock = asyncio.Lock()  # one GPU, one request at a time; waiters queue here
+        self._reaping: set[asyncio.Task[None]] = set()
+        self._device_info: dict[str, Any] | None = None
+        self.restarts = 0
+        self.last_stderr = ""
+
+    # -- the Worker -------------------------------------------------------------
+
+    @property
+    def worker_pid(self) -> int | None:
+        return self._worker.pid if self._worker and self._worker.alive else None
+
+    async def _ensure(self, progress: Progress | None, warm: bool) -> WorkerProcess:
+        w = self._worker
+        if w is not None and not w.alive:
+            self._discard(w)
+            w = None
+        if w is None:
+            await _report(progress, "starting worker")
+            w = WorkerProcess(self.python, worker_environment(self.device, self.extra_env), self.cwd)
+            try:
+                await w.start(self.start_timeout)
+            except WorkerDied as exc:
+                self.last_stderr = exc.stderr_tail
+                raise
+            self._worker = w
+        if warm and w.warm is None:
+            await _report(progress, "warming worker")
+            try:
+                w.warm, _ = await asyncio.wait_for(w.call("warm"), self.start_timeout)
+            except asyncio.TimeoutError:
+                self._discard(w)
+                raise EngineTimeout(f"warming the Worker took more than {self.start_timeout:.0f} s") from None
+            except BaseException:
+                if not w.alive:
+                    self._discard(w)
+                raise
+        return w
+
+    def _discard(self, w: WorkerProcess) -> None:
+        w.kill()
+        self.last_stderr = w.stderr_tail()
+        if self._worker is w:
+            self._worker = None
+            self.restarts += 1
+        task = asyncio.get_running_loop().create_task(w.reap())
+        self._reaping.add(task)
+        task.add_done_callback(self._reaping.discard)
+
+    async def request(
+        self, op: str, params: dict[str, Any] | None = None, *, timeout: float | None = None,
+        warm: bool = False, progress: Progress | None = None,
+    ) -> Any:
+        """Send one op to the Worker. Raises EngineTimeout, WorkerDied, WorkerRaised; on
+        a timeout, death, fatal error or cancellation the Worker is gone afterwards."""
+        deadline = self.timeout if timeout is None else timeout
+        async with self._lock:
+            w = await self._ensure(progress, warm)
+            try:
+                result, fatal = await asyncio.wait_for(w.call(op, params), deadline)
+            except asyncio.TimeoutError:
+                self._discard(w)
+                raise EngineTimeout(f"{op} ran past its {deadline:g} s deadline; the Worker was restarted") from None
+            except WorkerDied:
+                self._discard(w)
+                raise
+            except WorkerRaised as exc:
+                if exc.fatal or not w.alive:
+                    self._discard(w)
+                raise
+            except BaseException:  # cancelled: the Worker may be mid-kernel, end it now
+                self._discard(w)
+                raise
+            if fatal:
+                self._discard(w)
+            return result
+
+    # -- the API ------------------------------------------------------------------
+
+    async def ping(self, timeout: float = 30.0) -> dict[str, Any]:
+        return await self.request("ping", timeout=timeout)
+
+    async def evaluate(
+        self,
+        task: Task,
+        candidate: Candidate,
+        checks: Iterable[str] = ("compile", "verify", "bench"),
+        progress: Progress | None = None,
+        timeout: float | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> Evaluation:
+        """Evaluate a Candidate; every candidate fault is an Evaluation, not an exception."""
+        t0 = time.monotonic()
+        deadline = self.timeout if timeout is None else timeout
+        params = {
+            "task": task.to_dict(), "candidate": candidate.to_dict(), "checks": list(checks),
+            "options": {**self.options, **(options or {})},
+        }
+
+        def failed(verdict: str, message: str, **extra: Any) -> Evaluation:
+            return Evaluation(task=task.name, candidate=candidate.id, verdict=verdict, correct=None,
+                              message=message, **extra)
+
+        try:
+            await _report(progress, "evaluating")
+            data = await self.request("evaluate", params, timeout=deadline, warm=self.warm, progress=progress)
+            ev = Evaluation.from_dict(data)
+            if "the Worker restarts" in ev.message and ev.verdict not in ("crashed", "oom", "timeout"):
+                # The candidate left a sticky CUDA error: the context died with it.
+                ev.verdict, ev.correct = "crashed", None
+                if protocol.is_sticky_cuda_error(ev.message) and "illegal" in ev.message.lower():
+                    ev.message = "illegal memory access: " + ev.message
+        except EngineTimeout as exc:
+            ev = failed("timeout", str(exc))
+        except WorkerDied as exc:
+            verdict, message = protocol.classify_death(exc.returncode, exc.stderr_tail)
+            ev = failed(verdict, _with_tail(message, exc.stderr_tail), evidence={"stderr": exc.stderr_tail[-4000:]})
+        except WorkerRaised as exc:
+            err = exc.error
+            if protocol.is_oom_error(err):
+                ev = failed("oom", f"out of memory: {err.get('message', '')}"[:2000])
+            elif exc.fatal:
+                msg = str(err.get("message", ""))
+                named = "illegal memory access: " if "illegal" in msg.lower() else ""
+                ev = failed("crashed", f"{named}{err.get('type')}: {msg}"[:2000])
+            else:
+                ev = failed("error", f"{err.get('type')}: {err.get('message')}"[:2000],
+                            evidence={"traceback": str(err.get("traceback", ""))[-4000:]})
+        ev.wall_seconds = time.monotonic() - t0
+        await self._record(task, candidate, ev, progress)
+        await _report(progress, "done")
+        return ev
+
+    async def _record(self, task: Task, candidate: Candidate, ev: Evaluation, progress: Progress | None) -> None:
+        if self.store is None:
+            return
+        await _report(progress, "recording")
+        store = self.store
+
+        def write() -> None:
+            store.add_task(task)
+            store.add_candidate(task.name, candidate)
+            store.add_evaluation(task.name, ev)
+
+        # A cancelled caller must not lose the record: shield the write.
+        await asyncio.shield(asyncio.to_thread(write))
+
+    async def profile(
+        self, task: Task, candidate: Candidate | None = None, timeout: float | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """A profile of the candidate (or of the reference). Faults come back as
+        ``{"error": ..., "verdict": ...}``."""
+        params = {"task": task.to_dict(), "candidate": candidate.to_dict() if candidate else None,
+                  "options": {**self.options, **(options or {})}}
+        try:
+            result = await self.request("profile", params, timeout=timeout, warm=self.warm)
+        except EngineTimeout as exc:
+            return {"verdict": "timeout", "error": str(exc)}
+        except WorkerDied as exc:
+            verdict, message = protocol.classify_death(exc.returncode, exc.stderr_tail)
+            return {"verdict": verdict, "error": _with_tail(message, exc.stderr_tail)}
+        except WorkerRaised as exc:
+            return {"verdict": "oom" if protocol.is_oom_error(exc.error) else "error",
+                    "error": f"{exc.error.get('type')}: {exc.error.get('message')}"}
+        return result if isinstance(result, dict) else {"result": result}
+
+    async def device_info(self, timeout: float | None = None) -> dict[str, Any]:
+        if self._device_info is None:
+            self._device_info = await self.request("device_info", timeout=timeout or self.start_timeout,
+                                                   warm=self.warm)
+        return dict(self._device_info)
+
+    def _arch(self) -> str | None:
+        if self.options.get("arch"):
+            return str(self.options["arch"])
+        info = self._device_info or {}
+        cap = info.get("capability")
+        if isinstance(cap, (list, tuple)) and len(cap) == 2:
+            return f"sm_{cap[0]}{cap[1]}"
+        if isinstance(cap, str) and cap:
+            return "sm_" + cap.replace(".", "")
+        return info.get("arch") or os.environ.get("KERNEL_LSP_ARCH")
+
+    async def prebuild(self, task: Task, candidate: Candidate, options: dict[str, Any] | None = None,
+                       timeout: float | None = None) -> CompileResult:
+        """Compile a Candidate in the CPU build pool (not on the GPU Worker), so that
+        its later evaluate finds the build in the cache. Its result is advisory: a
+        candidate that touches the GPU at import fails here but may run on the Worker."""
+        from kernel_lsp.engine.pool import BuildPool  # noqa: PLC0415 - only when prebuilding
+
+        if self._pool is None:
+            self._pool = BuildPool(python=self.python, env=self.extra_env, cwd=self.cwd)
+        opts = {**self.options, **(options or {})}
+        if "arch" not in opts:
+            arch = self._arch()
+            if arch is None and self._worker is not None and self._worker.warm:
+                arch = self._worker.warm.get("arch")
+            if arch:
+                opts["arch"] = arch
+        if candidate.kind == "cuda":
+            filename = task.cuda_path or f"{task.name}.cu"
+        else:
+            filename = task.reference_path or f"{task.name}.py"
+        return await self._pool.build(candidate.kind, candidate.source, filename, opts, timeout=timeout)
+
+    async def restart(self) -> None:
+        async with self._lock:
+            if self._worker is not None:
+                self._discard(self._worker)
+
+    async def aclose(self) -> None:
+        w, self._worker = self._worker, None
+        if w is not None:
+            await w.close()
+        if self._pool is not None and self._own_pool:
+            await self._pool.aclose()
+        if self._reaping:
+            await asyncio.gather(*list(self._reaping), return_exceptions=True)
+
+    async def __aenter__(self) -> "Engine":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def _with_tail(message: str, tail: str, lines: int = 8) -> str:
+    kept = [ln for ln in tail.strip().splitlines() if ln.strip()][-lines:]
+    return message + ("\n" + "\n".join(kept) if kept else "")
+
+
+async def _report(progress: Progress | None, phase: str) -> None:
+    if progress is None:
+        return
+    try:
+        out = progress(phase)
+        if inspect.isawaitable(out):
+            await out
+    except Exception:  # noqa: BLE001 - a broken progress callback must not stop an evaluation
+        log.debug("progress callback failed", exc_info=True)
+
+
+def compile_failure(message: str, path: str | None = None) -> CompileResult:
+    return CompileResult(ok=False, log=message, diagnostics=[
+        Diagnostic(Span(0, 0, 0, 1), "error", message, source="kernel-lsp", path=path)])

@@ -1,0 +1,226 @@
+"""Worker side: turn a Task and a Candidate into callables and input sets.
+
+The reference module comes from `Task.reference_source` through the builder (a fresh
+module per load), the Model is built under a seed, input sets are made under fresh seeds
+and moved to the device, and the Candidate becomes one callable `fn(*inputs)`:
+
+* kind "python": `ModelNew(*init_inputs)` built under the same seed as the reference
+  (KernelBench's way), then the reference's state_dict copied over for every parameter or
+  buffer whose name and shape match, so both hold the same weights;
+* kind "cuda": the built library `lib`, called through the harness's
+  `kernel_forward(lib, model, *inputs)`, else `getattr(lib, ENTRY)(*inputs)`.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import types
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from kernel_lsp.model import Candidate, CompileResult, Task
+
+
+class HarnessError(Exception):
+    """The reference or the harness itself could not run (not the candidate's fault)."""
+
+
+class CandidateError(Exception):
+    """The candidate could not be turned into a callable (missing ModelNew, raising __init__)."""
+
+
+def set_seed(seed: int) -> None:
+    torch.manual_seed(seed)
+    random.seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+    try:
+        import numpy as np  # optional: only seeded when present
+
+        np.random.seed(seed % (2**32))
+    except ImportError:
+        pass
+
+
+def to_device(value: Any, device: torch.device) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_device(v, device) for v in value)
+    return value
+
+
+def clone_inputs(inputs: list[Any]) -> list[Any]:
+    return [x.clone() if isinstance(x, torch.Tensor) else copy.deepcopy(x) for x in inputs]
+
+
+def flat_tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in flat_tensors(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in flat_tensors(v)]
+    return []
+
+
+def tensor_bytes(value: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in flat_tensors(value))
+
+
+@dataclass
+class InputSet:
+    seed: int
+    values: list[Any]
+    zero_float_inputs: list[int] = field(default_factory=list)  # indices of all-zero float tensors
+
+
+class Harness:
+    """One Task (and optionally one Candidate) made runnable on one device."""
+
+    def __init__(self, task: Task, candidate: Candidate | None, builder: Any,
+                 device: str | torch.device = "cpu", seed: int = 42,
+                 build_options: Any = None) -> None:
+        self.task = task
+        self.candidate = candidate
+        self.builder = builder
+        self.device = torch.device(device)
+        self.seed = int(seed)
+        self.build_options = build_options
+        self.ref_module: types.ModuleType | None = None
+        self.model: torch.nn.Module | None = None
+        self.init_inputs: list[Any] = []
+        self.candidate_fn: Callable[..., Any] | None = None
+        self.candidate_module: Any = None
+
+    # -- reference -------------------------------------------------------------------
+    def load_reference(self) -> types.ModuleType:
+        try:
+            module, result = self.builder.load_python(self.task.reference_source, self.task.reference_path)
+        except Exception as exc:  # a broken reference is a harness error, reported, not raised on
+            raise HarnessError(f"reference failed to load: {type(exc).__name__}: {exc}") from exc
+        if module is None:
+            raise HarnessError(f"reference failed to load: {_first_line(result.log) if result else ''}")
+        for name in ("Model", "get_inputs", "get_init_inputs"):
+            if not hasattr(module, name):
+                raise HarnessError(f"reference has no `{name}`")
+        self.ref_module = module
+        return module
+
+    def _init_inputs(self) -> list[Any]:
+        assert self.ref_module is not None
+        set_seed(self.seed)
+        return list(self.ref_module.get_init_inputs())
+
+    def build_model(self) -> torch.nn.Module:
+        """The reference Model under the seed, on the device, in eval mode."""
+        if self.ref_module is None:
+            self.load_reference()
+        assert self.ref_module is not None
+        try:
+            self.init_inputs = self._init_inputs()
+            set_seed(self.seed)
+            model = self.ref_module.Model(*self.init_inputs)
+            model = model.to(self.device).eval()
+        except Exception as exc:
+            raise HarnessError(f"reference Model(*get_init_inputs()) failed: {type(exc).__name__}: {exc}") from exc
+        self.model = model
+        return model
+
+    def make_inputs(self, seed: int) -> InputSet:
+        """get_inputs() under `seed`, on the device; all-zero float inputs are noted."""
+        assert self.ref_module is not None
+        set_seed(seed)
+        try:
+            values = list(self.ref_module.get_inputs())
+        except Exception as exc:
+            raise HarnessError(f"get_inputs() failed: {type(exc).__name__}: {exc}") from exc
+        values = [to_device(v, self.device) for v in values]
+        zeros = [i for i, v in enumerate(values)
+                 if isinstance(v, torch.Tensor) and v.is_floating_point() and v.numel() > 0
+                 and not bool(v.any())]
+        return InputSet(seed=seed, values=values, zero_float_inputs=zeros)
+
+    def reference_fn(self) -> Callable[..., Any]:
+        model = self.model if self.model is not None else self.build_model()
+        return model
+
+    # -- candidate -------------------------------------------------------------------
+    def build_candidate(self) -> tuple[Callable[..., Any] | None, CompileResult]:
+        """Build the Candidate; (None, result) when it does not build. Raises CandidateError
+        when it builds but cannot be instantiated (the candidate's fault)."""
+        assert self.candidate is not None
+        if self.model is None:
+            self.build_model()
+        if self.candidate.kind == "cuda":
+            return self._build_cuda()
+        return self._build_python()
+
+    def _build_python(self) -> tuple[Callable[..., Any] | None, CompileResult]:
+        assert self.candidate is not None and self.model is not None
+        filename = self.task.reference_path if self.candidate.source == self.task.reference_source \
+            else self.task.reference_path.replace(".py", "_candidate.py")
+        module, result = self.builder.load_python(self.candidate.source, filename)
+        if module is None:
+            return None, result
+        self.candidate_module = module
+        cls = getattr(module, "ModelNew", None)
+        if cls is None:
+            raise CandidateError("the candidate defines no `ModelNew`")
+        try:
+            init = self._init_inputs()
+            set_seed(self.seed)
+            new = cls(*init)
+            if isinstance(new, torch.nn.Module):
+                new = new.to(self.device).eval()
+                _copy_matching_state(self.model, new)
+        except Exception as exc:
+            raise CandidateError(f"ModelNew(*get_init_inputs()) raised {type(exc).__name__}: {exc}") from exc
+        self.candidate_fn = new
+        return new, result
+
+    def _build_cuda(self) -> tuple[Callable[..., Any] | None, CompileResult]:
+        assert self.candidate is not None and self.ref_module is not None
+        filename = self.task.cuda_path or self.task.reference_path.replace(".py", ".cu")
+        lib, result = self.builder.load_cuda(self.candidate.source, filename, self.build_options)
+        if lib is None:
+            return None, result
+        self.candidate_module = lib
+        forward = getattr(self.ref_module, "kernel_forward", None)
+        if forward is not None:
+            # The harness's own Model copy, so the kernel cannot alter the reference's weights.
+            kernel_model = copy.deepcopy(self.model)
+
+            def call(*inputs: Any) -> Any:
+                return forward(lib, kernel_model, *inputs)
+        else:
+            entry = self.task.entry or getattr(self.ref_module, "ENTRY", None)
+            if not entry:
+                raise HarnessError("the harness names no ENTRY and has no kernel_forward")
+            fn = getattr(lib, entry, None)
+            if fn is None:
+                raise CandidateError(f"the built .cu exports no `{entry}`")
+
+            def call(*inputs: Any) -> Any:
+                return fn(*inputs)
+        self.candidate_fn = call
+        return call, result
+
+
+def _copy_matching_state(src: torch.nn.Module, dst: torch.nn.Module) -> list[str]:
+    """Copy src's parameters/buffers into dst where names and shapes match; the names copied."""
+    theirs = dst.state_dict()
+    ours = src.state_dict()
+    common = {k: v for k, v in ours.items() if k in theirs and theirs[k].shape == v.shape
+              and theirs[k].dtype == v.dtype}
+    if common:
+        dst.load_state_dict(common, strict=False)
+    return sorted(common)
+
+
+def _first_line(text: str) -> str:
+    lines = [ln for ln in (text or "").strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else ""

@@ -1,0 +1,172 @@
+"""Worker side: where the time goes.
+
+* `hot_ops(fn, inputs, device)`: torch.profiler over a few calls; the top ops by self time
+  (device time on CUDA, CPU time otherwise) with their share and call count.
+* `ncu_profile(task, candidate, options)`: Nsight Compute on a small child script that builds
+  the Candidate and calls it once between cudaProfilerStart/Stop (`--profile-from-start off`,
+  `--clock-control none` so clocks stay as the benchmark saw them). Per kernel: duration,
+  DRAM and SM throughput (% of peak), achieved occupancy, registers, grid/block, and the
+  limiting unit. Without `ncu` on PATH or without a GPU: a dict with a clear `note`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from typing import Any, Callable
+
+import torch
+
+from kernel_lsp.model import Candidate, Task
+
+NCU_METRICS = {
+    "gpu__time_duration.sum": "duration",
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed": "dram_pct",
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed": "sm_pct",
+    "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed": "memory_pct",
+    "sm__warps_active.avg.pct_of_peak_sustained_active": "achieved_occupancy_pct",
+    "launch__registers_per_thread": "registers",
+    "launch__grid_size": "grid_size",
+    "launch__block_size": "block_size",
+}
+
+
+def hot_ops(fn: Callable[..., Any], inputs: list[Any], device: torch.device | str, top: int = 10,
+            calls: int = 3) -> dict[str, Any]:
+    device = torch.device(device)
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with torch.no_grad():
+        fn(*inputs)  # warm-up outside the trace (lazy init, autotuning)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        with profile(activities=activities) as prof:
+            for _ in range(calls):
+                fn(*inputs)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+    on_device = device.type == "cuda"
+    rows = []
+    for evt in prof.key_averages():
+        self_us = float(getattr(evt, "self_device_time_total", 0.0) or getattr(evt, "self_cuda_time_total", 0.0)) \
+            if on_device else float(evt.self_cpu_time_total)
+        if self_us <= 0:
+            continue
+        rows.append({"name": evt.key, "self_us": self_us / calls, "count": int(evt.count) // calls or 1})
+    total = sum(r["self_us"] for r in rows) or 1.0
+    rows.sort(key=lambda r: r["self_us"], reverse=True)
+    for r in rows:
+        r["share_pct"] = 100.0 * r["self_us"] / total
+    return {"tool": "torch.profiler", "time": "device" if on_device else "cpu",
+            "total_us": total, "ops": rows[:top]}
+
+
+def limiting_unit(dram_pct: float | None, sm_pct: float | None) -> str:
+    """Speed-of-light reading: the busier unit limits, unless neither is busy (latency)."""
+    d, s = dram_pct or 0.0, sm_pct or 0.0
+    if max(d, s) < 60.0:
+        return "latency"
+    return "memory" if d >= s else "compute"
+
+
+def parse_ncu_csv(text: str) -> list[dict[str, Any]]:
+    """Kernels from `ncu --csv --metrics ...` output (one row per kernel x metric)."""
+    lines = [ln for ln in text.splitlines() if ln.startswith('"')]
+    if not lines:
+        return []
+    kernels: dict[str, dict[str, Any]] = {}
+    for row in csv.DictReader(io.StringIO("\n".join(lines))):
+        kid = row.get("ID", "")
+        name = row.get("Kernel Name", "")
+        metric = row.get("Metric Name", "")
+        if not metric:
+            continue
+        k = kernels.setdefault(kid, {"id": kid, "kernel": name})
+        key = NCU_METRICS.get(metric, metric)
+        raw = (row.get("Metric Value") or "").replace(",", "")
+        try:
+            value: Any = float(raw)
+        except ValueError:
+            value = raw
+        unit = row.get("Metric Unit", "")
+        if key == "duration" and isinstance(value, float):
+            value = value * {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}.get(unit, 1e-6)
+            key = "duration_ms"
+        k[key] = value
+    out = list(kernels.values())
+    for k in out:
+        k["limiter"] = limiting_unit(k.get("dram_pct"), k.get("sm_pct"))
+    return out
+
+
+_CHILD = r"""
+import json, sys
+import torch
+from kernel_lsp.model import Task, Candidate
+from kernel_lsp.engine.harness import Harness
+from kernel_lsp.engine.profile import _child_builder
+job = json.load(open(sys.argv[1]))
+task = Task.from_dict(job["task"])
+cand = Candidate.from_dict(job["candidate"]) if job["candidate"] else None
+h = Harness(task, cand, _child_builder(), device="cuda", seed=job["seed"])
+h.build_model()
+fn = h.model
+if cand is not None:
+    fn, res = h.build_candidate()
+    if fn is None:
+        sys.exit("candidate did not build: " + res.log[-500:])
+inputs = h.make_inputs(job["seed"]).values
+with torch.no_grad():
+    fn(*inputs); torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    fn(*inputs); torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+"""
+
+
+def _child_builder() -> Any:
+    """The Worker's build cache: the module kernel_lsp.engine.build (load_python, load_cuda)."""
+    from kernel_lsp.engine import build
+
+    return build
+
+
+def ncu_profile(task: Task, candidate: Candidate | None, options: dict[str, Any]) -> dict[str, Any]:
+    ncu = shutil.which("ncu") or (shutil.which("ncu", path="/usr/local/cuda/bin"))
+    if ncu is None:
+        return {"tool": "ncu", "note": "Nsight Compute (ncu) is not on PATH: no per-kernel hardware counters"}
+    if not torch.cuda.is_available():
+        return {"tool": "ncu", "note": "no CUDA GPU: Nsight Compute needs one"}
+    timeout = float(options.get("profile_timeout", 300))
+    with tempfile.TemporaryDirectory(prefix="klsp-ncu-") as tmp:
+        job = os.path.join(tmp, "job.json")
+        script = os.path.join(tmp, "child.py")
+        with open(job, "w") as fh:
+            json.dump({"task": task.to_dict(), "candidate": candidate.to_dict() if candidate else None,
+                       "seed": int(options.get("seed", 42))}, fh)
+        with open(script, "w") as fh:
+            fh.write(_CHILD)
+        cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--target-processes", "all",
+               "--csv", "--metrics", ",".join(NCU_METRICS), sys.executable, script, job]
+        env = dict(os.environ)
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        except subprocess.TimeoutExpired:
+            return {"tool": "ncu", "note": f"ncu ran past {timeout:.0f} s", "command": cmd}
+    kernels = parse_ncu_csv(proc.stdout)
+    result: dict[str, Any] = {"tool": "ncu", "kernels": kernels, "command": " ".join(cmd[:-2]) + " child.py job.json"}
+    if proc.returncode != 0 or not kernels:
+        tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-5:]
+        result["note"] = f"ncu exited {proc.returncode} with {len(kernels)} kernels: " + " | ".join(tail)
+    return result

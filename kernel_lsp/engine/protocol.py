@@ -1,0 +1,119 @@
+"""The Worker's wire format: JSON lines on a private pipe pair.
+
+Request  ``{"id": int, "op": str, "params": {...}}``
+Response ``{"id": int, "result": ...}`` or
+         ``{"id": int, "error": {"type", "message", "traceback"}, "fatal": bool}``
+At start the Worker sends ``{"id": null, "ready": {...}}`` once.
+``fatal: true`` says the Worker will exit after this response (a sticky CUDA error
+poisoned its context); the client starts a fresh one for the next request.
+
+Also here: how a dead Worker's exit status and stderr become a verdict. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import traceback
+from typing import Any
+
+# Errors raised inside an op that mean out of memory (the torch ones are RuntimeError subclasses).
+OOM_TYPES = {"MemoryError", "OutOfMemoryError", "torch.OutOfMemoryError", "torch.cuda.OutOfMemoryError"}
+OOM_MARKERS = ("out of memory", "outofmemoryerror", "cuda_error_out_of_memory", "memoryerror", "std::bad_alloc")
+ILLEGAL_ACCESS_MARKERS = ("illegal memory access", "cuda_error_illegal_address", "illegal address")
+# CUDA errors after which the context is unusable: the Worker must exit.
+STICKY_CUDA_MARKERS = (
+    "illegal memory access",
+    "illegal address",
+    "misaligned address",
+    "unspecified launch failure",
+    "device-side assert",
+    "illegal instruction",
+    "an illegal instruction",
+    "cuda error: an invalid program counter",
+    "hardware stack error",
+    "launch timed out",
+)
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    # allow_nan: Timing may carry inf/nan; Python's json reads them back.
+    return (json.dumps(message, separators=(",", ":"), default=_default) + "\n").encode("utf-8")
+
+
+def decode(line: bytes | str) -> dict[str, Any]:
+    data = json.loads(line)
+    if not isinstance(data, dict):
+        raise ValueError(f"protocol message is not an object: {str(line)[:200]!r}")
+    return data
+
+
+def _default(obj: Any) -> Any:
+    to_dict = getattr(obj, "to_dict", None)
+    if callable(to_dict):
+        return to_dict()
+    if isinstance(obj, (set, tuple)):
+        return list(obj)
+    return repr(obj)
+
+
+def request(req_id: int, op: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"id": req_id, "op": op, "params": params or {}}
+
+
+def error_payload(exc: BaseException) -> dict[str, Any]:
+    kind = type(exc).__name__
+    module = type(exc).__module__
+    if module not in ("builtins", "__main__"):
+        kind = f"{module.split('.')[0]}.{kind}" if module.startswith("torch") else kind
+    return {
+        "type": kind,
+        "message": str(exc) or kind,
+        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-20000:],
+    }
+
+
+def is_oom_error(err: dict[str, Any]) -> bool:
+    kind = str(err.get("type", ""))
+    message = str(err.get("message", "")).lower()
+    return kind in OOM_TYPES or kind.endswith("OutOfMemoryError") or "out of memory" in message
+
+
+def is_sticky_cuda_error(text: str) -> bool:
+    low = text.lower()
+    return any(m in low for m in STICKY_CUDA_MARKERS)
+
+
+def describe_exit(returncode: int | None) -> str:
+    if returncode is None:
+        return "the Worker stopped answering"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"the Worker died of {name}"
+    return f"the Worker exited with status {returncode}"
+
+
+def classify_death(returncode: int | None, stderr_tail: str) -> tuple[str, str]:
+    """(verdict, message) for a Worker that died mid-request."""
+    low = stderr_tail.lower()
+    how = describe_exit(returncode)
+    if any(m in low for m in ILLEGAL_ACCESS_MARKERS):
+        return "crashed", f"illegal memory access: {how}"
+    if any(m in low for m in OOM_MARKERS):
+        return "oom", f"out of memory: {how}"
+    if returncode == -signal.SIGKILL:
+        # Nobody here sent it: most likely the kernel's OOM killer.
+        return "crashed", f"{how} (killed from outside; the system OOM killer is the usual cause)"
+    if returncode == -signal.SIGSEGV:
+        return "crashed", f"{how} (segmentation fault)"
+    if returncode == -signal.SIGABRT:
+        return "crashed", f"{how} (abort)"
+    return "crashed", how
+
+
+def last_line(text: str, limit: int = 300) -> str:
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1][:limit] if lines else ""

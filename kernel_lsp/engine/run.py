@@ -1,0 +1,461 @@
+"""Worker side: judge one Candidate. `evaluate()` is what the Worker calls.
+
+Order: static scan -> compile (build the candidate) -> verify -> bench (only if correct) ->
+profile. A Python exception from the candidate becomes an Evaluation with verdict "error"
+here; crashes and hangs end the Worker (the client reports those).
+
+Tamper check: every callable of the modules the judgement relies on (torch, torch.Tensor,
+torch.cuda, torch.cuda.Event, torch.nn.functional, time, builtins, statistics and this
+package's engine modules) is recorded before the candidate is loaded, compared after it ran
+and put back. A changed timer is flagged `timer_patch` (bench uses the functions captured at
+import, so the numbers stand); any other change makes the verdict "error", since the
+comparisons themselves may have been faked.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import threading
+from typing import Any
+
+from kernel_lsp.engine import bench  # first: captures the timers before any candidate loads
+import torch
+import torch.profiler  # noqa: F401  imported now: lazy imports re-wrap torch functions later
+import torch.utils.flop_counter  # noqa: F401
+import torch.utils.deterministic  # noqa: F401
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: F401
+
+try:  # dynamo wraps torch.manual_seed & co. when first imported: do it before any snapshot
+    import torch._dynamo  # noqa: F401
+except Exception:  # pragma: no cover - a torch without dynamo still evaluates
+    pass
+
+from kernel_lsp.engine import profile as profile_mod
+from kernel_lsp.engine import roofline, static_checks
+from kernel_lsp.engine.harness import CandidateError, Harness, HarnessError, tensor_bytes
+from kernel_lsp.engine.verify import verify
+from kernel_lsp.model import Candidate, Evaluation, Task, Timing
+
+# A Candidate carrying any of these is never counted as an optimized kernel.
+DISQUALIFYING_FLAGS = frozenset({
+    "torch_fallback", "timer_patch", "tampering", "side_stream", "thread_started", "result_cache",
+    "result_cache_suspected", "precision_lowering", "cuda_graph", "beyond_roofline",
+})
+
+_TIMER_NAMES = ("time.", "torch.cuda.Event", "torch.cuda.synchronize", "torch.cuda.Event.",
+                "statistics.", "builtins.sorted", "builtins.min", "builtins.max", "builtins.sum")
+
+
+class Integrity:
+    """Identity of every callable the judgement trusts; `changed()` names the replaced ones."""
+
+    def __init__(self) -> None:
+        self.saved: dict[tuple[Any, str, str], Any] = {}
+        for label, owner in self._owners():
+            for name, value in list(vars(owner).items()):
+                if callable(value) or isinstance(value, (staticmethod, classmethod, property)):
+                    self.saved[(owner, label, name)] = value
+
+    @staticmethod
+    def _owners() -> list[tuple[str, Any]]:
+        import builtins
+        import time
+
+        owners: list[tuple[str, Any]] = [
+            ("torch", torch), ("torch.Tensor", torch.Tensor), ("torch.cuda", torch.cuda),
+            ("torch.cuda.Event", torch.cuda.Event), ("torch.nn.functional", torch.nn.functional),
+            ("time", time), ("builtins", builtins), ("torch.testing", torch.testing),
+        ]
+        for name in ("statistics", "kernel_lsp.engine.verify", "kernel_lsp.engine.bench",
+                     "kernel_lsp.engine.harness", "kernel_lsp.engine.run", "kernel_lsp.engine.roofline",
+                     "kernel_lsp.engine.static_checks", "kernel_lsp.model"):
+            module = sys.modules.get(name)
+            if module is not None:
+                owners.append((name, module))
+        return owners
+
+    def changed(self) -> list[str]:
+        out = []
+        for (owner, label, name), value in self.saved.items():
+            now = vars(owner).get(name, _MISSING)
+            if now is not value and not _wraps(now, value):
+                out.append(f"{label}.{name}")
+        return sorted(out)
+
+    def restore(self) -> None:
+        for (owner, _label, name), value in self.saved.items():
+            if vars(owner).get(name, _MISSING) is not value:
+                try:
+                    setattr(owner, name, value)
+                except (AttributeError, TypeError):
+                    pass
+
+
+_MISSING = object()
+
+
+def _wraps(new: Any, old: Any) -> bool:
+    """torch's own lazy wrappers (dynamo's `disable`) keep the original as __wrapped__; only
+    wrappers whose code lives inside torch's package are excused."""
+    code = getattr(new, "__code__", None)
+    if code is None or not code.co_filename.startswith(_TORCH_DIR):
+        return False
+    inner = new
+    for _ in range(4):
+        inner = getattr(inner, "__wrapped__", None)
+        if inner is old:
+            return True
+        if inner is None:
+            return False
+    return False
+
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+
+
+def _is_timer(name: str) -> bool:
+    return name.startswith(_TIMER_NAMES)
+
+
+# -- device facts ---------------------------------------------------------------------------------
+
+def _nvidia_smi(fields: str) -> list[str] | None:
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        proc = subprocess.run([exe, f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode != 0 or not proc.stdout.strip():
+        return None
+    return [v.strip() for v in proc.stdout.strip().splitlines()[0].split(",")]
+
+
+@functools.cache
+def _static_device_info(index: int) -> dict[str, Any]:
+    info: dict[str, Any] = {"host": platform.node(), "python": platform.python_version(),
+                            "torch": torch.__version__}
+    if not torch.cuda.is_available():
+        info.update(cuda=False, name="cpu", note="no CUDA GPU visible: CPU only")
+        return info
+    p = torch.cuda.get_device_properties(index)
+    roof = roofline.for_device(p.name)
+    info.update(cuda=True, index=index, name=p.name, capability=list(torch.cuda.get_device_capability(index)),
+                sm_count=p.multi_processor_count, memory_bytes=p.total_memory,
+                l2_bytes=int(getattr(p, "L2_cache_size", 0) or 0),
+                memory_bandwidth=roof.bandwidth, bandwidth_source=roof.source)
+    smi = _nvidia_smi("driver_version,clocks.max.sm,clocks.max.mem")
+    if smi:
+        info.update(driver=smi[0], max_sm_clock_mhz=_num(smi[1]), max_mem_clock_mhz=_num(smi[2]))
+    return info
+
+
+def _num(text: str) -> float | str:
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def device_info(device: str | None = None) -> dict[str, Any]:
+    """Name, capability, SMs, memory, L2, bandwidth, driver, and the clocks right now."""
+    index = 0
+    if device and device.startswith("cuda:"):
+        index = int(device.split(":", 1)[1])
+    info = dict(_static_device_info(index))
+    if info.get("cuda"):
+        smi = _nvidia_smi("clocks.sm,clocks.mem,temperature.gpu,power.draw")
+        if smi:
+            info.update(sm_clock_mhz=_num(smi[0]), mem_clock_mhz=_num(smi[1]),
+                        temperature_c=_num(smi[2]), power_w=_num(smi[3]), clocks_source="nvidia-smi")
+        else:
+            info["clocks_source"] = "unavailable (no nvidia-smi)"
+    return info
+
+
+@functools.cache
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version(), "torch": torch.__version__,
+           "cuda": str(torch.version.cuda or "none")}
+    try:
+        out["triton"] = importlib.metadata.version("triton")  # without importing triton
+    except importlib.metadata.PackageNotFoundError:
+        out["triton"] = "none"
+    smi = _nvidia_smi("driver_version") if torch.cuda.is_available() else None
+    out["driver"] = smi[0] if smi else "none"
+    return out
+
+
+def _device(options: dict[str, Any]) -> torch.device:
+    name = options.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+# -- evaluate -------------------------------------------------------------------------------------
+
+def evaluate(task: Task, candidate: Candidate | None, checks: list[str] | tuple[str, ...],
+             options: dict[str, Any], builder: Any) -> Evaluation:
+    """Compile -> verify -> bench (if correct) -> profile, as `checks` asks."""
+    t0 = bench._perf_counter_ns()
+    options = dict(options or {})
+    dev = _device(options)
+    ev = Evaluation(task=task.name, candidate=candidate.id if candidate else "reference")
+    ev.device = device_info(str(dev) if dev.type == "cuda" else None)
+    ev.versions = versions()
+    integrity = Integrity()
+    threads_before = threading.active_count()
+    extra: dict[str, Any] = {}
+    notes: list[str] = []
+    try:
+        _evaluate(task, candidate, set(checks), options, builder, dev, ev, integrity, extra, notes)
+    except HarnessError as exc:
+        ev.verdict, ev.correct, ev.message = "error", None, f"harness: {exc}"
+    except CandidateError as exc:
+        ev.verdict, ev.correct, ev.message = "error", False, str(exc)
+    except torch.OutOfMemoryError as exc:
+        ev.verdict, ev.correct, ev.message = "oom", False, f"out of memory: {str(exc).splitlines()[0][:200]}"
+    except Exception as exc:  # anything the candidate raised past the stages' own handling
+        ev.verdict, ev.correct = "error", False
+        ev.message = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+    finally:
+        _check_integrity(integrity, ev, extra, notes)
+        integrity.restore()
+    if candidate is not None and threading.active_count() > threads_before:
+        ev.flags.append("thread_started")
+        notes.append("the candidate left threads running: work may escape the timers")
+    _finish(ev, extra, notes)
+    ev.wall_seconds = (bench._perf_counter_ns() - t0) / 1e9
+    return ev
+
+
+def _check_integrity(integrity: Integrity, ev: Evaluation, extra: dict[str, Any], notes: list[str]) -> None:
+    changed = integrity.changed()
+    if not changed:
+        return
+    extra["tampered"] = changed
+    if all(_is_timer(n) for n in changed):
+        ev.flags.append("timer_patch")
+        notes.append("the candidate replaced timer functions (" + ", ".join(changed[:5])
+                     + "); the numbers here come from timers captured before it loaded")
+        return
+    ev.flags.append("tampering")
+    ev.verdict, ev.correct = "error", False
+    ev.time = ev.eager = ev.compiled = None
+    ev.message = ("the candidate replaced functions the evaluator relies on ("
+                  + ", ".join(changed[:5]) + "): its results cannot be trusted")
+
+
+def _finish(ev: Evaluation, extra: dict[str, Any], notes: list[str]) -> None:
+    ev.flags = sorted(set(ev.flags))
+    bad = sorted(set(ev.flags) & DISQUALIFYING_FLAGS)
+    if bad:
+        ev.flags.append("not_counted")
+        if ev.verdict == "correct":
+            ev.message += f"; not counted as an optimized kernel ({', '.join(bad)})"
+    if notes:
+        extra["notes"] = notes
+    if extra:
+        ev.evidence = {**(ev.evidence or {}), **extra}
+
+
+def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options: dict[str, Any],
+              builder: Any, dev: torch.device, ev: Evaluation, integrity: Integrity,
+              extra: dict[str, Any], notes: list[str]) -> None:
+    seed = int(options.get("seed", 42))
+    if candidate is not None:
+        findings = static_checks.scan(candidate.source, candidate.kind, task.reference_source)
+        if findings:
+            extra["static"] = findings
+            ev.flags += static_checks.flags(findings)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        ev.verdict, ev.message = "not_run", "no CUDA GPU visible: nothing can run on cuda"
+        return
+    h = Harness(task, candidate, builder, device=dev, seed=seed, build_options=options)
+    h.load_reference()
+    h.build_model()
+
+    if candidate is None:
+        ev.verdict, ev.message = "not_run", "the reference alone"
+        if "bench" in checks:
+            _bench(h, options, ev, extra, notes, candidate_too=False)
+        if "profile" in checks:
+            ev.profile = _profile(h, task, None, options, dev)
+        return
+
+    fn, result = h.build_candidate()
+    ev.compile = result
+    if fn is None:
+        ev.verdict, ev.correct = "compile_error", False
+        first = next((d for d in result.diagnostics if d.severity == "error"), None)
+        ev.message = f"does not build: {first.message}" if first else "does not build"
+        return
+    if candidate.kind == "cuda" and dev.type != "cuda":
+        ev.verdict, ev.message = "not_run", "built; a .cu candidate needs a CUDA GPU to run"
+        return
+    if not checks & {"verify", "bench"}:
+        ev.verdict, ev.message = "not_run", "built" + ("" if result.ok else " with errors")
+        if "profile" in checks:
+            ev.profile = _profile(h, task, candidate, options, dev)
+        return
+
+    vr = verify(h, options)
+    ev.verdict, ev.correct = vr.verdict, vr.correct
+    ev.message, ev.evidence = vr.message, vr.evidence
+    ev.flags += vr.flags
+    notes += vr.notes
+    if vr.fallback_ops:
+        extra["fallback_ops"] = vr.fallback_ops
+    if vr.verdict in ("error", "oom") and vr.correct is False:
+        ev.correct = False
+    if ev.verdict != "correct":
+        ev.correct = False
+        return
+    # Timers put back before timing (bench does not use them, but torch internals might).
+    _check_integrity(integrity, ev, extra, notes)
+    integrity.restore()
+    if ev.verdict != "correct":
+        return
+    if "bench" in checks:
+        _bench(h, options, ev, extra, notes, candidate_too=True, flops=vr.flops,
+               nbytes=vr.input_bytes + vr.output_bytes)
+    if "profile" in checks:
+        ev.profile = _profile(h, task, candidate, options, dev)
+
+
+def _timing_sets(h: Harness, options: dict[str, Any]) -> list[list[Any]]:
+    first = h.make_inputs(h.seed)
+    per_set = max(1, tensor_bytes(first.values))
+    limit = int(options.get("rotate_bytes", 512 << 20))
+    n = max(1, min(int(options.get("rotate_sets", 4)), limit // per_set))
+    return [first.values] + [h.make_inputs(h.seed + i).values for i in range(1, n)]
+
+
+def _time(fn: Any, sets: list[list[Any]], dev: torch.device, options: dict[str, Any]) -> bench.BenchResult:
+    return bench.time_fn(fn, sets, dev, warmup=int(options.get("warmup", 5)),
+                         min_runs=int(options.get("runs", 20)), max_runs=int(options.get("max_runs", 2000)),
+                         budget_s=float(options.get("bench_seconds", 1.0)))
+
+
+def _bench(h: Harness, options: dict[str, Any], ev: Evaluation, extra: dict[str, Any], notes: list[str],
+           candidate_too: bool, flops: int | None = None, nbytes: int = 0) -> None:
+    dev = h.device
+    sets = _timing_sets(h, options)
+    assert h.model is not None
+    if candidate_too:
+        assert h.candidate_fn is not None
+        try:
+            res = _time(h.candidate_fn, sets, dev, options)
+        except Exception as exc:
+            ev.verdict, ev.correct = "error", False
+            ev.message = f"the candidate raised while timed: {type(exc).__name__}: {str(exc)[:200]}"
+            return
+        ev.time = res.timing
+        ev.flags += res.flags
+        notes += res.notes
+        if res.event_timing and res.device_timing:
+            extra["timing_methods"] = {"events_ms": res.event_timing.median_ms,
+                                       "device_idle_ms": res.device_timing.median_ms}
+        _cache_probe(h, res.timing, options, ev, notes)
+    if options.get("baselines", True):
+        ev.eager = _time(h.model, sets, dev, options).timing
+        ev.compiled = _compiled_baseline(h, sets, options, notes, ev)
+    if dev.type == "cuda" and ev.eager is not None and ev.eager.median_ms < 0.02:
+        ev.flags.append("launch_overhead_sized")
+        notes.append("the reference takes under 20 us: launch overhead dominates, speedups mean little")
+    if candidate_too and ev.time is not None and dev.type == "cuda":
+        name = str((ev.device or {}).get("name", ""))
+        out_dtype = _first_dtype(h)
+        roof = roofline.for_device(name, out_dtype)
+        if roof.bandwidth is None:
+            roof = roofline.for_device(name, out_dtype, bench.measured_copy_bandwidth(dev))
+        beyond = roofline.check(ev.time.median_ms, nbytes, flops, roof)
+        if beyond is not None:
+            ev.flags.append("beyond_roofline")
+            extra["roofline"] = beyond
+            notes.append(f"{ev.time.median_ms:.4g} ms is below the hardware floor of {beyond['floor_ms']:.4g} ms: "
+                         "a measurement error or a cheat, not a gain")
+
+
+def _first_dtype(h: Harness) -> str:
+    for p in list(h.model.parameters())[:1] if h.model is not None else []:
+        return str(p.dtype)
+    s = h.make_inputs(h.seed)
+    for v in s.values:
+        if isinstance(v, torch.Tensor) and v.is_floating_point():
+            return str(v.dtype)
+    return "torch.float32"
+
+
+def _cache_probe(h: Harness, timing: Timing, options: dict[str, Any], ev: Evaluation, notes: list[str]) -> None:
+    """Calls on never-seen inputs should take about as long as the timed ones; a cache keyed on
+    values makes the rotated, repeated timing inputs look much faster (cheat 8)."""
+    if not options.get("cache_probe", True) or h.candidate_fn is None:
+        return
+    # Never-seen inputs interleaved with an already-timed set: bursts of machine noise hit both.
+    seen = h.make_inputs(h.seed).values
+    fresh = [h.make_inputs(h.seed + 50_000 + i).values for i in range(7)]
+    order = [s for f in fresh for s in (f, seen)]
+    samples = bench.time_each(h.candidate_fn, order, h.device)
+    new_ms = sorted(samples[0::2])[len(fresh) // 2]
+    old_ms = sorted(samples[1::2])[len(fresh) // 2]
+    if new_ms > 3 * old_ms + 0.05:
+        ev.flags.append("result_cache_suspected")
+        notes.append(f"calls on new inputs took {new_ms:.4g} ms against {old_ms:.4g} ms on a repeated "
+                     "input set: results look cached by value")
+
+
+def _compiled_baseline(h: Harness, sets: list[list[Any]], options: dict[str, Any], notes: list[str],
+                       ev: Evaluation) -> Timing | None:
+    mode = options.get("compile_mode", "default")
+    try:
+        compiled = torch.compile(h.model, mode=None if mode == "default" else mode)
+        with torch.no_grad():
+            compiled(*sets[0])  # compile outside the timed region
+        return _time(compiled, sets, h.device, options).timing
+    except Exception as exc:  # a compile failure is reported, not fatal
+        notes.append(f"torch.compile baseline failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")
+        ev.flags.append("compile_baseline_failed")
+        return None
+
+
+def _profile(h: Harness, task: Task, candidate: Candidate | None, options: dict[str, Any],
+             dev: torch.device) -> dict[str, Any]:
+    top = int(options.get("top", 10))
+    inputs = h.make_inputs(h.seed).values
+    out: dict[str, Any] = {}
+    assert h.model is not None
+    try:
+        out["reference"] = profile_mod.hot_ops(h.model, inputs, dev, top=top)
+    except Exception as exc:
+        out["reference"] = {"note": f"torch.profiler failed: {type(exc).__name__}: {exc}"}
+    if candidate is None:
+        return out
+    if dev.type == "cuda" and options.get("ncu", True):
+        out["candidate"] = profile_mod.ncu_profile(task, candidate, options)
+        if out["candidate"].get("kernels"):
+            return out
+    if h.candidate_fn is not None:
+        try:
+            hot = profile_mod.hot_ops(h.candidate_fn, inputs, dev, top=top)
+            if "candidate" in out:
+                hot["note"] = out["candidate"].get("note", "")
+            out["candidate"] = hot
+        except Exception as exc:
+            out["candidate"] = {"note": f"torch.profiler failed: {type(exc).__name__}: {exc}"}
+    return out
+
+
+def profile(task: Task, candidate: Candidate | None, options: dict[str, Any], builder: Any) -> dict[str, Any]:
+    """The Worker's `profile` request: hot ops of the reference, and the candidate's kernels."""
+    ev = evaluate(task, candidate, ["compile", "profile"], options, builder)
+    if ev.profile is None:
+        return {"verdict": ev.verdict, "message": ev.message}
+    return ev.profile

@@ -1,0 +1,541 @@
+"""Worker side: is the Candidate correct? (DESIGN.md "Rules of the engine" and the cheat list.)
+
+Order of work, each step aimed at a known cheat:
+
+1. A warm-up set runs through the reference only (under a FLOP counter and an aten-op
+   recorder): it teaches the output shapes (for poisoning), the FLOPs (for the roofline)
+   and the compute ops the reference uses (for the fallback check). Its outputs stay alive.
+2. For each of `input_sets` freshly seeded sets (never the timing sets): free memory is
+   poisoned with NaN (the CUDA caching allocator's free blocks, filled byte 0xFF), and the
+   candidate runs FIRST with `torch.use_deterministic_algorithms(warn_only)` +
+   `fill_uninitialized_memory`, so every `torch.empty` it makes reads NaN (CPU and CUDA);
+   the previous set's reference outputs are still alive, so no freed block holds the answer
+   (Sakana's reuse exploit). Then: launch errors (device sync), output type (exactly
+   `torch.Tensor`: no subclass / lazy object), shape, dtype, device, strides, inputs
+   unchanged (compared with clones taken before), and values against the reference run
+   AFTERWARDS on pristine clones.
+3. Reference first, then candidate: the reference output is copied, freed, memory
+   poisoned, and the candidate must still be right (the exploit's own order).
+4. Stale results: the candidate is called again on the SAME tensor objects (same id and
+   data_ptr) refilled in place with another set's values; it must follow the new values.
+5. The candidate runs once more under an aten-op recorder: any compute op the reference
+   uses (aten.mm, aten._softmax, ...) seen there is flagged `torch_fallback`.
+
+NaN never passes where the reference is finite; a NaN that disappears when the same call
+is repeated without the NaN fill was never written (`unwritten_output`). On CPU the
+allocator cannot be poisoned reliably, so the deterministic fill is what makes
+`torch.empty` read NaN there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from kernel_lsp.engine.harness import Harness, InputSet, clone_inputs, flat_tensors, tensor_bytes
+
+# KernelBench's current defaults (eval.get_tolerance_for_precision, after torchbench):
+# fp32 1e-4, fp16/bf16 1e-2, used as both atol and rtol. Nothing here is looser.
+DEFAULT_TOLERANCE: dict[torch.dtype, float] = {
+    torch.float64: 1e-7,
+    torch.float32: 1e-4,
+    torch.complex64: 1e-4,
+    torch.complex128: 1e-7,
+    torch.float16: 1e-2,
+    torch.bfloat16: 1e-2,
+}
+for _name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"):
+    if hasattr(torch, _name):
+        DEFAULT_TOLERANCE[getattr(torch, _name)] = 1.25e-1  # 3 mantissa bits: eps 0.125
+
+# aten ops that only allocate, move or re-view data: using them is not a fallback.
+MOVEMENT_OPS = frozenset(
+    "aten." + n for n in (
+        "empty empty_like empty_strided new_empty new_empty_strided zeros zeros_like ones ones_like "
+        "full full_like new_zeros new_ones new_full fill_ fill zero_ copy_ copy clone contiguous "
+        "_to_copy to view _unsafe_view reshape _reshape_alias as_strided t transpose permute expand "
+        "squeeze unsqueeze slice select detach alias lift_fresh lift_fresh_copy resize_ set_ split "
+        "split_with_sizes chunk unbind narrow flatten unflatten view_as expand_as _local_scalar_dense "
+        "item is_same_size sym_size sym_stride sym_numel sym_storage_offset arange numel stride size "
+        "dim is_contiguous _has_compatible_shallow_copy_type record_stream equal randn rand randint "
+        "normal_ uniform_ random_ bernoulli_ _pin_memory pin_memory is_pinned data_ptr"
+    ).split()
+)
+
+
+@dataclass
+class VerifyResult:
+    verdict: str = "correct"
+    message: str = ""
+    evidence: dict[str, Any] | None = None
+    flags: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    reference_ops: list[str] = field(default_factory=list)
+    fallback_ops: list[str] = field(default_factory=list)
+    flops: int | None = None
+    input_bytes: int = 0
+    output_bytes: int = 0
+    input_sets: int = 0
+
+    @property
+    def correct(self) -> bool:
+        return self.verdict == "correct"
+
+
+class _Fail(Exception):
+    """Stops verification with a verdict."""
+
+    def __init__(self, verdict: str, message: str, evidence: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.verdict = verdict
+        self.message = message
+        self.evidence = evidence
+
+
+class OpRecorder(TorchDispatchMode):
+    """Records every aten op that reaches the dispatcher, from Python or from C++ extensions."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        self.ops.add(str(func.overloadpacket))
+        return func(*args, **(kwargs or {}))
+
+
+def tolerance_for(dtype: torch.dtype, atol: float | None, rtol: float | None) -> tuple[float, float]:
+    base = DEFAULT_TOLERANCE.get(dtype, 0.0)  # integers and bool: exact
+    return (base if atol is None else atol, base if rtol is None else rtol)
+
+
+# -- poisoning ---------------------------------------------------------------------------------
+
+def poison_free_memory(device: torch.device, sizes: list[int], pattern: int = 0xFF,
+                       cap_bytes: int = 8 << 30) -> int:
+    """Fill memory the allocator will hand out next with `pattern` (0xFF bytes read as NaN in
+    every float format), then free it. Returns the bytes poisoned.
+
+    CUDA: every free block of the caching allocator (from memory_snapshot) is allocated at its
+    exact size (best fit returns that block), filled and freed, plus blocks of the expected
+    output sizes. CPU: blocks of the expected output sizes only (glibc may or may not reuse them).
+    """
+    blocks: list[torch.Tensor] = []
+    total = 0
+    try:
+        if device.type == "cuda":
+            free_sizes: list[int] = []
+            for seg in torch.cuda.memory_snapshot():
+                if seg.get("device", device.index or 0) != (device.index or 0):
+                    continue
+                for blk in seg.get("blocks", []):
+                    if blk.get("state") == "inactive":
+                        free_sizes.append(int(blk["size"]))
+            for nbytes in sorted(free_sizes, reverse=True) + sizes * 2:
+                if nbytes <= 0 or total + nbytes > cap_bytes:
+                    continue
+                blocks.append(torch.empty(nbytes, dtype=torch.uint8, device=device).fill_(pattern))
+                total += nbytes
+            torch.cuda.synchronize(device)
+        else:
+            for nbytes in sizes * 3:
+                if nbytes > 0 and total + nbytes <= cap_bytes:
+                    blocks.append(torch.empty(nbytes, dtype=torch.uint8).fill_(pattern))
+                    total += nbytes
+    except RuntimeError:  # out of memory while poisoning: what was filled still counts
+        pass
+    del blocks
+    return total
+
+
+@contextlib.contextmanager
+def nan_fill(enabled: bool = True) -> Iterator[None]:
+    """torch.empty & co. return NaN (floats) / max int while active (CPU and CUDA)."""
+    if not enabled:
+        yield
+        return
+    import torch.utils.deterministic as det
+
+    was_on = torch.are_deterministic_algorithms_enabled()
+    was_warn = torch.is_deterministic_algorithms_warn_only_enabled()
+    was_fill = det.fill_uninitialized_memory
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        det.fill_uninitialized_memory = True
+        try:
+            yield
+        finally:
+            det.fill_uninitialized_memory = was_fill
+            torch.use_deterministic_algorithms(was_on, warn_only=was_warn)
+
+
+# -- calling ------------------------------------------------------------------------------------
+
+def sync(device: torch.device) -> None:
+    """Wait for all work on the device; a failed launch surfaces here as a verdict."""
+    if device.type != "cuda":
+        return
+    try:
+        torch.cuda.synchronize(device)
+    except Exception as exc:  # sticky CUDA errors (illegal address) land here
+        raise _Fail("error", f"CUDA error after the call: {exc}") from exc
+
+
+def _mode_stacks_empty() -> bool:
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    return torch._C._len_torch_function_stack() == 0 and not _get_current_dispatch_mode_stack()
+
+
+def call(fn: Callable[..., Any], inputs: list[Any], device: torch.device, who: str,
+         fill: bool = False) -> Any:
+    if not _mode_stacks_empty():
+        raise _Fail("error", "a torch function/dispatch mode is active before the call: the harness was tampered with")
+    try:
+        with nan_fill(fill):
+            out = fn(*inputs)
+    except _Fail:
+        raise
+    except Exception as exc:
+        verdict = "oom" if isinstance(exc, torch.OutOfMemoryError) else "error"
+        raise _Fail(verdict, f"the {who} raised {type(exc).__name__}: {_short(exc)}") from exc
+    sync(device)
+    if not _mode_stacks_empty():
+        raise _Fail("error", f"the {who} left a torch function/dispatch mode active (tampering with comparisons)")
+    return out
+
+
+def _short(exc: BaseException, limit: int = 300) -> str:
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    return first[:limit]
+
+
+# -- comparing ----------------------------------------------------------------------------------
+
+def _leaves(value: Any, path: str = "") -> list[tuple[str, Any]]:
+    if isinstance(value, (list, tuple)):
+        out: list[tuple[str, Any]] = []
+        for i, v in enumerate(value):
+            out += _leaves(v, f"{path}[{i}]")
+        return out
+    return [(path or "output", value)]
+
+
+def check_structure(out: Any, expected: Any, input_set: int) -> None:
+    """Output kinds, shapes, dtypes, devices: anything off is `bad_output`."""
+    def bad(message: str, **ev: Any) -> _Fail:
+        return _Fail("bad_output", message, {"input_set": input_set, **ev})
+
+    if isinstance(expected, (list, tuple)):
+        if not isinstance(out, (list, tuple)) or len(out) != len(expected):
+            raise bad(f"expected a {type(expected).__name__} of {len(expected)} outputs, got {type(out).__name__}"
+                      + (f" of {len(out)}" if isinstance(out, (list, tuple)) else ""))
+        for i, (o, e) in enumerate(zip(out, expected)):
+            _check_leaf(o, e, f"output[{i}]", bad)
+        return
+    _check_leaf(out, expected, "output", bad)
+
+
+def _check_leaf(o: Any, e: Any, name: str, bad: Callable[..., _Fail]) -> None:
+    if isinstance(e, (list, tuple)):
+        if not isinstance(o, (list, tuple)) or len(o) != len(e):
+            raise bad(f"{name}: expected a sequence of {len(e)}", output=name)
+        for i, (oo, ee) in enumerate(zip(o, e)):
+            _check_leaf(oo, ee, f"{name}[{i}]", bad)
+        return
+    if not isinstance(e, torch.Tensor):
+        if isinstance(o, torch.Tensor) or o != e:
+            raise bad(f"{name}: expected {e!r}, got {type(o).__name__}", output=name)
+        return
+    # Exact type first, before touching it: a subclass may compute only when compared.
+    if type(o) is not torch.Tensor:
+        raise bad(f"{name} is a {type(o).__module__}.{type(o).__qualname__}, not a plain torch.Tensor "
+                  "(subclasses and lazy objects are refused)", output=name, type=type(o).__qualname__)
+    if tuple(o.shape) != tuple(e.shape):
+        raise bad(f"{name} has shape {tuple(o.shape)}, expected {tuple(e.shape)}", output=name,
+                  shape=list(o.shape), expected_shape=list(e.shape))
+    if o.dtype != e.dtype:
+        raise bad(f"{name} has dtype {o.dtype}, expected {e.dtype}", output=name,
+                  dtype=str(o.dtype), expected_dtype=str(e.dtype))
+    if o.device != e.device:
+        raise bad(f"{name} is on {o.device}, expected {e.device}", output=name)
+    if o.is_sparse or o.layout != torch.strided:
+        raise bad(f"{name} has layout {o.layout}, expected torch.strided", output=name)
+    if any(s == 0 and n > 1 for s, n in zip(o.stride(), o.shape)) and not any(
+            s == 0 and n > 1 for s, n in zip(e.stride(), e.shape)):
+        raise bad(f"{name} is a broadcast view (stride 0): elements overlap", output=name,
+                  stride=list(o.stride()))
+
+
+def compare(out: Any, expected: Any, atol: float | None, rtol: float | None,
+            input_set: int) -> dict[str, Any] | None:
+    """None when every tensor leaf matches; else evidence of the worst element."""
+    outs = _leaves(out)
+    exps = _leaves(expected)
+    for (name, o), (_, e) in zip(outs, exps):
+        if not isinstance(e, torch.Tensor):
+            continue
+        ev = compare_tensor(o, e, atol, rtol)
+        if ev is not None:
+            ev.update(output=name, input_set=input_set)
+            return ev
+    return None
+
+
+def compare_tensor(o: torch.Tensor, e: torch.Tensor, atol: float | None,
+                   rtol: float | None) -> dict[str, Any] | None:
+    a_tol, r_tol = tolerance_for(e.dtype, atol, rtol)
+    if e.numel() == 0:
+        return None
+    if e.dtype == torch.bool or not (e.is_floating_point() or e.is_complex()):
+        bad = o != e
+        if not bool(bad.any()):
+            return None
+        diff = (o.double() - e.double()).abs() if e.dtype != torch.bool else bad.double()
+        return _evidence(o, e, diff, bad, a_tol, r_tol, nan=False)
+    a = o.detach().to(torch.complex128 if e.is_complex() else torch.float64)
+    b = e.detach().to(a.dtype)
+    a_nan, b_nan = torch.isnan(a), torch.isnan(b)
+    if e.is_complex():
+        a_nan, b_nan = a_nan | torch.isnan(a.imag), b_nan | torch.isnan(b.imag)
+    diff = (a - b).abs()
+    same_inf = torch.isinf(a) & torch.isinf(b) & (a == b)
+    ok = (diff <= a_tol + r_tol * b.abs()) | (a_nan & b_nan) | same_inf
+    bad = ~ok
+    if not bool(bad.any()):
+        return None
+    nan_bad = (a_nan & ~b_nan) | (torch.isinf(a) & ~same_inf)
+    return _evidence(o, e, diff, bad, a_tol, r_tol, nan=bool(nan_bad.any()), nan_mask=nan_bad)
+
+
+def _evidence(o: torch.Tensor, e: torch.Tensor, diff: torch.Tensor, bad: torch.Tensor,
+              atol: float, rtol: float, nan: bool, nan_mask: torch.Tensor | None = None) -> dict[str, Any]:
+    finite = torch.where(torch.isfinite(diff), diff, torch.zeros_like(diff))
+    ref_abs = e.detach().abs().double() if not e.is_complex() else e.detach().abs().double()
+    rel = finite / ref_abs.clamp_min(1e-12)
+    # The worst element: a non-finite one if any, else the largest excess over tolerance.
+    score = torch.where(bad, finite - (atol + rtol * ref_abs), torch.full_like(finite, -float("inf")))
+    if nan and nan_mask is not None:
+        score = torch.where(nan_mask, torch.full_like(score, float("inf")), score)
+    flat = int(torch.argmax(score.reshape(-1)))
+    where = [int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(e.shape))] if e.dim() else []
+    got = o.reshape(-1)[flat].item()
+    want = e.reshape(-1)[flat].item()
+    return {
+        "max_abs_err": float(finite[bad].max()) if bool((bad & torch.isfinite(diff)).any()) else float("nan"),
+        "max_rel_err": float(rel[bad].max()) if bool((bad & torch.isfinite(diff)).any()) else float("nan"),
+        "where": where,
+        "got": _num(got),
+        "expected": _num(want),
+        "mismatched": int(bad.sum()),
+        "numel": int(e.numel()),
+        "atol": atol,
+        "rtol": rtol,
+        "nonfinite": bool(nan),
+        "nonfinite_mask": nan_mask,  # dropped before leaving verify (not JSON)
+    }
+
+
+def _num(x: Any) -> Any:
+    if isinstance(x, complex):
+        return [x.real, x.imag]
+    if isinstance(x, float) and x != x:
+        return "nan"
+    if isinstance(x, float) and x in (float("inf"), float("-inf")):
+        return "inf" if x > 0 else "-inf"
+    return x
+
+
+def _clean(ev: dict[str, Any] | None) -> dict[str, Any] | None:
+    if ev is None:
+        return None
+    return {k: v for k, v in ev.items() if k != "nonfinite_mask"}
+
+
+def _first_mutation(before: list[Any], after: list[Any]) -> dict[str, Any] | None:
+    for i, (b, a) in enumerate(zip(before, after)):
+        if isinstance(b, torch.Tensor):
+            if not isinstance(a, torch.Tensor) or a.shape != b.shape or not torch.equal(
+                    torch.nan_to_num(a.detach()), torch.nan_to_num(b)):
+                changed = -1
+                if isinstance(a, torch.Tensor) and a.shape == b.shape:
+                    changed = int((torch.nan_to_num(a.detach()) != torch.nan_to_num(b)).sum())
+                return {"input": i, "changed_elements": changed}
+    return None
+
+
+def _tensor_copy(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_tensor_copy(v) for v in value)
+    return value
+
+
+# -- the procedure ------------------------------------------------------------------------------
+
+def verify(h: Harness, options: dict[str, Any]) -> VerifyResult:
+    """Judge h.candidate_fn against h.model. Never raises for the candidate's faults."""
+    res = VerifyResult()
+    try:
+        with torch.no_grad():
+            _verify(h, options, res)
+    except _Fail as fail:
+        res.verdict, res.message, res.evidence = fail.verdict, fail.message, _clean(fail.evidence)
+    return res
+
+
+def _verify(h: Harness, options: dict[str, Any], res: VerifyResult) -> None:
+    assert h.model is not None and h.candidate_fn is not None
+    ref, cand, dev = h.model, h.candidate_fn, h.device
+    atol = options.get("atol", h.task.atol)
+    rtol = options.get("rtol", h.task.rtol)
+    n_sets = max(2, int(options.get("input_sets", 3)))
+    base = h.seed + 1_000_003  # fresh seeds: disjoint from the seed used for timing sets
+
+    # 1. warm-up set: reference only; learns output sizes, FLOPs and the ops it uses.
+    warm = h.make_inputs(base)
+    from torch.utils.flop_counter import FlopCounterMode
+
+    recorder = OpRecorder()
+    try:
+        with FlopCounterMode(display=False) as flops, recorder:
+            prev_expected = ref(*clone_inputs(warm.values))
+        res.flops = int(flops.get_total_flops()) or None
+    except Exception:  # counting is best effort; the plain run must work
+        prev_expected = ref(*clone_inputs(warm.values))
+    sync(dev)
+    res.reference_ops = sorted(recorder.ops - MOVEMENT_OPS)
+    out_sizes = [t.numel() * t.element_size() for t in flat_tensors(prev_expected)]
+    res.input_bytes = tensor_bytes(warm.values)
+    res.output_bytes = sum(out_sizes)
+    if warm.zero_float_inputs:
+        res.flags.append("zero_inputs")
+        res.notes.append(f"get_inputs() gives all-zero float inputs {warm.zero_float_inputs}: a weak test")
+
+    expected_by_set: list[Any] = []
+    sets: list[InputSet] = []
+    for i in range(n_sets):
+        s = h.make_inputs(base + 7919 * (i + 1))
+        pristine = clone_inputs(s.values)
+        poison_free_memory(dev, out_sizes)
+        out = call(cand, s.values, dev, "candidate", fill=True)
+        mutation = _first_mutation(pristine, s.values)
+        if mutation is not None:
+            raise _Fail("mutated_input", f"the candidate changed input {mutation['input']} "
+                        f"({mutation['changed_elements']} elements) on input set {i}",
+                        {"input_set": i, **mutation})
+        expected = call(ref, clone_inputs(pristine), dev, "reference")
+        check_structure(out, expected, i)
+        ev = compare(out, expected, atol, rtol, i)
+        if ev is not None:
+            _classify_mismatch(h, ev, out, pristine, expected, expected_by_set, out_sizes, atol, rtol)
+        expected_by_set.append(expected)
+        sets.append(InputSet(seed=s.seed, values=pristine))
+        prev_expected = expected  # kept alive while the next set's candidate runs
+        del out
+    res.input_sets = n_sets
+
+    # 3. the exploit's own order: reference first, its output freed, memory poisoned.
+    s = h.make_inputs(base + 104_729)
+    pristine = clone_inputs(s.values)
+    fresh = call(ref, clone_inputs(pristine), dev, "reference")
+    expected = _tensor_copy(fresh)
+    del fresh
+    poison_free_memory(dev, out_sizes)
+    out = call(cand, s.values, dev, "candidate", fill=True)
+    check_structure(out, expected, n_sets)
+    ev = compare(out, expected, atol, rtol, n_sets)
+    if ev is not None:
+        _classify_mismatch(h, ev, out, pristine, expected, expected_by_set, out_sizes, atol, rtol)
+    del out
+
+    # 4. stale results: the same tensor objects (same id, same data_ptr) refilled in place.
+    holder = clone_inputs(sets[-1].values)
+    first = call(cand, holder, dev, "candidate")
+    first_copy = _tensor_copy(first)
+    for dst, src in zip(holder, sets[0].values):
+        if isinstance(dst, torch.Tensor):
+            dst.copy_(src)
+    second = call(cand, holder, dev, "candidate", fill=True)
+    ev = compare(second, expected_by_set[0], atol, rtol, 0)
+    if ev is not None:
+        if compare(second, expected_by_set[-1], atol, rtol, n_sets - 1) is None:
+            raise _Fail("stale_result", "called again on the same tensors refilled with new values, "
+                        "the candidate returned the previous call's result (a cache keyed on pointer/id)",
+                        {**ev, "note": "matches the previous input set's reference"})
+        raise _Fail("mismatch", "wrong result when the same input tensors are refilled with new values",
+                    ev)
+    if flat_tensors(first) and flat_tensors(second) and any(
+            a.data_ptr() == b.data_ptr() for a, b in zip(flat_tensors(first), flat_tensors(second))):
+        if compare(first, first_copy, 0.0, 0.0, n_sets) is not None:
+            res.flags.append("output_buffer_reused")
+            res.notes.append("the candidate returns the same output buffer on every call "
+                             "(an earlier result is overwritten by the next call)")
+    del first, second
+
+    # Weak tests: the reference's outputs barely depend on the inputs.
+    if len(expected_by_set) >= 2 and all(
+            compare(expected_by_set[k], expected_by_set[0], None, None, k) is None
+            for k in range(1, len(expected_by_set))):
+        res.flags.append("near_constant_output")
+        res.notes.append("the reference gives the same output on every input set: the test is weak")
+    zero_outs = [i for i, t in enumerate(flat_tensors(expected_by_set[0]))
+                 if t.is_floating_point() and t.numel() and not bool(t.any())]
+    if zero_outs:
+        res.flags.append("zero_output")
+        res.notes.append(f"the reference output {zero_outs} is all zeros: the test is weak")
+
+    # 5. fallback: which of the reference's compute ops does the candidate run?
+    cand_rec = OpRecorder()
+    with cand_rec:
+        try:
+            cand(*clone_inputs(sets[0].values))
+        except Exception:
+            pass  # it ran fine above; a mode-specific failure is not a verdict
+    sync(dev)
+    used = sorted((cand_rec.ops - MOVEMENT_OPS) & set(res.reference_ops))
+    if used:
+        res.fallback_ops = used
+        res.flags.append("torch_fallback")
+        res.notes.append("calls the PyTorch ops the reference uses (" + ", ".join(used) + ")")
+    res.message = f"matches the reference on {n_sets + 2} input sets"
+
+
+def _classify_mismatch(h: Harness, ev: dict[str, Any], out: Any, pristine: list[Any], expected: Any,
+                       earlier: list[Any], out_sizes: list[int], atol: float | None,
+                       rtol: float | None) -> None:
+    """Raise the right verdict for a failed comparison: unwritten, nan, stale or mismatch."""
+    dev = h.device
+    assert h.candidate_fn is not None
+    where = ev.get("where")
+    if ev.get("nonfinite"):
+        # Same call without the NaN fill and with zero-poisoned memory: do the NaNs go away?
+        poison_free_memory(dev, out_sizes, pattern=0x00)
+        again = call(h.candidate_fn, clone_inputs(pristine), dev, "candidate", fill=False)
+        mask = ev.get("nonfinite_mask")
+        still = False
+        for (name, o), (_, e) in zip(_leaves(again), _leaves(expected)):
+            if name == ev.get("output") and isinstance(o, torch.Tensor) and mask is not None \
+                    and o.shape == mask.shape:
+                still = bool((~torch.isfinite(o.detach().double()) & mask).any())
+        if not still:
+            raise _Fail("unwritten_output",
+                        f"{ev['output']} has elements the candidate never wrote (poisoned NaN survived; "
+                        f"first at {where}, {ev['mismatched']} of {ev['numel']} wrong)", ev)
+        raise _Fail("nan", f"{ev['output']} has NaN/Inf where the reference is finite (at {where})", ev)
+    for k, old in enumerate(earlier):
+        # Stale: the output equals an earlier set's reference (a cache hit on a reused pointer).
+        if compare(out, old, atol, rtol, k) is None:
+            raise _Fail("stale_result", f"{ev['output']} equals the result for input set {k}: "
+                        "results are reused across calls", {**ev, "matches_input_set": k})
+    raise _Fail("mismatch", f"{ev['output']} differs from the reference at {where}: got {ev['got']}, "
+                f"expected {ev['expected']} (max abs err {ev['max_abs_err']:.3g}, "
+                f"{ev['mismatched']} of {ev['numel']} elements off)", ev)

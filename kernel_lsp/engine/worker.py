@@ -1,0 +1,294 @@
+"""The Worker: one process, one GPU, one request at a time (``python -m kernel_lsp.engine.worker``).
+
+It speaks JSON lines (``protocol.py``) on private copies of the stdin/stdout file
+descriptors taken before any candidate code runs; fd 0 then reads /dev/null and
+fd 1 (and ``sys.stdout``) write to stderr, so a candidate's ``print`` or a C
+``printf`` lands in the stderr log the client keeps, never in the protocol.
+
+Imports only the standard library, torch/triton (lazily), and kernel_lsp's model,
+toolchain and engine modules; never pygls, tree-sitter or openai.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import faulthandler
+import importlib
+import io
+import os
+import platform
+import sys
+import time
+from typing import Any, BinaryIO, Callable
+
+from kernel_lsp.engine import build, protocol
+from kernel_lsp.model import Candidate, Task
+
+Handler = Callable[[dict[str, Any]], Any]
+
+
+class FatalWorkerError(Exception):
+    """After answering, the Worker must exit (its CUDA context is unusable)."""
+
+
+def _take_channel() -> tuple[BinaryIO, BinaryIO]:
+    """Move the protocol onto private fds; candidates' stdout goes to stderr."""
+    proto_in = os.fdopen(os.dup(0), "rb", buffering=0)
+    proto_out = os.fdopen(os.dup(1), "wb")  # buffered: a write is never partial; flushed per message
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)
+    sys.stdin = open(os.devnull)  # noqa: SIM115 - lives as long as the process
+    sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", buffering=0, closefd=False), write_through=True)
+    return proto_in, proto_out
+
+
+class Worker:
+    def __init__(self) -> None:
+        self.ops: dict[str, Handler] = {
+            "ping": self.op_ping,
+            "warm": self.op_warm,
+            "device_info": self.op_device_info,
+            "evaluate": self.op_evaluate,
+            "profile": self.op_profile,
+            "build": self.op_build,
+            "environ": self.op_environ,
+            "run_python": self.op_run_python,
+            "sleep": self.op_sleep,
+            "crash": self.op_crash,
+            "echo": self.op_echo,
+            "raise": self.op_raise,
+            "shutdown": self.op_shutdown,
+        }
+        self.started = time.time()
+        self.requests = 0
+        self.stop = False
+        self.fatal = False  # set when the CUDA context is unusable: answer, then exit
+
+    # -- ops ------------------------------------------------------------------
+
+    def op_ping(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {"pid": os.getpid(), "python": sys.version.split()[0], "requests": self.requests,
+                "uptime": time.time() - self.started}
+
+    def op_warm(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Import torch and initialize CUDA now, outside any candidate's deadline."""
+        t0 = time.perf_counter()
+        out: dict[str, Any] = {"torch": None, "cuda": False}
+        try:
+            import torch  # noqa: PLC0415
+        except ImportError:
+            return {**out, "seconds": time.perf_counter() - t0}
+        out["torch"] = torch.__version__
+        build.install_hooks()
+        if torch.cuda.is_available():
+            torch.cuda.init()
+            torch.empty(1, device="cuda")
+            torch.cuda.synchronize()
+            major, minor = torch.cuda.get_device_capability()
+            build.configure(f"sm_{major}{minor}")
+            out.update(cuda=True, device=torch.cuda.get_device_name(), arch=f"sm_{major}{minor}")
+        out["seconds"] = time.perf_counter() - t0
+        return out
+
+    def op_device_info(self, params: dict[str, Any]) -> dict[str, Any]:
+        run = _run_module()
+        if run is not None and hasattr(run, "device_info"):
+            return run.device_info()
+        return _fallback_device_info()
+
+    def op_evaluate(self, params: dict[str, Any]) -> dict[str, Any]:
+        run = _run_module()
+        if run is None:
+            raise RuntimeError("kernel_lsp.engine.run is not available in this Worker")
+        task = Task.from_dict(params["task"])
+        candidate = Candidate.from_dict(params["candidate"])
+        checks = list(params.get("checks") or ["compile", "verify", "bench"])
+        options = dict(params.get("options") or {})
+        ev = run.evaluate(task, candidate, checks, options, build)
+        data = ev.to_dict() if hasattr(ev, "to_dict") else dict(ev)
+        reason = _cuda_unhealthy(str(data.get("message", "")) + " " + str(data.get("evidence") or ""))
+        if reason:
+            self.stop = self.fatal = True
+            data["message"] = f"{data.get('message', '')} [the Worker restarts: {reason}]".strip()
+        return data
+
+    def op_profile(self, params: dict[str, Any]) -> Any:
+        run = _run_module()
+        if run is None:
+            raise RuntimeError("kernel_lsp.engine.run is not available in this Worker")
+        task = Task.from_dict(params["task"])
+        candidate = Candidate.from_dict(params["candidate"]) if params.get("candidate") else None
+        options = dict(params.get("options") or {})
+        if hasattr(run, "profile"):
+            result = run.profile(task, candidate, options, build)
+        else:
+            cand = candidate or Candidate(source=task.reference_source, kind="python", origin="reference")
+            ev = run.evaluate(task, cand, ["compile", "profile"], options, build)
+            result = ev.profile or {"verdict": ev.verdict, "message": ev.message}
+        if hasattr(result, "to_dict"):
+            result = result.to_dict()
+        if _cuda_unhealthy(str(result)[:4000]):
+            self.stop = self.fatal = True
+        return result
+
+    def op_build(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Build without running (the CPU pool): the cache then has it."""
+        kind = params.get("kind", "python")
+        source, filename = params["source"], params.get("filename") or "<candidate>"
+        if kind == "cuda":
+            _, result = build.build_cuda(source, filename, params.get("options") or {})
+        else:
+            result = build.build_python(source, filename)
+        return result.to_dict()
+
+    def op_environ(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {"keys": sorted(os.environ), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+    def op_run_python(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Load a source with build.load_python and optionally call one of its functions."""
+        module, result = build.load_python(params["source"], params.get("filename") or "<candidate>")
+        value = None
+        if module is not None and params.get("call"):
+            value = getattr(module, params["call"])(*params.get("args", []))
+        return {"compile": result.to_dict(), "value": value}
+
+    def op_sleep(self, params: dict[str, Any]) -> dict[str, Any]:
+        time.sleep(float(params.get("seconds", 1.0)))
+        return {"slept": params.get("seconds", 1.0)}
+
+    def op_crash(self, params: dict[str, Any]) -> None:
+        how = params.get("how", "abort")
+        if how == "segfault":
+            ctypes.string_at(0)
+        elif how == "exit":
+            os._exit(int(params.get("code", 3)))
+        os.abort()
+
+    def op_echo(self, params: dict[str, Any]) -> dict[str, Any]:
+        # Writes to stdout on purpose: it must not reach the protocol channel.
+        print(params.get("print", "noise on stdout"), flush=True)
+        os.write(1, b"raw fd 1 noise\n")
+        return params
+
+    def op_raise(self, params: dict[str, Any]) -> None:
+        kinds: dict[str, type[BaseException]] = {"MemoryError": MemoryError, "ValueError": ValueError,
+                                                 "RuntimeError": RuntimeError}
+        raise kinds.get(params.get("type", "RuntimeError"), RuntimeError)(params.get("message", "raised on request"))
+
+    def op_shutdown(self, params: dict[str, Any]) -> dict[str, Any]:
+        self.stop = True
+        return {"bye": True}
+
+    # -- loop -----------------------------------------------------------------
+
+    def handle(self, message: dict[str, Any]) -> dict[str, Any]:
+        req_id = message.get("id")
+        op = message.get("op")
+        handler = self.ops.get(str(op))
+        self.requests += 1
+        if handler is None:
+            return {"id": req_id, "error": {"type": "UnknownOp", "message": f"unknown op {op!r}", "traceback": ""}}
+        try:
+            result = handler(message.get("params") or {})
+            return {"id": req_id, "result": result, "fatal": self.fatal}
+        except FatalWorkerError as exc:
+            self.stop = True
+            return {"id": req_id, "error": protocol.error_payload(exc), "fatal": True}
+        except BaseException as exc:  # noqa: BLE001 - every fault becomes an answer
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            fatal = protocol.is_sticky_cuda_error(str(exc))
+            if fatal:
+                self.stop = True
+            return {"id": req_id, "error": protocol.error_payload(exc), "fatal": fatal}
+
+
+def _cuda_unhealthy(text: str) -> str | None:
+    """A sticky CUDA error (illegal address...) poisons the context: this Worker must go."""
+    if protocol.is_sticky_cuda_error(text):
+        return "a sticky CUDA error: " + text.strip()[:300]
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    try:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+    except Exception as exc:  # noqa: BLE001
+        return f"the CUDA context is unusable: {exc}"
+    return None
+
+
+_run_cache: list[Any] = []
+
+
+def _run_module() -> Any:
+    """CHECK's kernel_lsp.engine.run, or the module named by $KERNEL_LSP_RUN_MODULE
+    (tests put a small stand-in there); None when it does not exist."""
+    if not _run_cache:
+        name = os.environ.get("KERNEL_LSP_RUN_MODULE") or "kernel_lsp.engine.run"
+        try:
+            _run_cache.append(importlib.import_module(name))
+        except ImportError as exc:
+            if exc.name != name:
+                raise
+            _run_cache.append(None)
+    return _run_cache[0]
+
+
+def _fallback_device_info() -> dict[str, Any]:
+    info: dict[str, Any] = {"host": platform.node(), "python": sys.version.split()[0], "cuda": False}
+    try:
+        import torch  # noqa: PLC0415
+    except ImportError:
+        return info
+    info["torch"] = torch.__version__
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        info.update(cuda=True, name=p.name, capability=list(torch.cuda.get_device_capability()),
+                    sm_count=p.multi_processor_count, memory_bytes=p.total_memory)
+    return info
+
+
+def main() -> int:
+    proto_in, proto_out = _take_channel()
+    faulthandler.enable(file=sys.stderr)  # a segfault leaves a Python stack in the crash report
+    # The timer must be captured before any candidate can patch it (DESIGN: cheat 7).
+    try:
+        importlib.import_module("kernel_lsp.engine.bench")
+    except ImportError as exc:
+        if exc.name != "kernel_lsp.engine.bench":
+            print(f"kernel-lsp worker: importing bench failed: {exc!r}", file=sys.stderr)
+    worker = Worker()
+    proto_out.write(protocol.encode({"id": None, "ready": {"pid": os.getpid(), "python": sys.executable}}))
+    proto_out.flush()
+    while not worker.stop:
+        line = proto_in.readline()
+        if not line:
+            break  # the client went away
+        if not line.strip():
+            continue
+        try:
+            message = protocol.decode(line)
+        except ValueError as exc:
+            response: dict[str, Any] = {"id": None, "error": protocol.error_payload(exc)}
+        else:
+            response = worker.handle(message)
+        try:
+            data = protocol.encode(response)
+        except (TypeError, ValueError) as exc:  # a result that is not JSON
+            data = protocol.encode({"id": response.get("id"), "error": protocol.error_payload(exc)})
+        proto_out.write(data)
+        proto_out.flush()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001
+        pass
+    # Skip interpreter teardown: a candidate's threads or a poisoned CUDA context can hang it.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""The kernel-lsp language server (pygls 2.x).
+
+One direction (DESIGN.md): document events become jobs, job results become editor
+features. Nothing here blocks the event loop: compiles are asyncio subprocesses, GPU
+work lives in engine Workers, and no handler uses `@server.thread()` (pygls reads stdin
+on that pool).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+from pygls.uris import to_fs_path
+
+from kernel_lsp import __version__
+from kernel_lsp.config import Settings, SettingsError, load_settings
+from kernel_lsp.model import CompileResult, Diagnostic, ResourceUsage
+from kernel_lsp.server.jobs import Jobs
+from kernel_lsp.server.positions import Positions
+from kernel_lsp.source import Document, parse_document
+
+log = logging.getLogger(__name__)
+
+CUDA_SUFFIXES = (".cu", ".cuh")
+CONFIG_SECTION = "kernelLsp"
+STATUS_NOTIFICATION = "kernel-lsp/status"
+
+
+class KernelLanguageServer(LanguageServer):
+    def __init__(self) -> None:
+        super().__init__("kernel-lsp", __version__)
+        self.settings = Settings()
+        self.init_options: dict[str, Any] = {}
+        self.documents: dict[str, Document] = {}
+        # The last compile of each document: its results and the resources by kernel name.
+        self.compiles: dict[str, list[CompileResult]] = {}
+        self.resources: dict[str, dict[str, ResourceUsage]] = {}
+        # Diagnostics per document, in buckets (compile, resources, verify...) published together.
+        self.diagnostic_buckets: dict[str, dict[str, list[types.Diagnostic]]] = {}
+        self.jobs = Jobs(on_change=self.send_status)
+
+    # -- settings ---------------------------------------------------------------------------
+
+    @property
+    def root(self) -> str | None:
+        try:
+            return self.workspace.root_path
+        except RuntimeError:  # before initialize
+            return None
+
+    def reload_settings(self, *overlays: dict[str, Any] | None) -> None:
+        try:
+            self.settings = load_settings(self.root, self.init_options, *overlays)
+        except SettingsError as exc:
+            self.window_show_message(types.ShowMessageParams(
+                type=types.MessageType.Error, message=f"kernel-lsp: {exc}"))
+
+    # -- documents --------------------------------------------------------------------------
+
+    def document(self, uri: str) -> Document:
+        """The parsed document for `uri`, re-parsed incrementally when its text changed."""
+        text = self.workspace.get_text_document(uri).source
+        old = self.documents.get(uri)
+        if old is not None and old.text == text:
+            return old
+        doc = parse_document(self.path(uri), text, old)
+        self.documents[uri] = doc
+        return doc
+
+    def path(self, uri: str) -> str:
+        return to_fs_path(uri) or uri
+
+    def positions(self, uri: str) -> Positions:
+        text = self.workspace.get_text_document(uri).source
+        return Positions(text, self.workspace.position_encoding or types.PositionEncodingKind.Utf16)
+
+    # -- diagnostics ------------------------------------------------------------------------
+
+    def set_diagnostics(self, uri: str, bucket: str, diagnostics: list[types.Diagnostic]) -> None:
+        buckets = self.diagnostic_buckets.setdefault(uri, {})
+        buckets[bucket] = diagnostics
+        merged = [d for items in buckets.values() for d in items]
+        self.text_document_publish_diagnostics(
+            types.PublishDiagnosticsParams(uri=uri, diagnostics=merged))
+
+    def lsp_diagnostic(self, uri: str, diag: Diagnostic) -> types.Diagnostic:
+        positions = self.positions(uri)
+        span = diag.span
+        if span.start_line == span.end_line and span.start_col == span.end_col:
+            span = positions.line_span(span.start_line)
+        return types.Diagnostic(
+            range=positions.range(span),
+            severity=_SEVERITY[diag.severity],
+            message=diag.message,
+            source=diag.source,
+            code=diag.code,
+        )
+
+    # -- status -----------------------------------------------------------------------------
+
+    def send_status(self) -> None:
+        try:
+            self.protocol.notify(STATUS_NOTIFICATION, {"jobs": [j.status() for j in self.jobs.running()]})
+        except Exception:  # no client yet (tests construct the server bare)
+            log.debug("status not sent", exc_info=True)
+
+
+_SEVERITY = {
+    "error": types.DiagnosticSeverity.Error,
+    "warning": types.DiagnosticSeverity.Warning,
+    "information": types.DiagnosticSeverity.Information,
+    "hint": types.DiagnosticSeverity.Hint,
+}
+
+
+def is_cuda(uri: str) -> bool:
+    return Path(uri).suffix in CUDA_SUFFIXES
+
+
+def create_server() -> KernelLanguageServer:
+    """A server with every feature registered (each module adds its own)."""
+    from kernel_lsp.server import compiling, lifecycle, navigation
+
+    server = KernelLanguageServer()
+    lifecycle.register(server)
+    navigation.register(server)
+    compiling.register(server)
+    return server

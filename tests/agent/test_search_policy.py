@@ -1,0 +1,196 @@
+"""The Search's policy (selection, repair, guard, budget, cancel) over a fake engine and the
+real Store. End-to-end Searches with the real Engine live in test_search_e2e.py."""
+
+import asyncio
+import time
+
+import pytest
+
+from kernel_lsp.agent.budget import Budget
+from kernel_lsp.agent.proposer import Proposal, ProposalRequest
+from kernel_lsp.agent.search import Search, SearchOptions
+from kernel_lsp.model import Candidate, Task
+from kernel_lsp.store import Store
+
+from .fakes import FakeEngine
+
+TASK = Task(name="fake", reference_path="fake.py", reference_source="class Model: ...")
+START = Candidate(source="class ModelNew: ...\n# ms: 10\n", kind="python")
+
+
+class Scripted:
+    """Answers each propose() call with the next scripted list of sources / failures."""
+
+    name = "scripted"
+    model = None
+    can_repair = True
+    uses_profile = True
+
+    def __init__(self, script):
+        self.script = list(script)
+        self.requests: list[ProposalRequest] = []
+
+    async def propose(self, request):
+        self.requests.append(request)
+        if not self.script:
+            return []
+        out = []
+        for item in self.script.pop(0):
+            if isinstance(item, Proposal):
+                out.append(item)
+            else:
+                out.append(Proposal(candidate=Candidate(source=f"class ModelNew: ...\n{item}\n",
+                                                        kind="python", origin="llm",
+                                                        parent=request.parent.id, note=item),
+                                    prompt_tokens=100, completion_tokens=50, cost=0.001))
+        return out
+
+    async def aclose(self):
+        pass
+
+
+async def go(tmp_path, script, engine=None, **opts):
+    store = Store(tmp_path / "s.sqlite")
+    budget = opts.pop("budget", Budget(proposals=20, patience=3))
+    proposer = Scripted(script)
+    events = []
+    search = Search(engine or FakeEngine(), store, TASK, START, proposer,
+                    SearchOptions(budget=budget, **opts))
+    result = await search.run(events.append)
+    return result, store, proposer, events
+
+
+async def test_guard_picks_fastest_correct_never_wrong_or_slower(tmp_path):
+    result, store, _, events = await go(tmp_path, [
+        ["# ms: 12  slower", "# verdict: mismatch\n# ms: 1  wrong but fast"],
+        ["# ms: 1.5 flagged\n# flags: torch_fallback", "# ms: 5  faster"],
+    ])
+    assert result.improved and result.confirmed
+    assert "# ms: 5" in result.best.source
+    assert result.speedup == pytest.approx(2.0)
+    rows = store.search(result.search_id)
+    assert rows["state"] == "done" and rows["best"] == result.best.id
+    assert rows["budget"]["result"]["improved"] is True
+    assert len(rows["nodes"]) == 5  # root + 4 children, every one kept
+    kinds = [e.kind for e in events]
+    assert kinds[0] == "started" and "new_best" in kinds and kinds[-1] == "finished"
+    assert result.tokens == 600 and result.cost == pytest.approx(0.004)
+
+
+async def test_noise_sized_gain_is_no_improvement(tmp_path):
+    # 3% faster, but the start's spread is 4%: inside the noise.
+    result, *_ = await go(tmp_path, [["# ms: 9.7\n# spread: 4"]])
+    assert not result.improved and result.best is None
+    assert "no improvement" in result.reason
+
+
+async def test_confirmation_rerun_can_reject(tmp_path):
+    # Looked 2x faster in the search, but its re-timing (2nd evaluation) is as slow as the start.
+    result, store, _, events = await go(tmp_path, [["# ms: 5\n# ms@2: 10"]])
+    assert not result.improved and not result.confirmed
+    assert "not_confirmed" in [e.kind for e in events]
+    assert store.search(result.search_id)["budget"]["result"]["improved"] is False
+
+
+async def test_compile_error_goes_back_for_repair_with_compiler_messages(tmp_path):
+    result, _, proposer, _ = await go(tmp_path, [
+        ["# verdict: compile_error"],
+        ["# ms: 4  fixed"],
+    ], children=1)
+    repair = proposer.requests[1]
+    assert repair.mode == "repair" and repair.evaluation.verdict == "compile_error"
+    assert "expected ';'" in repair.evaluation.compile.log
+    assert result.improved and result.best.note == "# ms: 4  fixed"
+
+
+async def test_repair_rounds_are_bounded(tmp_path):
+    result, _, proposer, _ = await go(tmp_path, [
+        ["# verdict: mismatch  a"], ["# verdict: mismatch  b"], ["# verdict: mismatch  c"],
+        ["# verdict: mismatch  d"], ["# verdict: mismatch  e"],
+    ], children=1, repair_rounds=2, max_children=1)
+    modes = [r.mode for r in proposer.requests]
+    assert modes == ["optimize", "repair", "repair"]
+    assert not result.improved
+
+
+async def test_profile_only_for_correct_nodes_deep_enough(tmp_path):
+    engine = FakeEngine()
+    result, _, proposer, _ = await go(tmp_path, [["# ms: 8"], ["# ms: 6"], ["# ms: 5"]],
+                                      engine=engine, children=1, profile_after_depth=1)
+    assert proposer.requests[0].profile is None  # the root (depth 0)
+    assert any(r.profile and r.profile["hot_ops"] for r in proposer.requests[1:])
+    assert all(r.evaluation.verdict == "correct" for r in proposer.requests if r.profile)
+
+
+async def test_budget_and_patience_stop(tmp_path):
+    result, _, proposer, _ = await go(tmp_path, [["# ms: 11 a", "# ms: 12 b"]] * 10,
+                                      budget=Budget(proposals=100, patience=2))
+    assert "no gain in 2 rounds" in result.reason
+    result, _, proposer, _ = await go(tmp_path, [["# ms: 11 a%d" % i, "# ms: 12 b%d" % i] for i in range(9)],
+                                      budget=Budget(proposals=3, patience=None))
+    assert "proposal budget spent (3/3)" in result.reason
+
+
+async def test_failed_and_fatal_proposals_are_recorded_steps(tmp_path):
+    result, store, _, events = await go(tmp_path, [
+        [Proposal.failed("unusable answer: prose only")],
+        [Proposal.failed("authentication failed (HTTP 401): check the API key", fatal=True)],
+    ], budget=Budget(proposals=10, patience=5))
+    assert "proposer cannot go on" in result.reason and result.state == "done"
+    steps = store.search(result.search_id)["budget"]["steps"]
+    assert [s["reason"] for s in steps if s["failed"]] == [
+        "unusable answer: prose only", "authentication failed (HTTP 401): check the API key"]
+    assert [e.kind for e in events].count("proposal_failed") == 2
+
+
+async def test_prebuild_called_for_every_child(tmp_path):
+    engine = FakeEngine()
+    await go(tmp_path, [["# ms: 8 a", "# ms: 9 b"]], engine=engine)
+    assert len(engine.prebuilt) == 2
+
+
+async def test_progress_callback_errors_do_not_stop_search(tmp_path):
+    store = Store(tmp_path / "s.sqlite")
+
+    def bad(ev):
+        raise RuntimeError("display broke")
+
+    search = Search(FakeEngine(), store, TASK, START, Scripted([["# ms: 5"]]), SearchOptions())
+    result = await search.run(bad)
+    assert result.improved
+
+
+async def test_cancel_mid_search_leaves_store_consistent(tmp_path):
+    store = Store(tmp_path / "s.sqlite")
+    proposer = Scripted([["# ms: 5 good"], ["# hang"]])
+    search = Search(FakeEngine(), store, TASK, START, proposer, SearchOptions(children=1))
+    seen = asyncio.Event()
+
+    def progress(ev):
+        if ev.kind == "evaluating" and ev.note == "# hang":
+            seen.set()
+
+    task = asyncio.create_task(search.run(progress))
+    await asyncio.wait_for(seen.wait(), 5)
+    t0 = time.monotonic()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert time.monotonic() - t0 < 1.0
+    row = store.search(search.search_id)
+    assert row["state"] == "cancelled" and row["finished"] is not None
+    good = next(n for n in row["nodes"] if n["note"] == "# ms: 5 good")
+    assert row["best"] == good["candidate"] and good["evaluation"]["verdict"] == "correct"
+    assert row["budget"]["result"]["improved"] is False  # unconfirmed: never applied
+    assert search.result.state == "cancelled"
+    # Every evaluated candidate has its evaluation in the store.
+    assert len(store.evaluations(TASK.name)) == 2
+
+
+async def test_failing_start_accepts_a_repair(tmp_path):
+    store = Store(tmp_path / "s.sqlite")
+    broken = Candidate(source="class ModelNew: ...\n# verdict: compile_error\n", kind="python")
+    proposer = Scripted([["# ms: 20  fixed but slow"]])
+    result = await Search(FakeEngine(), store, TASK, broken, proposer, SearchOptions()).run()
+    assert proposer.requests[0].mode == "repair"
+    assert result.improved and result.speedup is None and "fixed" in result.best.note

@@ -1,0 +1,85 @@
+import pytest
+
+from kernel_lsp.agent.proposer import ProposalRequest
+from kernel_lsp.agent.tuner import TunerProposer, compile_variants, find_tunables, variants
+from kernel_lsp.model import Candidate, Task
+
+CU = """#define BLOCK_SIZE 256
+constexpr int TILE = 16;
+template <int VEC = 4>
+__global__ void __launch_bounds__(256) k(float* x) {
+  #pragma unroll 4
+  for (int i = 0; i < 4; ++i) {}
+}
+extern "C" void launch(float* x, int n) {
+  dim3 block(16, 16);
+  k<<<(n + 127) / 128, 128>>>(x);
+  k<<<n / BLOCK_SIZE, BLOCK_SIZE>>>(x);
+}
+"""
+
+
+def test_finds_each_form():
+    found = {(t.kind, t.name, t.value) for t in find_tunables(CU)}
+    assert found == {("define", "BLOCK_SIZE", 256), ("constexpr", "TILE", 16), ("template", "VEC", 4),
+                     ("launch_bounds", "__launch_bounds__", 256),
+                     ("unroll", "#pragma unroll (line 5)", 4), ("dim3", "block.x", 16),
+                     ("dim3", "block.y", 16), ("launch", "launch block size", 128)}
+
+
+def test_block_sizes_stay_legal():
+    for src, note in variants(CU):
+        for t in find_tunables(src):
+            if t.kind in ("launch", "launch_bounds") or t.name == "BLOCK_SIZE":
+                assert 32 <= t.value <= 1024 and t.value % 32 == 0, note
+        bx = [t.value for t in find_tunables(src) if t.kind == "dim3"]
+        assert bx[0] * bx[1] <= 1024, note
+
+
+def test_block_size_moves_launch_bounds_with_it():
+    new = dict((n, s) for s, n in variants(CU))["BLOCK_SIZE 256 -> 512"]
+    assert "#define BLOCK_SIZE 512" in new and "__launch_bounds__(512)" in new
+    # Lowering the bound alone would break a 256-thread launch: never proposed.
+    assert "__launch_bounds__ 256 -> 128" not in dict((n, s) for s, n in variants(CU))
+
+
+def test_notes_and_neighbours():
+    notes = [n for _, n in variants(CU)]
+    assert "BLOCK_SIZE 256 -> 64" in notes and "TILE 16 -> 32" in notes
+    assert "launch block size 128 -> 32" in notes
+    assert not any("-> 2048" in n for n in notes)
+
+
+def test_python_constants_and_compile_modes():
+    src = "import torch\nCHUNK = 1\nclass ModelNew(torch.nn.Module):\n    pass\n"
+    assert [n for _, n in variants(src, "python")] == ["CHUNK 1 -> 2", "CHUNK 1 -> 4"]
+    modes = [n for _, n in compile_variants(src)]
+    assert "torch.compile(mode='reduce-overhead')" in modes
+
+
+async def test_proposer_hands_out_each_variant_once():
+    task = Task(name="t", reference_path="t.py", reference_source="")
+    parent = Candidate(source=CU, kind="cuda")
+    tuner = TunerProposer()
+    seen = []
+    while True:
+        got = await tuner.propose(ProposalRequest(task=task, parent=parent, evaluation=None, count=5))
+        if not got:
+            break
+        assert all(p.candidate and p.candidate.parent == parent.id and p.candidate.origin == "tuner" for p in got)
+        seen += [p.candidate.id for p in got]
+    assert len(seen) == len(set(seen)) == len(variants(CU))
+    assert tuner.exhausted(parent)
+
+
+async def test_tuner_refuses_repair_and_skips_compile_on_cpu():
+    task = Task(name="t", reference_path="t.py", reference_source="")
+    parent = Candidate(source="import torch\nclass ModelNew(torch.nn.Module):\n    pass\n", kind="python")
+    tuner = TunerProposer()
+    [p] = await tuner.propose(ProposalRequest(task=task, parent=parent, evaluation=None, mode="repair"))
+    assert p.candidate is None and "cannot repair" in p.error
+    assert await tuner.propose(ProposalRequest(task=task, parent=parent, evaluation=None,
+                                               device={"name": "cpu"}, count=9)) == []
+    got = await TunerProposer().propose(ProposalRequest(task=task, parent=parent, evaluation=None,
+                                                        device={"name": "NVIDIA H200"}, count=9))
+    assert len(got) == 3

@@ -1,0 +1,31 @@
+"""A stand-in for kernel_lsp.engine.run, loaded by the Worker through
+$KERNEL_LSP_RUN_MODULE: it loads the candidate with the real builder and calls its
+``run()``, so the client's fault handling is tested on real candidate code."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kernel_lsp.model import Candidate, Evaluation, Task, Timing
+
+
+def evaluate(task: Task, candidate: Candidate, checks: list[str], options: dict[str, Any], builder: Any) -> Evaluation:
+    module, compiled = builder.load_python(candidate.source, "candidate.py")
+    ev = Evaluation(task=task.name, candidate=candidate.id, compile=compiled)
+    if module is None:
+        ev.verdict, ev.message = "compile_error", "the candidate did not load"
+        return ev
+    try:
+        value = module.run() if hasattr(module, "run") else None
+    except RuntimeError as exc:  # like CHECK's harness: a raised error is an "error" Evaluation
+        ev.verdict, ev.message = "error", str(exc)
+        return ev
+    ev.verdict, ev.correct = "correct", True
+    ev.message = f"ran: {value!r}"
+    ev.time = Timing(median_ms=1.0, min_ms=0.9, max_ms=1.1, spread_pct=1.0, runs=5)
+    ev.eager = Timing(median_ms=2.0, min_ms=1.9, max_ms=2.1, spread_pct=1.0, runs=5)
+    return ev
+
+
+def device_info() -> dict[str, Any]:
+    return {"name": "fake", "capability": [9, 0]}

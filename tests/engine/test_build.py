@@ -1,0 +1,200 @@
+"""build.py: content-hash caches for .cu and load_inline builds, on this CPU-only machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kernel_lsp.engine import build
+from kernel_lsp.model import Candidate, Task
+
+ROOT = Path(__file__).resolve().parents[2]
+ADD1 = """#include <cuda_runtime.h>
+__global__ void add1(float* x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] += 1.0f;
+}
+extern "C" int add1_launch(float* x, int n) {
+  add1<<<(n + 255) / 256, 256>>>(x, n);
+  return (int)cudaGetLastError();
+}
+"""
+needs_nvcc = pytest.mark.skipif(build._find_nvcc(None) == "nvcc" and not os.path.exists("/usr/local/cuda/bin/nvcc"),
+                                reason="needs nvcc")
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNEL_LSP_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_cache_root_follows_the_environment(cache, monkeypatch):
+    assert build.cache_root() == cache and cache.is_dir()
+    monkeypatch.delenv("KERNEL_LSP_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache / "xdg"))
+    assert build.cache_root() == cache / "xdg" / "kernel-lsp"
+
+
+def test_fast_path_detection():
+    assert build.has_c_launcher(ADD1)
+    assert not build.has_c_launcher(ADD1 + "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {}\n")
+    assert not build.has_c_launcher(ADD1 + "TORCH_LIBRARY(myops, m) {}\n")
+    assert not build.has_c_launcher("__global__ void k() {}\n")
+
+
+def test_arch_resolution(monkeypatch):
+    assert build.target_arch({"arch": "9.0"}) == "sm_90"
+    monkeypatch.setenv("KERNEL_LSP_ARCH", "sm_80")
+    assert build.target_arch() == "sm_80"
+    assert build._torch_arch_list("sm_90a") == "9.0a"
+
+
+@needs_nvcc
+def test_load_cuda_builds_once_then_hits_the_cache(cache):
+    lib, first = build.load_cuda(ADD1, "/tmp/add1.cu", {"arch": "sm_90"})
+    assert first.ok and not first.cached and lib is not None, first.log
+    assert hasattr(lib, "add1_launch")  # a ctypes.CDLL with the launcher
+    assert any(r.kernel == "add1" for r in first.resources)
+    t0 = time.perf_counter()
+    lib2, second = build.load_cuda(ADD1, "/tmp/add1.cu", {"arch": "sm_90"})
+    assert time.perf_counter() - t0 < 0.1
+    assert second.ok and second.cached and second.seconds < 0.1 and lib2 is not None
+    assert [r.kernel for r in second.resources] == [r.kernel for r in first.resources]
+    assert len(list((cache / "so").glob("*.so"))) == 1
+    # Another arch or other flags are another build, not a stale hit.
+    _, other = build.load_cuda(ADD1, "/tmp/add1.cu", {"arch": "sm_80"})
+    assert other.ok and not other.cached
+
+
+@needs_nvcc
+def test_compile_error_comes_back_with_diagnostics(cache):
+    bad = ADD1.replace("x[i] += 1.0f;", "x[i] += undefined_thing;")
+    lib, result = build.load_cuda(bad, "/tmp/add1.cu", {"arch": "sm_90"})
+    assert lib is None and not result.ok and not result.cached
+    errors = [d for d in result.diagnostics if d.severity == "error"]
+    assert errors and errors[0].span.start_line == 3 and "undefined_thing" in errors[0].message
+    assert not list((cache / "so").glob("*.so"))  # nothing half-built is published
+
+
+@needs_nvcc
+def test_two_processes_building_the_same_source_both_succeed(cache, tmp_path):
+    src = tmp_path / "same.cu"
+    src.write_text(ADD1.replace("1.0f", "2.0f"))
+    code = (
+        "import json, sys\nfrom kernel_lsp.engine import build\n"
+        f"path, r = build.build_cuda(open({str(src)!r}).read(), {str(src)!r}, {{'arch': 'sm_90'}})\n"
+        "print(json.dumps({'ok': r.ok, 'cached': r.cached, 'path': path}))\n"
+    )
+    env = {**os.environ, "KERNEL_LSP_CACHE": str(cache)}
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, env=env, cwd=str(ROOT))
+             for _ in range(2)]
+    outs = [json.loads(p.communicate(timeout=300)[0]) for p in procs]
+    assert all(o["ok"] for o in outs)
+    assert sorted(o["cached"] for o in outs) == [False, True]  # built once, the other waited and reused it
+    assert outs[0]["path"] == outs[1]["path"] and os.path.exists(outs[0]["path"])
+
+
+def test_compiler_output_parser():
+    log = (
+        "k.cu(12): error: identifier \"foo\" is undefined\n"
+        "/x/main.cpp:3:7: error: expected ';' before 'return'\n"
+        "k.cu(4): warning #177-D: variable \"y\" was declared but never referenced\n"
+    )
+    diags = build.parse_compiler_output(log, {"k.cu": "/src/k.cu"})
+    assert [(d.path, d.span.start_line, d.severity) for d in diags] == [
+        ("/src/k.cu", 11, "error"), ("/x/main.cpp", 2, "error"), ("/src/k.cu", 3, "warning")]
+    assert diags[1].span.start_col == 6
+    only = build.parse_compiler_output("collect2: ld returned 1 exit status\n")
+    assert only[0].severity == "error" and "ld returned" in only[0].message
+
+
+def test_load_python_modules_are_fresh_and_unique():
+    src = "counter = []\ndef f():\n    counter.append(1)\n    return len(counter)\n"
+    m1, r1 = build.load_python(src, "/tmp/cand.py")
+    m2, _ = build.load_python(src, "/tmp/cand.py")
+    assert r1.ok and m1 is not m2 and m1.__name__ != m2.__name__
+    assert m1.f() == 1 and m1.f() == 2 and m2.f() == 1
+    assert sys.modules[m1.__name__] is m1 and m1.__file__ == "/tmp/cand.py"
+
+
+def test_load_python_dataclass_and_errors():
+    m, r = build.load_python("import dataclasses\n@dataclasses.dataclass\nclass P:\n    x: int = 1\n", "dc.py")
+    assert r.ok and m.P().x == 1
+    m, r = build.load_python("x = 1\ny = (\n", "syn.py")
+    assert m is None and not r.ok and r.diagnostics[0].source == "python"
+    m, r = build.load_python("a = 1\n\ndef g():\n    return 1 / 0\n\ng()\n", "/tmp/raise.py")
+    assert m is None and not r.ok
+    d = r.diagnostics[-1]
+    assert d.span.start_line == 3 and "ZeroDivisionError" in d.message and d.path == "/tmp/raise.py"
+    m, r = build.load_python("import sys\nsys.exit(3)\n", "exit.py")
+    assert m is None and not r.ok  # a candidate cannot end the Worker by sys.exit at import
+    with pytest.raises(MemoryError):
+        build.load_python("raise MemoryError('big')\n", "oom.py")
+
+
+INLINE = '''
+from torch.utils.cpp_extension import load_inline
+cpp = """
+#include <torch/extension.h>
+torch::Tensor twice(torch::Tensor x) { return x * 2; }
+"""
+ext = load_inline(name="twice_ext", cpp_sources=[cpp], functions=["twice"], verbose=True)
+'''
+
+
+@pytest.mark.slow
+def test_load_inline_is_cached_by_content_across_processes(cache):
+    """One real C++ load_inline build (30-60 s here), then cache hits in this process and another."""
+    pytest.importorskip("torch")
+    import torch
+
+    m, first = build.load_python(INLINE, "/tmp/inline.py")
+    assert first.ok and not first.cached, first.log
+    assert torch.equal(m.ext.twice(torch.ones(3)), torch.full((3,), 2.0))
+    dirs = [p for p in (cache / "ext").iterdir() if p.is_dir()]
+    assert len(dirs) == 1 and dirs[0].name.startswith("twice_ext_")
+    t0 = time.perf_counter()
+    m2, second = build.load_python(INLINE, "/tmp/inline.py")
+    assert time.perf_counter() - t0 < 0.1 and second.ok and second.cached
+    # A fresh process (another session) loads it from the cache too.
+    code = (
+        "import json, torch\nfrom kernel_lsp.engine import build\n"
+        f"m, r = build.load_python({INLINE!r}, '/tmp/inline.py')\n"
+        "print(json.dumps({'ok': r.ok, 'cached': r.cached, 'seconds': r.seconds,"
+        " 'value': m.ext.twice(torch.ones(2)).tolist()}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "KERNEL_LSP_CACHE": str(cache)}, cwd=str(ROOT))
+    data = json.loads(out.stdout.strip().splitlines()[-1])
+    assert data["ok"] and data["cached"] and data["seconds"] < 0.1 and data["value"] == [2.0, 2.0]
+    # A failing inline build is a CompileResult with Diagnostics, not a crash.
+    broken = INLINE.replace("return x * 2;", "return x * undefined_name;")
+    m3, failed = build.load_python(broken, "/tmp/inline.py")
+    assert m3 is None and not failed.ok
+    assert any("undefined_name" in d.message for d in failed.diagnostics), failed.log[-2000:]
+
+
+@needs_nvcc
+async def test_engine_prebuild_uses_the_cpu_pool(cache):
+    from kernel_lsp.engine import Engine
+
+    task = Task(name="add1", reference_path="/tmp/add1.py", reference_source="", cuda_path="/tmp/add1.cu")
+    candidate = Candidate(source=ADD1.replace("1.0f", "3.0f"), kind="cuda")
+    engine = Engine(options={"arch": "sm_90"}, env={"KERNEL_LSP_CACHE": str(cache)})
+    try:
+        first = await engine.prebuild(task, candidate)
+        assert first.ok and not first.cached, first.log
+        second = await engine.prebuild(task, candidate)
+        assert second.ok and second.cached
+        # The GPU Worker's load_cuda in another process would now hit the same cache entry.
+        _, here = build.load_cuda(candidate.source, "/tmp/add1.cu", {"arch": "sm_90"})
+        assert here.cached
+    finally:
+        await engine.aclose()

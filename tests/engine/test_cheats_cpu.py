@@ -1,0 +1,211 @@
+"""Every cheat of DESIGN.md that can run on a CPU, caught by run.evaluate (no Worker process).
+
+The candidates live in tests/engine/cheats/; the Task is cheats/ref_linear.py (float32 on CPU).
+"""
+
+from __future__ import annotations
+
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kernel_lsp.engine import run, verify  # noqa: E402
+from kernel_lsp.model import Candidate, CompileResult, Evaluation, Task  # noqa: E402
+
+CHEATS = Path(__file__).parent / "cheats"
+
+
+class ExecBuilder:
+    """The smallest builder: exec the source into a fresh module (no extension builds)."""
+
+    def load_python(self, source: str, filename: str) -> tuple[types.ModuleType | None, CompileResult]:
+        module = types.ModuleType(f"cand_{abs(hash((source, filename)))}")
+        module.__file__ = filename
+        try:
+            exec(compile(source, filename, "exec"), module.__dict__)
+        except Exception as exc:
+            return None, CompileResult(ok=False, log=f"{type(exc).__name__}: {exc}")
+        return module, CompileResult(ok=True)
+
+    def load_cuda(self, source: str, filename: str, options: Any) -> tuple[None, CompileResult]:
+        return None, CompileResult(ok=False, log="no CUDA builds in this builder")
+
+
+def _builder() -> Any:
+    try:  # the real build cache when it is there: it is what the Worker passes
+        from kernel_lsp.engine import build
+
+        return build
+    except ImportError:
+        return ExecBuilder()
+
+
+def task(ref: str = "ref_linear.py", **kw: Any) -> Task:
+    path = CHEATS / ref
+    return Task(name=path.stem, reference_path=str(path), reference_source=path.read_text(), **kw)
+
+
+def evaluate(name: str, checks: tuple[str, ...] = ("compile", "verify"), ref: str = "ref_linear.py",
+             builder: Any = None, task_kw: dict[str, Any] | None = None, **options: Any) -> Evaluation:
+    source = (CHEATS / f"{name}.py").read_text()
+    options.setdefault("baselines", False)
+    options.setdefault("device", "cpu")
+    return run.evaluate(task(ref, **(task_kw or {})), Candidate(source=source, kind="python"), list(checks),
+                        options, builder or _builder())
+
+
+def test_correct_candidate_passes_clean() -> None:
+    ev = evaluate("correct")
+    assert ev.verdict == "correct" and ev.correct is True, ev.message
+    assert ev.flags == []
+    assert "input sets" in ev.message
+    assert ev.versions["torch"] == torch.__version__
+    assert ev.wall_seconds > 0
+
+
+@pytest.mark.parametrize("name,verdict", [
+    ("mismatch", "mismatch"),
+    ("nan_output", "nan"),
+    ("unwritten", "unwritten_output"),
+    ("empty_output", "unwritten_output"),
+    ("mutate_input", "mutated_input"),
+    ("cache_ptr", "stale_result"),
+    ("cache_id", "stale_result"),
+    ("subclass_output", "bad_output"),
+    ("wrong_shape", "bad_output"),
+    ("wrong_dtype", "bad_output"),
+    ("raises", "error"),
+])
+def test_cheat_gets_its_verdict(name: str, verdict: str) -> None:
+    ev = evaluate(name)
+    assert ev.verdict == verdict, (ev.verdict, ev.message)
+    assert ev.correct is False
+    assert ev.message
+
+
+def test_mismatch_evidence_points_at_the_element() -> None:
+    ev = evaluate("mismatch")
+    assert ev.evidence is not None
+    assert ev.evidence["where"] == [3, 7]
+    assert ev.evidence["output"] == "output"
+    assert ev.evidence["input_set"] == 0
+    assert ev.evidence["max_abs_err"] == pytest.approx(0.5, abs=1e-3)
+    assert ev.evidence["mismatched"] == 1 and ev.evidence["numel"] == 32 * 64
+    assert ev.evidence["atol"] == 1e-4 and ev.evidence["rtol"] == 1e-4  # KernelBench fp32
+
+
+def test_unwritten_rows_are_located() -> None:
+    ev = evaluate("unwritten")
+    assert ev.evidence["where"][0] >= 16  # rows 0..15 were written
+    assert ev.evidence["mismatched"] == 16 * 64
+
+
+def test_mutated_input_names_the_input() -> None:
+    ev = evaluate("mutate_input")
+    assert ev.evidence["input"] == 0 and ev.evidence["changed_elements"] > 0
+
+
+def test_subclass_rejected_before_comparison() -> None:
+    ev = evaluate("subclass_output")
+    assert ev.evidence["type"] == "Lazy"
+
+
+def test_task_tolerance_overrides_default() -> None:
+    # 0.5 off at one element passes only because the Task says ATOL = 1.
+    ev = evaluate("mismatch", task_kw={"atol": 1.0, "rtol": 0.0})
+    assert ev.verdict == "correct", ev.message
+
+
+def test_torch_fallback_flagged_and_not_counted() -> None:
+    ev = evaluate("fallback")
+    assert ev.verdict == "correct"
+    assert "torch_fallback" in ev.flags and "not_counted" in ev.flags
+    assert {"aten.addmm", "aten.relu", "aten.mul"} <= set(ev.evidence["fallback_ops"])
+    assert "not counted" in ev.message
+
+
+def test_timer_patch_changes_nothing_measured() -> None:
+    before = (time.perf_counter_ns, time.perf_counter)
+    ev = evaluate("timer_patch", checks=("compile", "verify", "bench"), bench_seconds=0.2, runs=5)
+    assert (time.perf_counter_ns, time.perf_counter) == before  # put back
+    assert ev.verdict == "correct", ev.message
+    assert "timer_patch" in ev.flags and "not_counted" in ev.flags
+    assert ev.time is not None and ev.time.min_ms >= 19.0  # it sleeps 20 ms per call
+    assert "time.perf_counter_ns" in ev.evidence["tampered"]
+
+
+def test_patching_the_evaluator_is_an_error() -> None:
+    original = verify.compare
+    ev = evaluate("tamper_verify")
+    assert verify.compare is original  # put back
+    assert ev.verdict == "error" and ev.correct is False
+    assert "tampering" in ev.flags
+    assert "kernel_lsp.engine.verify.compare" in ev.evidence["tampered"]
+
+
+def test_value_cache_suspected_from_timing() -> None:
+    ev = evaluate("value_cache", checks=("compile", "verify", "bench"), bench_seconds=0.3)
+    assert ev.verdict == "correct"
+    assert "result_cache_suspected" in ev.flags and "not_counted" in ev.flags
+
+
+def test_correct_candidate_not_suspected_of_caching() -> None:
+    ev = evaluate("correct", checks=("compile", "verify", "bench"), bench_seconds=0.3)
+    assert ev.verdict == "correct" and "result_cache_suspected" not in ev.flags, ev.evidence
+
+
+def test_background_thread_is_caught() -> None:
+    ev = evaluate("thread_work")
+    assert ev.verdict != "correct"
+    assert "side_stream" in ev.flags  # static: threading
+
+
+def test_weak_reference_flagged() -> None:
+    ev = run.evaluate(task("ref_constant.py"), Candidate(source=(CHEATS / "ref_constant.py").read_text().replace(
+        "class Model(", "class ModelNew(") , kind="python"), ["verify"], {"device": "cpu"}, _builder())
+    assert ev.verdict == "correct"
+    assert "near_constant_output" in ev.flags
+
+
+def test_zero_inputs_flagged() -> None:
+    path = CHEATS / "ref_zero_inputs.py"
+    ev = run.evaluate(task("ref_zero_inputs.py"), Candidate(source=path.read_text(), kind="python"),
+                      ["verify"], {"device": "cpu"}, _builder())
+    assert "zero_inputs" in ev.flags
+
+
+def test_exec_builder_path_works_too() -> None:
+    ev = evaluate("mismatch", builder=ExecBuilder())
+    assert ev.verdict == "mismatch"
+
+
+def test_compile_error_is_a_verdict() -> None:
+    t = task()
+    ev = run.evaluate(t, Candidate(source="class ModelNew(:\n", kind="python"), ["compile", "verify"],
+                      {"device": "cpu"}, _builder())
+    assert ev.verdict == "compile_error" and ev.compile is not None and not ev.compile.ok
+
+
+def test_missing_model_new_is_an_error() -> None:
+    ev = run.evaluate(task(), Candidate(source="import torch\n", kind="python"), ["verify"],
+                      {"device": "cpu"}, _builder())
+    assert ev.verdict == "error" and "ModelNew" in ev.message
+
+
+def test_broken_reference_is_a_harness_error() -> None:
+    t = Task(name="broken", reference_path="/tmp/broken.py", reference_source="import torch\n")
+    ev = run.evaluate(t, Candidate(source="", kind="python"), ["verify"], {"device": "cpu"}, _builder())
+    assert ev.verdict == "error" and ev.message.startswith("harness:")
+
+
+def test_cuda_task_on_cpu_is_not_run() -> None:
+    t = task(cuda_path=str(CHEATS / "x.cu"), entry="f")
+    ev = run.evaluate(t, Candidate(source="extern \"C\" void f() {}", kind="cuda"), ["verify"],
+                      {"device": "cpu"}, ExecBuilder())
+    assert ev.verdict == "compile_error"  # the exec builder cannot build it; the real one would
+    assert ev.correct is False

