@@ -187,7 +187,6 @@ class Store:
     # -- schema ------------------------------------------------------------
 
     def _migrate(self) -> None:
-        conn = self._conn()
         with self._write() as c:
             c.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
             row = c.execute("SELECT version FROM schema_version").fetchone()
@@ -203,7 +202,6 @@ class Store:
                 for statement in MIGRATIONS[i]:
                     c.execute(statement)
             c.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
-        del conn
 
     def schema_version(self) -> int:
         return int(self._conn().execute("SELECT version FROM schema_version").fetchone()[0])
@@ -247,9 +245,13 @@ class Store:
         return candidate.id
 
     def _insert_candidate(self, c: sqlite3.Connection, task_id: str, cand: Candidate) -> None:
+        # A placeholder row (an Evaluation that came before its Candidate) gets the real text.
         c.execute(
-            """INSERT OR IGNORE INTO candidates (id, task, source, kind, origin, parent, note, created)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
+            """INSERT INTO candidates (id, task, source, kind, origin, parent, note, created)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+               ON CONFLICT(id) DO UPDATE SET source = excluded.source, kind = excluded.kind,
+                   origin = excluded.origin, parent = excluded.parent, note = excluded.note
+               WHERE candidates.origin = 'unknown' AND candidates.source = ''""",
             (cand.id, task_id, cand.source, cand.kind, cand.origin, cand.parent, cand.note, time.time()),
         )
 

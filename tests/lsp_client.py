@@ -42,6 +42,8 @@ class EditorClient(LanguageClient):
         self.applied_edits: list[types.ApplyWorkspaceEditParams] = []
         self.apply_result = True
         self.statuses: list[dict[str, Any]] = []
+        self.message_requests: list[types.ShowMessageRequestParams] = []
+        self.show_message_answer: str | None = None  # the action title to pick, None: dismiss
 
 
 def make_client() -> EditorClient:
@@ -52,6 +54,11 @@ def make_client() -> EditorClient:
     def apply_edit(ls: EditorClient, params: types.ApplyWorkspaceEditParams):
         ls.applied_edits.append(params)
         return types.ApplyWorkspaceEditResult(applied=ls.apply_result)
+
+    @client.feature(types.WINDOW_SHOW_MESSAGE_REQUEST)
+    def show_message_request(ls: EditorClient, params: types.ShowMessageRequestParams):
+        ls.message_requests.append(params)
+        return next((a for a in params.actions or [] if a.title == ls.show_message_answer), None)
 
     @client.feature("kernel-lsp/status")
     def status(ls: EditorClient, params: Any):

@@ -128,7 +128,9 @@ def test_lsp_config_file_defaults(nvim: str, tmp_path: Path) -> None:
     assert sorted(got["handlers"]) == ["kernel-lsp/status", "window/showDocument"]
 
 
-def test_planted_error_shows_on_its_line(nvim: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("start", ["lsp_enable", "fallback"])
+def test_planted_error_shows_on_its_line(nvim: str, tmp_path: Path, start: str) -> None:
+    """`fallback` is the FileType + vim.lsp.start path meant for Neovim 0.8 - 0.10."""
     if not nvcc_available():
         pytest.skip("no nvcc: the diagnostics come from the real compiler")
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'scratch'\n")
@@ -138,7 +140,8 @@ def test_planted_error_shows_on_its_line(nvim: str, tmp_path: Path) -> None:
         "__global__ void scale_kernel(const float* x, float* y, float a, int n) {")
     result = run_scenario(nvim, "diagnostics.lua", tmp_path, KLSP_FILE=str(source),
                           KLSP_SETTINGS=json.dumps({"arch": "sm_90"}),
-                          KLSP_CURSOR_LINE=str(kernel_line + 2))
+                          KLSP_CURSOR_LINE=str(kernel_line + 2),
+                          **({"KLSP_FORCE_FALLBACK": "1"} if start == "fallback" else {}))
     context = json.dumps({k: v for k, v in result.items() if not k.startswith("_")}, indent=1)
     context += "\nserver log:\n" + result["_server_log"] + "\nnvim stderr:\n" + result["_stderr"]
     assert "error" not in result, context
@@ -181,16 +184,20 @@ def test_candidate_diff_then_apply(nvim: str, tmp_path: Path, trigger: str) -> N
     context = json.dumps({k: v for k, v in result.items() if k != "_server_log"}, indent=1) + json.dumps(seen)
     assert "error" not in result and "timeouts" not in result, context
     source = tmp_path / "scale.cu"
-    assert seen[0] == {"kind": "optimize", "args": {"uri": source.as_uri(), "target": "scale_kernel"}}, context
+    assert seen[1] == {"kind": "optimize", "args": {"uri": source.as_uri(), "target": "scale_kernel"}}, context
     asked = result["asked"]
     # Asked with both windows in diff mode, the candidate on the right, nothing applied yet.
     assert asked["orig_diff"] and asked["cand_diff"] and asked["windows"] == 2, context
-    assert asked["cand_name"] == str(source.parent / ".kernel-lsp/candidates/s1/c2/scale.cu"), context
+    assert asked["cand_name"] == str(source.parent / ".kernel-lsp/candidates/scale-c2.cu"), context
     assert asked["orig_is_file"], context
     assert not asked["buffer_changed_before_answer"], context
     assert not asked["cand_has_lsp"], context  # the candidate is not compiled as a user file
-    # Then applyCandidate with the search and candidate ids, and the edit lands in the buffer.
-    assert {"kind": "applyCandidate", "args": {"search": "s1", "candidate": "c2"}} in seen, context
+    # The plugin declared that it shows the diff itself (else the server asks too).
+    assert seen[0] == {"kind": "initialized", "experimental": {"kernelLsp": {"candidatePreview": True}}}, context
+    # Then applyCandidate (the ids it carries, if any, are the search's; the server takes the
+    # latest search without them), and the edit lands in the buffer.
+    applied = [e["args"] for e in seen if e["kind"] == "applyCandidate"]
+    assert len(applied) == 1 and applied[0].items() <= {"search": 1, "candidate": "c2"}.items(), context
     assert {"kind": "applyEdit", "applied": True} in seen, context
     assert result["buffer_changed"], context
     assert result["windows_after"] == 1 and not result["orig_diff_after"], context
@@ -252,6 +259,7 @@ def real_optimize(nvim: str, tmp_path: Path, need_gpu: bool = False) -> tuple[di
     return result, source, before
 
 
+@pytest.mark.slow
 def test_real_optimize_code_action_reports_progress(nvim: str, tmp_path: Path) -> None:
     """The server's own Optimize code action runs its command, with progress to the end.
     Without a GPU nothing can be verified, so no candidate may be offered or applied."""
@@ -261,11 +269,16 @@ def test_real_optimize_code_action_reports_progress(nvim: str, tmp_path: Path) -
     assert "error" not in result, context
     kinds = [p.get("kind") for p in result["progress"]]
     assert kinds and kinds[0] == "begin" and kinds[-1] == "end", context
+    # The job showed in the status line while it ran, and left it when done.
+    assert result["statuses"] and result["statuses"][0]["jobs"] == 1, context
+    assert result["statuses"][0]["line"].startswith(("kernel-lsp Optimize softmax", "kernel-lsp Tune softmax")), context
+    assert result["statuses"][-1]["jobs"] == 0, context
     if not cuda_available():
         assert "asked" not in result, context  # the guard: nothing verified, nothing offered
         assert result["buffer_text"] == before.rstrip("\n"), context
 
 
+@pytest.mark.slow
 def test_real_optimize_preview_then_apply(nvim: str, tmp_path: Path) -> None:
     result, source, before = real_optimize(nvim, tmp_path, need_gpu=True)
     context = json.dumps({k: v for k, v in result.items() if k != "_server_log"}, indent=1)
@@ -273,3 +286,58 @@ def test_real_optimize_preview_then_apply(nvim: str, tmp_path: Path) -> None:
     asked = result["asked"]
     assert asked["orig_diff"] and asked["cand_diff"] and ".kernel-lsp/candidates/" in asked["cand_name"], context
     assert result["buffer_text"] != before.rstrip("\n"), context
+
+
+def test_help_file_tags(nvim: str, tmp_path: Path) -> None:
+    """:helptags accepts doc/kernel_lsp.txt (no duplicate tags) and indexes the commands."""
+    doc = tmp_path / "doc"
+    shutil.copytree(PLUGIN / "doc", doc)
+    proc = subprocess.run([nvim, "--headless", "-u", "NONE", "-i", "NONE", "-n",
+                           "-c", f"helptags {doc}", "-c", "qa!"],
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert "E154" not in proc.stderr and proc.returncode == 0, proc.stderr
+    tags = {line.split("\t")[0] for line in (doc / "tags").read_text().splitlines()}
+    for tag in (":KernelLspOptimize", ":KernelLspBenchmark", ":KernelLspTune", ":KernelLspCancel",
+                ":KernelLspReport", "kernel_lsp.setup()", "kernel_lsp-settings"):
+        assert tag in tags
+
+
+@pytest.mark.slow
+def test_benchmark_and_cancel_commands(nvim: str, tmp_path: Path) -> None:
+    """:KernelLspBenchmark sends {uri, target} for the kernel under the cursor and tells the
+    user the verdict (not_run without a GPU); :KernelLspCancel answers with nothing to cancel."""
+    if not nvcc_available():
+        pytest.skip("no nvcc")
+    if not (EXAMPLES / "softmax.cu").exists():
+        pytest.skip("examples/softmax.cu is not there yet")
+    source, line = real_task(tmp_path)
+    result = run_scenario(nvim, "commands.lua", tmp_path, KLSP_FILE=str(source), KLSP_CURSOR_LINE=str(line),
+                          KLSP_SETTINGS=json.dumps({"arch": "sm_90"}))
+    context = json.dumps({k: v for k, v in result.items() if k != "_server_log"}, indent=1)
+    context += "\nserver log:\n" + result["_server_log"]
+    assert "error" not in result and "timeouts" not in result, context
+    assert result["args"]["uri"] == source.as_uri() and result["args"]["target"], context
+    from kernel_lsp.model import VERDICTS
+
+    verdict = result["benchmark_result"]["verdict"]
+    assert verdict in VERDICTS, context
+    assert any(m.startswith("kernel-lsp: ") and f": {verdict}" in m for m in result["notifications"]), context
+    assert [p["kind"] for p in result["progress"]][:1] == ["begin"], context
+    assert result["notifications"][-1] == "kernel-lsp: no job to cancel", context
+
+
+def test_plugin_helpers(nvim: str, tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    env = {**os.environ, "KLSP_PLUGIN": str(PLUGIN), "KLSP_OUT": str(out), "XDG_STATE_HOME": str(tmp_path)}
+    subprocess.run([nvim, "--headless", "-u", "NONE", "-i", "NONE", "-n", "-c", f"luafile {SCRIPTS / 'unit.lua'}"],
+                   env=env, cwd=tmp_path, timeout=60, capture_output=True, stdin=subprocess.DEVNULL)
+    got = json.loads(out.read_text())
+    assert "error" not in got, got
+    assert got["same_file"] == [True, True, False, False, True]
+    assert got["is_candidate"] == [True, False]
+    assert got["ref_nested"] == {"search": "7", "candidate": "c2"}
+    assert got["ref_flat"] == []  # nothing in a flat name (an empty Lua table is a JSON list)
+    assert got["status_running"] == "kernel-lsp Tune a.cu: round 1 · best 1.25x"
+    assert got["last_uri"] == "file:///ws/a.cu"
+    assert got["status_idle"] == "kernel-lsp 1.25x"
+    assert got["summary"] == "softmax: correct · 0.500 ms · 2.00x vs eager"

@@ -495,3 +495,16 @@ def test_build_library_failure_leaves_no_library(tmp_path):
     assert not result.ok and not out.exists()
     [err] = errors(result)
     assert err.span.start_line == 1 and "missing_thing" in err.message
+
+
+@needs_nvcc
+async def test_missing_torch_headers_say_how_to_fix(tmp_path, monkeypatch):
+    from kernel_lsp.toolchain import compile as compile_mod
+
+    monkeypatch.setattr(compile_mod, "torch_include_paths", lambda: [])
+    monkeypatch.setattr(nvcc_mod, "torch_include_paths", lambda: [])
+    src = "#include <torch/extension.h>\n__global__ void k(float* x) { x[0] = 1; }\n"
+    result = await compile_check(src, path=str(tmp_path / "ext.py"), options=opts(torch_headers=True))
+    [err] = errors(result)
+    assert err.span.start_line == 0 and "torch/extension.h" in err.message
+    assert "torch's C++ headers were not found" in err.message

@@ -58,7 +58,13 @@ class SearchOptions:
     bad_flags: frozenset[str] = BAD_FLAGS  # Evaluation flags that disqualify a candidate
     checks: tuple[str, ...] = ("compile", "verify", "bench")
     eval_timeout: float | None = None    # per evaluation; None: the engine's default
+    # Engine options for every evaluation but the first one of the start: the eager and
+    # torch.compile baselines are timed once, for the start (a torch.compile of a Python
+    # loop took 214 s on this CI's CPU), not again for every child.
+    engine_options: dict[str, Any] | None = field(default_factory=lambda: {"baselines": False})
+    start_engine_options: dict[str, Any] | None = None
     max_errors: int = 3                  # consecutive transport failures before stopping
+    repair_only: bool = False            # fix the start (fixCompileError): no optimize rounds
 
 
 @dataclass
@@ -175,6 +181,7 @@ class Search:
         self._history: list[str] = []
         self._evaluated = 0
         self._errors = 0
+        self._fatal: str | None = None       # a Proposer failure that ends the Search
         self._tasks: set[asyncio.Task[Any]] = set()
 
     # -- events and store ------------------------------------------------------
@@ -210,17 +217,20 @@ class Search:
 
     # -- evaluation ------------------------------------------------------------
 
-    async def _evaluate(self, cand: Candidate) -> Evaluation:
+    async def _evaluate(self, cand: Candidate, options: dict[str, Any] | None | str = "children") -> Evaluation:
+        opts = self.options.engine_options if options == "children" else options
+        kw: dict[str, Any] = {"options": opts} if opts else {}
         try:
             ev = await self.engine.evaluate(self.task, cand, checks=self.options.checks,
-                                            timeout=self.options.eval_timeout)
+                                            timeout=self.options.eval_timeout, **kw)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # the engine should not raise for candidate faults; keep going
             log.exception("engine.evaluate failed")
             ev = Evaluation(task=self.task.name, candidate=cand.id, verdict="error", correct=None,
                             message=f"engine error: {type(e).__name__}: {e}")
-        self._store("add_evaluation", self.task.name, ev, cand)
+        if getattr(self.engine, "store", None) is not self.store or self.store is None:
+            self._store("add_evaluation", self.task.name, ev, cand)  # else the engine recorded it
         return ev
 
     def _prebuild(self, cand: Candidate) -> None:
@@ -245,6 +255,14 @@ class Search:
             return False
         return not (set(ev.flags) & self.options.bad_flags)
 
+    @staticmethod
+    def _runs(ev: Evaluation | None) -> bool:
+        """Correct and timed; flags aside (a flagged start is still what the file holds)."""
+        return ev is not None and ev.verdict == "correct" and ev.correct is True and ev.time is not None
+
+    def _start_ok(self) -> bool:
+        return self._runs(self.nodes[self.start.id].evaluation)
+
     def _speedup(self, ev: Evaluation) -> float | None:
         root = self.nodes[self.start.id].evaluation
         if root is None or root.time is None or ev.time is None or ev.time.median_ms <= 0:
@@ -255,7 +273,7 @@ class Search:
         root = self.nodes[self.start.id]
         if not self._qualifies(node.evaluation) or node.id == root.id:
             return False
-        if not self._qualifies(root.evaluation):
+        if not self._start_ok():
             return self.options.accept_repair
         assert node.evaluation is not None and root.evaluation is not None
         limit = noise_threshold(root.evaluation, node.evaluation, self.options.min_gain,
@@ -283,6 +301,7 @@ class Search:
                    f"with {self.proposer.name}" + (f" ({self.proposer.model})" if self.proposer.model else ""))
         try:
             reason = await self._loop(root)
+            await self._cancel_children()  # prebuilds still running are moot now
             result = await self._finish("done", reason)
             self._emit("finished", candidate=result.best.id if result.best else None,
                        speedup=result.speedup, message=reason)
@@ -313,9 +332,9 @@ class Search:
         except Exception as e:
             log.info("device_info failed: %s", e)
         self._emit("evaluating", candidate=root.id, message="timing the starting source")
-        root.evaluation = await self._evaluate(self.start)
+        root.evaluation = await self._evaluate(self.start, self.options.start_engine_options)
         self._evaluated += 1
-        root.speedup = self._speedup(root.evaluation) if self._qualifies(root.evaluation) else None
+        root.speedup = self._speedup(root.evaluation) if self._runs(root.evaluation) else None
         self._store("update_node", self.search_id, root.id, root.evaluation.verdict)
         self._emit("baseline", candidate=root.id, verdict=root.evaluation.verdict,
                    speedup=root.speedup, message=root.evaluation.message or "")
@@ -326,6 +345,8 @@ class Search:
             why = self.budget.exhausted()
             if why:
                 return why
+            if self.options.repair_only and any(self._runs(n.evaluation) for n in self.nodes.values()):
+                return "repaired" if not self._start_ok() else "the start already works"
             picked = self._select()
             if picked is None:
                 return "nothing left to expand"
@@ -337,8 +358,8 @@ class Search:
             self._store("update_search", self.search_id, budget=self._doc())
             if self._errors >= self.options.max_errors:
                 return f"stopped after {self._errors} proposer failures in a row: {self.steps[-1]['reason']}"
-            if self.steps and self.steps[-1].get("fatal"):
-                return f"proposer cannot go on: {self.steps[-1]['reason']}"
+            if self._fatal:
+                return f"proposer cannot go on: {self._fatal}"
 
     def _select(self) -> tuple[Node, str] | None:
         can_repair = getattr(self.proposer, "can_repair", True)
@@ -349,7 +370,10 @@ class Search:
                        and n.evaluation.verdict in REPAIRABLE and n.repairs_left > 0 and not n.repaired]
             if failing:
                 return max(failing, key=lambda n: n.step), "repair"
-        open_nodes = [n for n in self.nodes.values() if self._qualifies(n.evaluation)
+        if self.options.repair_only:
+            return None
+        open_nodes = [n for n in self.nodes.values()
+                      if (self._qualifies(n.evaluation) or (n.id == self.start.id and self._runs(n.evaluation)))
                       and not n.exhausted and n.children < self.options.max_children]
         if not open_nodes:
             return None
@@ -370,8 +394,10 @@ class Search:
                 return None
             if node.profile is None:
                 try:
-                    node.profile = await asyncio.wait_for(
+                    prof = await asyncio.wait_for(
                         self.engine.profile(self.task, node.candidate), self.options.profile_timeout)
+                    # The engine reports a failed profile as {"error": ...}: not a fact for the prompt.
+                    node.profile = prof if isinstance(prof, dict) and "error" not in prof else {}
                 except asyncio.CancelledError:
                     raise
                 except Exception as e:  # profiling is a hint, never a reason to stop
@@ -420,6 +446,8 @@ class Search:
             if p.candidate is None:
                 reason = p.error or "no candidate"
                 self._errors = self._errors + 1 if (p.fatal or _transport(reason)) else 0
+                if p.fatal and self._fatal is None:
+                    self._fatal = reason
                 self._step("proposal", reason, failed=True, parent=node.id, mode=mode, fatal=p.fatal)
                 self._history.append(f"(failed proposal: {reason[:80]})")
                 self._emit("proposal_failed", parent=node.id, message=reason)
@@ -497,7 +525,7 @@ class Search:
         speedup: float | None = None
         confirmed = False
         start_ev = root.evaluation
-        if ranked and not self._qualifies(root.evaluation):
+        if ranked and not self._start_ok():
             winner, win_ev = ranked[0], ranked[0].evaluation   # a repair: correct beats broken
         elif ranked and self.options.confirm:
             self._emit("confirming", candidate=ranked[0].id, message="re-timing the best against the start")
@@ -506,7 +534,7 @@ class Search:
             for node in ranked[: max(1, self.options.confirm_top)]:
                 ev = await self._evaluate(node.candidate)
                 self._evaluated += 1
-                ok = self._qualifies(ev) and self._qualifies(start_ev)
+                ok = self._qualifies(ev) and self._runs(start_ev)
                 s = (start_ev.time.median_ms / ev.time.median_ms) if ok and ev.time.median_ms > 0 else None  # type: ignore[union-attr]
                 limit = noise_threshold(start_ev, ev, self.options.min_gain, self.options.noise_factor)
                 self._step("confirmation", f"{s:.3f}x vs start (needs > {limit:.3f})" if s else ev.verdict,
@@ -520,7 +548,7 @@ class Search:
                                 else "no candidate stayed faster than the start when re-timed"))
         elif ranked:  # confirmation off: the Search's own measurement
             winner, win_ev, speedup = ranked[0], ranked[0].evaluation, ranked[0].speedup
-        if winner is not None and speedup is None and self._qualifies(start_ev) and win_ev and win_ev.time:
+        if winner is not None and speedup is None and self._runs(start_ev) and win_ev and win_ev.time:
             speedup = start_ev.time.median_ms / win_ev.time.median_ms  # type: ignore[union-attr]
         result = self._final(state, reason if winner else f"{reason}; no improvement",
                              confirmed=confirmed, winner=winner, win_ev=win_ev, speedup=speedup,

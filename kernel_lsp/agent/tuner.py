@@ -55,7 +55,8 @@ _COMPILE_MODES = ("default", "max-autotune-no-cudagraphs", "reduce-overhead")
 
 
 def _limits(name: str, kind: str) -> tuple[int, int, int]:
-    if kind in ("launch_bounds", "launch") or (kind != "unroll" and _THREADY.search(name)):
+    thready = _THREADY.search(name) and not re.search(r"PER_THREAD", name, re.I)  # not ITEMS_PER_THREAD
+    if kind in ("launch_bounds", "launch") or (kind != "unroll" and thready):
         return 32, 1024, 32
     if kind == "unroll":
         return 1, 32, 1
@@ -117,6 +118,43 @@ def _neighbours(t: Tunable) -> list[int]:
     return out
 
 
+_BOUNDS_EXPR = re.compile(r"__launch_bounds__\s*\(\s*([^,()]+(?:\([^()]*\)[^,()]*)*)")
+_LAUNCH_EXPR = re.compile(r"<<<\s*[^,<>]+?,\s*([^,<>]+?)\s*(?:,|>>>)")
+_DIM3_ANY = re.compile(r"\bdim3\s+([A-Za-z_]\w*)\s*[({]([^(){};]*)[)}]")
+_ARITH = re.compile(r"^[\w\s*+\-/()]+$")
+
+
+def _value(expr: str, names: dict[str, int]) -> int | None:
+    """An integer expression of literals and known constants, or None if it has anything else."""
+    expr = expr.strip()
+    if not expr or not _ARITH.match(expr):
+        return None
+    tokens = re.findall(r"[A-Za-z_]\w*", expr)
+    if any(t not in names for t in tokens):
+        return None
+    py = re.sub(r"[A-Za-z_]\w*", lambda m: str(names[m.group(0)]), expr).replace("/", "//")
+    try:
+        return int(eval(py, {"__builtins__": {}}, {}))  # digits and + - * // ( ) only
+    except Exception:
+        return None
+
+
+def threads_ok(source: str, kind: str = "cuda") -> bool:
+    """Every block size we can compute (launch bounds, launch configs, dim3 blocks) is 1..1024."""
+    names = {t.name: t.value for t in find_tunables(source, kind) if t.kind in ("define", "constexpr", "python")}
+    sizes = [_value(m.group(1), names) for m in _BOUNDS_EXPR.finditer(source)]
+    sizes += [_value(m.group(1), names) for m in _LAUNCH_EXPR.finditer(source)]
+    for m in _DIM3_ANY.finditer(source):
+        if re.search(r"block|thread|tpb", m.group(1), re.I):
+            dims = [_value(d, names) for d in m.group(2).split(",")]
+            if all(d is not None for d in dims):
+                prod = 1
+                for d in dims:
+                    prod *= d  # type: ignore[operator]
+                sizes.append(prod)
+    return all(v is None or 0 < v <= 1024 for v in sizes)
+
+
 def _dim3_product_ok(source: str) -> bool:
     for m in _DIM3.finditer(source):
         if not re.search(r"block|thread|tpb", m.group(1), re.I):
@@ -146,8 +184,8 @@ def variants(source: str, kind: str = "cuda") -> list[tuple[str, str]]:
             new = source
             for s, e, text in sorted(set(edits), reverse=True):
                 new = new[:s] + text + new[e:]
-            if t.kind == "dim3" and not _dim3_product_ok(new):
-                continue
+            if (t.kind == "dim3" and not _dim3_product_ok(new)) or not threads_ok(new, kind):
+                continue  # a block of more than 1024 threads cannot launch
             out.append((new, f"{t.label()} {t.value} -> {n}"))
     return out
 

@@ -520,21 +520,49 @@ def _wrap(real: Callable[..., Any], kind: str) -> Callable[..., Any]:
     return wrapper
 
 
-def install_hooks() -> bool:
-    """Route cpp_extension.load_inline / load through the content-hash cache. Idempotent;
-    False when torch is not importable (plain Python candidates still load)."""
-    global _hooks_installed
-    if _hooks_installed:
-        return True
-    try:
-        from torch.utils import cpp_extension  # noqa: PLC0415
-    except Exception:
-        return False
+def _patch(cpp_extension: types.ModuleType) -> None:
     for attr, kind in (("load_inline", "inline"), ("load", "load")):
-        real = getattr(cpp_extension, attr)
-        if not hasattr(real, "_klsp_real"):
+        real = getattr(cpp_extension, attr, None)
+        if real is not None and not hasattr(real, "_klsp_real"):
             setattr(cpp_extension, attr, _wrap(real, kind))
-    _hooks_installed = True
+
+
+class _PatchOnImport:
+    """A meta-path finder that patches torch.utils.cpp_extension as it is first
+    imported, so a candidate that never uses it does not pay for importing torch."""
+
+    TARGET = "torch.utils.cpp_extension"
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != self.TARGET:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                real_exec = spec.loader.exec_module
+
+                def exec_module(module: types.ModuleType) -> None:
+                    real_exec(module)
+                    _patch(module)
+
+                spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+                return spec
+        return None
+
+
+def install_hooks() -> bool:
+    """Route cpp_extension.load_inline / load through the content-hash cache, now if
+    torch.utils.cpp_extension is imported, else as soon as it is. Idempotent."""
+    global _hooks_installed
+    module = sys.modules.get(_PatchOnImport.TARGET)
+    if module is not None:
+        _patch(module)
+    if not _hooks_installed:
+        if module is None:
+            sys.meta_path.insert(0, _PatchOnImport())
+        _hooks_installed = True
     return True
 
 
@@ -576,6 +604,7 @@ def load_python(source: str, filename: str) -> tuple[types.ModuleType | None, Co
     sys.modules). A syntax error, an exception at import or a failed extension build
     comes back as CompileResult(ok=False) with Diagnostics. Out-of-memory errors
     propagate (they are a verdict of their own, not a compile error)."""
+    install_hooks()
     t0 = time.perf_counter()
     try:
         code = compile(source, filename, "exec")
@@ -589,7 +618,6 @@ def load_python(source: str, filename: str) -> tuple[types.ModuleType | None, Co
     module = types.ModuleType(name)
     module.__file__ = filename
     sys.modules[name] = module  # dataclasses, pickling and typing look the module up
-    install_hooks()
     with capture() as records:
         try:
             exec(code, module.__dict__)
@@ -598,6 +626,11 @@ def load_python(source: str, filename: str) -> tuple[types.ModuleType | None, Co
             result = _merge(records, time.perf_counter() - t0, ok=False)
             if not result.diagnostics:
                 result.diagnostics = list(exc.result.diagnostics)
+            # Also mark the line in the .py that asked for the build.
+            call = _python_diagnostic(exc, filename)
+            errors = sum(d.severity == "error" for d in result.diagnostics)
+            call.message = f"the extension build failed ({errors} error{'s' * (errors != 1)} in the compiler log)"
+            result.diagnostics.append(call)
             return None, result
         except (Exception, SystemExit) as exc:
             if _is_oom(exc):

@@ -21,7 +21,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from kernel_lsp.engine import protocol
 from kernel_lsp.model import Candidate, CompileResult, Diagnostic, Evaluation, Span, Task
@@ -240,6 +240,7 @@ class Engine:
         cwd: str | None = None,
         pool: "BuildPool | None" = None,
         options: dict[str, Any] | None = None,
+        prebuild: bool = True,
     ) -> None:
         self.store = store
         self.python = python or default_python()
@@ -252,6 +253,9 @@ class Engine:
         self.options = dict(options or {})  # passed to every evaluate (e.g. {"arch": "sm_90"})
         self._pool = pool
         self._own_pool = pool is None
+        # Compile in the CPU pool before taking the GPU: the build is off the deadline and
+        # off the GPU queue, so concurrent evaluations overlap compiling with timing.
+        self.auto_prebuild = prebuild
         self._worker: WorkerProcess | None = None
         self._lock = asyncio.Lock()  # one GPU, one request at a time; waiters queue here
         self._reaping: set[asyncio.Task[None]] = set()
@@ -357,6 +361,12 @@ class Engine:
                               message=message, **extra)
 
         try:
+            if self.auto_prebuild and needs_build(candidate):
+                await _report(progress, "compiling")
+                try:
+                    await self.prebuild(task, candidate, options)
+                except Exception:  # noqa: BLE001 - advisory: the Worker builds it anyway
+                    log.debug("prebuild failed", exc_info=True)
             await _report(progress, "evaluating")
             data = await self.request("evaluate", params, timeout=deadline, warm=self.warm, progress=progress)
             ev = Evaluation.from_dict(data)
@@ -370,6 +380,8 @@ class Engine:
         except WorkerDied as exc:
             verdict, message = protocol.classify_death(exc.returncode, exc.stderr_tail)
             ev = failed(verdict, _with_tail(message, exc.stderr_tail), evidence={"stderr": exc.stderr_tail[-4000:]})
+        except OSError as exc:  # no interpreter, no fork: nothing could run
+            ev = failed("not_run", f"cannot start the Worker ({self.python}): {exc}")
         except WorkerRaised as exc:
             err = exc.error
             if protocol.is_oom_error(err):
@@ -382,6 +394,8 @@ class Engine:
                 ev = failed("error", f"{err.get('type')}: {err.get('message')}"[:2000],
                             evidence={"traceback": str(err.get("traceback", ""))[-4000:]})
         ev.wall_seconds = time.monotonic() - t0
+        if self._device_info is None and isinstance(ev.device, dict) and ev.device.get("capability"):
+            self._device_info = dict(ev.device)  # prebuild then targets this GPU's arch
         await self._record(task, candidate, ev, progress)
         await _report(progress, "done")
         return ev
@@ -397,8 +411,12 @@ class Engine:
             store.add_candidate(task.name, candidate)
             store.add_evaluation(task.name, ev)
 
-        # A cancelled caller must not lose the record: shield the write.
-        await asyncio.shield(asyncio.to_thread(write))
+        # A cancelled caller must not lose the record: shield the write. A failing store
+        # is logged, not raised: the caller still gets its Evaluation.
+        try:
+            await asyncio.shield(asyncio.to_thread(write))
+        except Exception:  # noqa: BLE001
+            log.warning("could not record the evaluation of %s in the store", candidate.id, exc_info=True)
 
     async def profile(
         self, task: Task, candidate: Candidate | None = None, timeout: float | None = None,
@@ -453,10 +471,12 @@ class Engine:
                 arch = self._worker.warm.get("arch")
             if arch:
                 opts["arch"] = arch
+        # The same file names the harness gives the builder (the .cu's directory is in the key).
+        ref = task.reference_path or f"{task.name}.py"
         if candidate.kind == "cuda":
-            filename = task.cuda_path or f"{task.name}.cu"
+            filename = task.cuda_path or ref.replace(".py", ".cu")
         else:
-            filename = task.reference_path or f"{task.name}.py"
+            filename = ref.replace(".py", "_candidate.py")
         return await self._pool.build(candidate.kind, candidate.source, filename, opts, timeout=timeout)
 
     async def restart(self) -> None:
@@ -467,7 +487,11 @@ class Engine:
     async def aclose(self) -> None:
         w, self._worker = self._worker, None
         if w is not None:
-            await w.close()
+            if self._lock.locked():  # a request is in flight on its pipes: no polite shutdown
+                w.kill()
+                await w.reap()
+            else:
+                await w.close()
         if self._pool is not None and self._own_pool:
             await self._pool.aclose()
         if self._reaping:
@@ -478,6 +502,14 @@ class Engine:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+_BUILD_MARKERS = ("cpp_extension", "load_inline")
+
+
+def needs_build(candidate: Candidate) -> bool:
+    """A .cu, or a .py that builds an extension: worth compiling in the CPU pool first."""
+    return candidate.kind == "cuda" or any(m in candidate.source for m in _BUILD_MARKERS)
 
 
 def _with_tail(message: str, tail: str, lines: int = 8) -> str:

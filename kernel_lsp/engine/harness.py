@@ -14,6 +14,8 @@ and moved to the device, and the Candidate becomes one callable `fn(*inputs)`:
 from __future__ import annotations
 
 import copy
+import linecache
+import os
 import random
 import types
 from dataclasses import dataclass, field
@@ -98,6 +100,7 @@ class Harness:
 
     # -- reference -------------------------------------------------------------------
     def load_reference(self) -> types.ModuleType:
+        _register_source(self.task.reference_path, self.task.reference_source)
         try:
             module, result = self.builder.load_python(self.task.reference_source, self.task.reference_path)
         except Exception as exc:  # a broken reference is a harness error, reported, not raised on
@@ -161,8 +164,11 @@ class Harness:
 
     def _build_python(self) -> tuple[Callable[..., Any] | None, CompileResult]:
         assert self.candidate is not None and self.model is not None
-        filename = self.task.reference_path if self.candidate.source == self.task.reference_source \
-            else self.task.reference_path.replace(".py", "_candidate.py")
+        filename = self.task.reference_path
+        if self.candidate.source != self.task.reference_source:
+            stem = os.path.splitext(self.task.reference_path)[0]
+            filename = f"{stem}.candidate-{self.candidate.id}.py"
+        _register_source(filename, self.candidate.source)
         module, result = self.builder.load_python(self.candidate.source, filename)
         if module is None:
             return None, result
@@ -208,6 +214,13 @@ class Harness:
                 return fn(*inputs)
         self.candidate_fn = call
         return call, result
+
+
+def _register_source(filename: str, source: str) -> None:
+    """Make `inspect.getsource` find text that is not on disk (or differs from it): @triton.jit
+    and torch.compile read a function's source through linecache."""
+    lines = source.splitlines(keepends=True)
+    linecache.cache[filename] = (len(source), None, lines, filename)
 
 
 def _copy_matching_state(src: torch.nn.Module, dst: torch.nn.Module) -> list[str]:

@@ -55,8 +55,9 @@ class BuildPool:
         self._closed = False
 
     def _env(self) -> dict[str, str]:
-        # device="" hides every GPU: a build needs nvcc, not a device.
-        return worker_environment(device="", extra=self.extra_env)
+        # device="" hides every GPU: a build needs nvcc, not a device. Nothing is timed
+        # here, so the bench preload (and its torch import) is skipped.
+        return worker_environment(device="", extra={"KERNEL_LSP_WORKER_PRELOAD": "", **self.extra_env})
 
     async def _acquire(self) -> WorkerProcess:
         while self._idle:

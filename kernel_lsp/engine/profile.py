@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import csv
+import glob
 import io
 import json
 import os
@@ -35,6 +36,10 @@ NCU_METRICS = {
     "launch__grid_size": "grid_size",
     "launch__block_size": "block_size",
 }
+
+
+_TIME_UNITS_MS = {"nsecond": 1e-6, "ns": 1e-6, "usecond": 1e-3, "us": 1e-3, "msecond": 1.0, "ms": 1.0,
+                  "second": 1e3, "s": 1e3}
 
 
 def hot_ops(fn: Callable[..., Any], inputs: list[Any], device: torch.device | str, top: int = 10,
@@ -99,7 +104,7 @@ def parse_ncu_csv(text: str) -> list[dict[str, Any]]:
             value = raw
         unit = row.get("Metric Unit", "")
         if key == "duration" and isinstance(value, float):
-            value = value * {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}.get(unit, 1e-6)
+            value = value * _TIME_UNITS_MS.get(unit, 1e-6)
             key = "duration_ms"
         k[key] = value
     out = list(kernels.values())
@@ -140,8 +145,19 @@ def _child_builder() -> Any:
     return build
 
 
+def find_ncu() -> str | None:
+    """ncu on PATH, else the toolkit's bin, else an NsightCompute folder of a toolkit."""
+    found = shutil.which("ncu") or shutil.which("ncu", path="/usr/local/cuda/bin")
+    if found:
+        return found
+    for hit in sorted(glob.glob("/usr/local/cuda*/NsightCompute*/ncu"), reverse=True):
+        if os.access(hit, os.X_OK):
+            return hit
+    return None
+
+
 def ncu_profile(task: Task, candidate: Candidate | None, options: dict[str, Any]) -> dict[str, Any]:
-    ncu = shutil.which("ncu") or (shutil.which("ncu", path="/usr/local/cuda/bin"))
+    ncu = find_ncu()
     if ncu is None:
         return {"tool": "ncu", "note": "Nsight Compute (ncu) is not on PATH: no per-kernel hardware counters"}
     if not torch.cuda.is_available():
@@ -156,7 +172,7 @@ def ncu_profile(task: Task, candidate: Candidate | None, options: dict[str, Any]
         with open(script, "w") as fh:
             fh.write(_CHILD)
         cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--target-processes", "all",
-               "--csv", "--metrics", ",".join(NCU_METRICS), sys.executable, script, job]
+               "--csv", "--print-units", "base", "--metrics", ",".join(NCU_METRICS), sys.executable, script, job]
         env = dict(os.environ)
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")

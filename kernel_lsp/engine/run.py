@@ -29,7 +29,7 @@ import torch
 import torch.profiler  # noqa: F401  imported now: lazy imports re-wrap torch functions later
 import torch.utils.flop_counter  # noqa: F401
 import torch.utils.deterministic  # noqa: F401
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: F401
+import torch.utils._python_dispatch  # noqa: F401
 
 try:  # dynamo wraps torch.manual_seed & co. when first imported: do it before any snapshot
     import torch._dynamo  # noqa: F401
@@ -79,6 +79,10 @@ class Integrity:
             if module is not None:
                 owners.append((name, module))
         return owners
+
+    def rebase(self) -> None:
+        """Trust the present state (after the candidate's part: the baselines' own lazy imports)."""
+        self.saved = Integrity().saved
 
     def changed(self) -> list[str]:
         out = []
@@ -205,13 +209,14 @@ def evaluate(task: Task, candidate: Candidate | None, checks: list[str] | tuple[
              options: dict[str, Any], builder: Any) -> Evaluation:
     """Compile -> verify -> bench (if correct) -> profile, as `checks` asks."""
     t0 = bench._perf_counter_ns()
+    if candidate is not None and candidate.origin == "reference":
+        candidate = None  # the CLI's way to time the reference alone (the protocol needs a Candidate)
     options = dict(options or {})
     dev = _device(options)
     ev = Evaluation(task=task.name, candidate=candidate.id if candidate else "reference")
     ev.device = device_info(str(dev) if dev.type == "cuda" else None)
     ev.versions = versions()
     integrity = Integrity()
-    threads_before = threading.active_count()
     extra: dict[str, Any] = {}
     notes: list[str] = []
     try:
@@ -228,9 +233,6 @@ def evaluate(task: Task, candidate: Candidate | None, checks: list[str] | tuple[
     finally:
         _check_integrity(integrity, ev, extra, notes)
         integrity.restore()
-    if candidate is not None and threading.active_count() > threads_before:
-        ev.flags.append("thread_started")
-        notes.append("the candidate left threads running: work may escape the timers")
     _finish(ev, extra, notes)
     ev.wall_seconds = (bench._perf_counter_ns() - t0) / 1e9
     return ev
@@ -290,6 +292,7 @@ def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options
             ev.profile = _profile(h, task, None, options, dev)
         return
 
+    threads_before = set(threading.enumerate())
     fn, result = h.build_candidate()
     ev.compile = result
     if fn is None:
@@ -307,6 +310,10 @@ def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options
         return
 
     vr = verify(h, options)
+    # Python threads the candidate left running (the baselines' own compile threads come later).
+    if [t for t in threading.enumerate() if t not in threads_before and t.is_alive()]:
+        ev.flags.append("thread_started")
+        notes.append("the candidate left threads running: work may escape the timers")
     ev.verdict, ev.correct = vr.verdict, vr.correct
     ev.message, ev.evidence = vr.message, vr.evidence
     ev.flags += vr.flags
@@ -325,7 +332,7 @@ def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options
         return
     if "bench" in checks:
         _bench(h, options, ev, extra, notes, candidate_too=True, flops=vr.flops,
-               nbytes=vr.input_bytes + vr.output_bytes)
+               nbytes=vr.input_bytes + vr.output_bytes, integrity=integrity)
     if "profile" in checks:
         ev.profile = _profile(h, task, candidate, options, dev)
 
@@ -345,7 +352,23 @@ def _time(fn: Any, sets: list[list[Any]], dev: torch.device, options: dict[str, 
 
 
 def _bench(h: Harness, options: dict[str, Any], ev: Evaluation, extra: dict[str, Any], notes: list[str],
-           candidate_too: bool, flops: int | None = None, nbytes: int = 0) -> None:
+           candidate_too: bool, flops: int | None = None, nbytes: int = 0,
+           integrity: Integrity | None = None) -> None:
+    if h.device.type != "cpu":
+        return _bench_on(h, options, ev, extra, notes, candidate_too, flops, nbytes, integrity)
+    # CPU: a fixed thread count for candidate and baselines alike; on a busy machine intra-op
+    # barriers otherwise stall for whole scheduler slices (30-60 ms outliers seen on 2 cores).
+    before = torch.get_num_threads()
+    torch.set_num_threads(int(options.get("cpu_threads", 1)))
+    try:
+        return _bench_on(h, options, ev, extra, notes, candidate_too, flops, nbytes, integrity)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _bench_on(h: Harness, options: dict[str, Any], ev: Evaluation, extra: dict[str, Any], notes: list[str],
+              candidate_too: bool, flops: int | None = None, nbytes: int = 0,
+              integrity: Integrity | None = None) -> None:
     dev = h.device
     sets = _timing_sets(h, options)
     assert h.model is not None
@@ -364,6 +387,12 @@ def _bench(h: Harness, options: dict[str, Any], ev: Evaluation, extra: dict[str,
             extra["timing_methods"] = {"events_ms": res.event_timing.median_ms,
                                        "device_idle_ms": res.device_timing.median_ms}
         _cache_probe(h, res.timing, options, ev, notes)
+        if integrity is not None:  # the candidate's part ends here; baselines are ours
+            _check_integrity(integrity, ev, extra, notes)
+            integrity.restore()
+            integrity.rebase()
+            if ev.verdict != "correct":
+                return
     if options.get("baselines", True):
         ev.eager = _time(h.model, sets, dev, options).timing
         ev.compiled = _compiled_baseline(h, sets, options, notes, ev)

@@ -62,6 +62,7 @@ class Worker:
             "shutdown": self.op_shutdown,
         }
         self.started = time.time()
+        self.preloaded: list[str] = []
         self.requests = 0
         self.stop = False
         self.fatal = False  # set when the CUDA context is unusable: answer, then exit
@@ -70,7 +71,8 @@ class Worker:
 
     def op_ping(self, params: dict[str, Any]) -> dict[str, Any]:
         return {"pid": os.getpid(), "python": sys.version.split()[0], "requests": self.requests,
-                "uptime": time.time() - self.started}
+                "uptime": time.time() - self.started, "preloaded": list(self.preloaded),
+                "torch_imported": "torch" in sys.modules}
 
     def op_warm(self, params: dict[str, Any]) -> dict[str, Any]:
         """Import torch and initialize CUDA now, outside any candidate's deadline."""
@@ -137,9 +139,12 @@ class Worker:
         """Build without running (the CPU pool): the cache then has it."""
         kind = params.get("kind", "python")
         source, filename = params["source"], params.get("filename") or "<candidate>"
+        options = params.get("options") or {}
         if kind == "cuda":
-            _, result = build.build_cuda(source, filename, params.get("options") or {})
+            _, result = build.build_cuda(source, filename, options)
         else:
+            if options.get("arch"):
+                build.configure(str(options["arch"]))  # load_inline's key: the GPU Worker's arch
             result = build.build_python(source, filename)
         return result.to_dict()
 
@@ -251,16 +256,39 @@ def _fallback_device_info() -> dict[str, Any]:
     return info
 
 
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this Worker when the process that started it dies, even while a
+    kernel hangs and nobody reads the EOF on its input."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent died before prctl: nobody is left to answer
+        os._exit(0)
+
+
 def main() -> int:
+    _die_with_parent()
     proto_in, proto_out = _take_channel()
     faulthandler.enable(file=sys.stderr)  # a segfault leaves a Python stack in the crash report
     # The timer must be captured before any candidate can patch it (DESIGN: cheat 7).
-    try:
-        importlib.import_module("kernel_lsp.engine.bench")
-    except ImportError as exc:
-        if exc.name != "kernel_lsp.engine.bench":
-            print(f"kernel-lsp worker: importing bench failed: {exc!r}", file=sys.stderr)
+    # $KERNEL_LSP_WORKER_PRELOAD (comma-separated) replaces the list; tests with a
+    # stand-in run module set it empty to skip importing torch.
+    preloaded: list[str] = []
+    preload = os.environ.get("KERNEL_LSP_WORKER_PRELOAD", "kernel_lsp.engine.bench")
+    for name in filter(None, (n.strip() for n in preload.split(","))):
+        try:
+            importlib.import_module(name)
+            preloaded.append(name)
+        except ImportError as exc:
+            if exc.name != name:
+                print(f"kernel-lsp worker: importing {name} failed: {exc!r}", file=sys.stderr)
+    build.install_hooks()
     worker = Worker()
+    worker.preloaded = preloaded
     proto_out.write(protocol.encode({"id": None, "ready": {"pid": os.getpid(), "python": sys.executable}}))
     proto_out.flush()
     while not worker.stop:

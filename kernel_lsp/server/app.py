@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
@@ -18,10 +18,15 @@ from pygls.uris import to_fs_path
 
 from kernel_lsp import __version__
 from kernel_lsp.config import Settings, SettingsError, load_settings
-from kernel_lsp.model import CompileResult, Diagnostic, ResourceUsage
+from kernel_lsp.model import CompileResult, Diagnostic, Evaluation, ResourceUsage
+from kernel_lsp.server.engine_host import EngineHost
 from kernel_lsp.server.jobs import Jobs
+from kernel_lsp.server.watch import Watcher
 from kernel_lsp.server.positions import Positions
 from kernel_lsp.source import Document, parse_document
+
+if TYPE_CHECKING:
+    from kernel_lsp.server.actions import SearchRun
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +47,12 @@ class KernelLanguageServer(LanguageServer):
         # Diagnostics per document, in buckets (compile, resources, verify...) published together.
         self.diagnostic_buckets: dict[str, dict[str, list[types.Diagnostic]]] = {}
         self.jobs = Jobs(on_change=self.send_status)
+        self.host = EngineHost(self)
+        # The last Evaluation shown per document (read from the store on first use).
+        self.evaluations: dict[str, Evaluation] = {}
+        # Searches whose verified, faster result waits to be applied, by search id.
+        self.search_runs: dict[int, SearchRun] = {}
+        self.watcher = Watcher(self)
 
     # -- settings ---------------------------------------------------------------------------
 
@@ -102,6 +113,11 @@ class KernelLanguageServer(LanguageServer):
 
     # -- status -----------------------------------------------------------------------------
 
+    async def aclose(self) -> None:
+        self.watcher.stop()
+        await self.jobs.aclose()
+        await self.host.aclose()
+
     def send_status(self) -> None:
         try:
             self.protocol.notify(STATUS_NOTIFICATION, {"jobs": [j.status() for j in self.jobs.running()]})
@@ -123,10 +139,9 @@ def is_cuda(uri: str) -> bool:
 
 def create_server() -> KernelLanguageServer:
     """A server with every feature registered (each module adds its own)."""
-    from kernel_lsp.server import compiling, lifecycle, navigation
+    from kernel_lsp.server import actions, compiling, evaluations, handback, lifecycle, navigation
 
     server = KernelLanguageServer()
-    lifecycle.register(server)
-    navigation.register(server)
-    compiling.register(server)
+    for feature in (lifecycle, navigation, compiling, evaluations, actions, handback):
+        feature.register(server)
     return server

@@ -23,7 +23,7 @@ def register(server: KernelLanguageServer) -> None:
         if not uri:
             raise ValueError("kernel-lsp.check needs {uri}")
         job = schedule(ls, uri)
-        results = await job.task if job else []
+        results = (await ls.jobs.wait(job) or []) if job else []
         return {"ok": all(r.ok for r in results), "results": len(results)}
 
 

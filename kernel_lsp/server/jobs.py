@@ -61,6 +61,18 @@ class Jobs:
         if job.extra.get("visible"):
             self._on_change()
 
+    async def wait(self, job: Job) -> Any:
+        """The job's result for a request handler: a cancelled job (kernel-lsp.cancel, the
+        progress' Cancel button) gives None, while cancelling the request cancels the job."""
+        try:
+            return await asyncio.shield(job.task)
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                job.task.cancel()
+                raise
+            return None
+
     def get(self, key: Hashable) -> Job | None:
         return self._jobs.get(key)
 

@@ -6,7 +6,7 @@ import logging
 
 from lsprotocol import types
 
-from kernel_lsp.server import compiling
+from kernel_lsp.server import compiling, evaluations
 from kernel_lsp.server.app import CONFIG_SECTION, KernelLanguageServer
 
 log = logging.getLogger(__name__)
@@ -22,6 +22,8 @@ def register(server: KernelLanguageServer) -> None:
     @server.feature(types.INITIALIZED)
     async def initialized(ls: KernelLanguageServer, params: types.InitializedParams) -> None:
         await pull_configuration(ls)
+        if ls.root:
+            ls.watcher.start(ls.root)
 
     @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
     async def did_change_configuration(ls: KernelLanguageServer,
@@ -48,6 +50,7 @@ def register(server: KernelLanguageServer) -> None:
         uri = params.text_document.uri
         ls.document(uri)
         compiling.schedule(ls, uri)
+        evaluations.on_save(ls, uri)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: KernelLanguageServer, params: types.DidCloseTextDocumentParams) -> None:
@@ -59,7 +62,7 @@ def register(server: KernelLanguageServer) -> None:
 
     @server.feature(types.SHUTDOWN)
     async def shutdown(ls: KernelLanguageServer, params: None) -> None:
-        await ls.jobs.aclose()
+        await ls.aclose()
 
 
 async def pull_configuration(ls: KernelLanguageServer) -> None:

@@ -7,6 +7,7 @@ from lsprotocol import types
 from kernel_lsp.model import Target, TargetKind
 from kernel_lsp.server.app import KernelLanguageServer
 from kernel_lsp.check import describe
+from kernel_lsp.server import evaluations
 
 _SYMBOL_KIND = {
     TargetKind.CUDA_KERNEL: types.SymbolKind.Function,
@@ -105,4 +106,9 @@ def hover_text(ls: KernelLanguageServer, uri: str, target: Target) -> str:
             lines.append("_nvcc is compiling this file…_")
         else:
             lines.append("_No resource report yet: save the file to compile it._")
+    anchor = evaluations.anchor_target(ls, uri)
+    if anchor is not None and anchor.name == target.name:
+        history = evaluations.history_markdown(ls, uri)
+        if history:
+            lines.append(history)
     return "\n\n".join(lines)

@@ -17,7 +17,7 @@ from tree_sitter import Language, Node
 from kernel_lsp.model import Span, Target, TargetKind
 from kernel_lsp.source.intexpr import eval_int, strip_comments
 from kernel_lsp.source.records import Constant, Define, Export, HostFunction, Launch
-from kernel_lsp.source.text import LineIndex
+from kernel_lsp.source.text import LineIndex, span_dict
 
 _INTEGRAL_HINTS = ("float", "double", "half", "bfloat", "__nv_", "char*", "string")
 _TORCH_LIBRARY = {"TORCH_LIBRARY": "torch_library", "TORCH_LIBRARY_FRAGMENT": "torch_library",
@@ -214,6 +214,20 @@ _CONSTEXPR = re.compile(rb"\bconstexpr\b")
 _CALLISH = re.compile(rb"\b([A-Za-z_]\w*)\s*\(")
 
 
+def _threads(block: str, names: dict[str, int]) -> int | None:
+    """`256`, `BLOCK`, `dim3(32, 8)` -> the number of threads, when every part resolves."""
+    text = block.strip()
+    m = re.fullmatch(r"dim3\s*[({](.*)[)}]", text, re.DOTALL)
+    parts = [p for p in m.group(1).split(",")] if m else [text]
+    total = 1
+    for part in parts:
+        value = eval_int(part, names)
+        if value is None or value <= 0:
+            return None
+        total *= value
+    return total
+
+
 class _Reader:
     """Finds candidates by a regex over the bytes (C speed, proportional to the hits) and
     confirms each in the tree, so comments and strings never count."""
@@ -227,7 +241,8 @@ class _Reader:
         self.facts = CudaFacts()
         self.extern_c_names: list[tuple[str, Node]] = []
         self.bindings: list[Node] = []              # PYBIND11_MODULE / TORCH_LIBRARY definitions
-        self.missed_kernels: list[int] = []         # byte offsets of __global__ the tree did not place
+        self.missed_kernels: list[int] = []
+        self._missing: set[str] = set()            # host functions looked up and not defined here         # byte offsets of __global__ the tree did not place
 
     def _tokens(self, pattern: re.Pattern[bytes]):
         root = self.tree.root_node
@@ -277,7 +292,7 @@ class _Reader:
 
     def host_function(self, name: str) -> HostFunction | None:
         """The host function definition called `name` (the last `::` part), found by text."""
-        if name not in self.facts.host_functions:
+        if name not in self.facts.host_functions and name not in self._missing:
             self.find_host_functions([name])
         return self.facts.host_functions.get(name)
 
@@ -285,14 +300,19 @@ class _Reader:
         """Look up several host function definitions in one pass over the text."""
         wanted: dict[str, list[str]] = {}
         for name in names:
-            if name not in self.facts.host_functions:
+            if name not in self.facts.host_functions and name not in self._missing:
                 wanted.setdefault(name.rsplit("::", 1)[-1], []).append(name)
         if not wanted:
             return
         root = self.tree.root_node
-        for m in _CALLISH.finditer(self.tree_bytes):
-            short = m.group(1).decode("utf-8", "replace")
-            if short not in wanted:
+        by_bytes = {k.encode("utf-8", "replace"): k for k in wanted}
+        if len(by_bytes) <= 64:  # few names: a regex of just them skips every other call
+            pattern = re.compile(rb"\b(" + b"|".join(re.escape(k) for k in by_bytes) + rb")\s*\(")
+        else:
+            pattern = _CALLISH
+        for m in pattern.finditer(self.tree_bytes):
+            short = by_bytes.get(m.group(1))
+            if short is None or short not in wanted:
                 continue
             tok = root.descendant_for_byte_range(m.start(1), m.end(1))
             found = self._definition_of(tok, short) if tok is not None else None
@@ -307,6 +327,8 @@ class _Reader:
                 self.facts.host_functions[full] = fn
             if not wanted:
                 return
+        for names_left in wanted.values():
+            self._missing.update(names_left)
 
     @staticmethod
     def _definition_of(tok: Node, short: str) -> Node | None:
@@ -421,7 +443,7 @@ class _Reader:
                 name = name.rsplit("::", 1)[1]
             function = _callee_name(cargs[1]) if len(cargs) > 1 else None
             self.facts.exports.append(Export(
-                name=name, function=function, via=via if via == "pybind11" else via,
+                name=name, function=function, via=via,
                 span=self.lines.span(call), name_span=self._string_content_span(first),
                 library=library, dispatch_key=key, schema=schema if via != "pybind11" else None))
 
@@ -453,7 +475,7 @@ class _Reader:
             self.facts.export_targets.append(Target(
                 name=name, kind=TargetKind.HOST_EXPORT, path=self.path, span=span, name_span=name_span,
                 detail=detail,
-                data={"via": e.via, "function": e.function, "binding_span": e.span.to_dict(),
+                data={"via": e.via, "function": e.function, "binding_span": span_dict(e.span),
                       "library": e.library, "dispatch_key": e.dispatch_key, "schema": e.schema,
                       "params": params}))
         self.facts.export_targets.sort(key=lambda t: (t.span.start_line, t.span.start_col))
@@ -549,6 +571,27 @@ class _Reader:
         line_start = self.tree_bytes.rfind(b"\n", 0, byte_pos) + 1
         return self.tree_bytes.count(b"\n", 0, byte_pos), byte_pos - line_start
 
+    def resolve_numbers(self) -> None:
+        """Integer values of launch bounds and block sizes, through macros, constants and
+        template defaults (`__launch_bounds__(THREADS)` with `int THREADS = BLOCK_THREADS`)."""
+        names: dict[str, int] = {}
+        for d in self.facts.defines:
+            if d.int_value is not None:
+                names.setdefault(d.name, d.int_value)
+        for c in self.facts.constants:
+            if c.int_value is not None and c.function is None:
+                names.setdefault(c.name, c.int_value)
+        for k in self.facts.kernels:
+            scope = dict(names)
+            for p in k.data.get("template_params", []):
+                if p.get("kind") == "value" and p.get("default"):
+                    value = eval_int(p["default"], names)
+                    if value is not None:
+                        scope[p["name"]] = value
+            k.data["launch_bounds_values"] = [eval_int(b, scope) for b in k.data.get("launch_bounds", [])]
+        for launch in self.facts.launches:
+            launch.block_threads = _threads(launch.block, names)
+
     # -- recovery -----------------------------------------------------------------------
     def recover_kernels(self) -> None:
         """With syntax errors, tree-sitter may swallow later kernels into an ERROR node; find
@@ -619,6 +662,7 @@ def read_cuda(tree, lines: LineIndex, path: str, language: Language, source: byt
     reader.read_exports()
     reader.read_launches()
     reader.read_defines_and_constants()
+    reader.resolve_numbers()
     if reader.missed_kernels:
         reader.recover_kernels()
     return reader.facts

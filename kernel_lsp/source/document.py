@@ -24,7 +24,7 @@ from kernel_lsp.model import Span, Target, TargetKind
 from kernel_lsp.source.cuda import find_host_function, read_cuda
 from kernel_lsp.source.python import read_python
 from kernel_lsp.source.records import Constant, Define, EmbeddedSource, Export, HostFunction, Launch, TaskInfo
-from kernel_lsp.source.text import LineIndex, encode
+from kernel_lsp.source.text import LineIndex, encode, span_dict
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +63,18 @@ def _parser(name: str) -> Parser:
 
 @dataclass
 class Document:
+    """One parsed file. Target.data by kind:
+
+    - CUDA_KERNEL: template_params [{name, kind: type|value|type_pack|template, type, default}],
+      launch_bounds [str], launch_bounds_values [int|None], params [{type, name}],
+      qualified_name (in a namespace), embedded (index, in a .py), recovered (read from text
+      after a syntax error)
+    - HOST_EXPORT: via, function, binding_span, library, dispatch_key, schema, params
+    - TASK_MODEL / CANDIDATE_MODEL / NN_MODULE: bases, init_params, forward_params, forward_span
+    - TRITON_KERNEL: decorators, params, constexpr_params, autotune, heuristics
+    - EMBEDDED_CUDA: embedded, variable, module_name, functions, kernels
+    """
+
     path: str
     text: str
     language: str = ""                  # "cuda" | "python" | ""
@@ -80,6 +92,8 @@ class Document:
     parse_seconds: float = 0.0
     lines: LineIndex | None = field(default=None, repr=False)
     source: bytes = field(default=b"", repr=False)           # the UTF-8 bytes the tree was built from
+    _host_missing: set[str] = field(default_factory=set, repr=False, compare=False)
+    _by_call: dict[Span, list[int]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def kernels(self) -> list[Target]:
@@ -110,20 +124,40 @@ class Document:
     def host_function(self, name: str) -> HostFunction | None:
         """The host function definition called `name` (CUDA documents; in a Python document,
         in its embedded sources, spans mapped into the file)."""
-        if name in self.host_functions:
+        return self._host_function(name, None)
+
+    def _host_function(self, name: str, call: Span | None) -> HostFunction | None:
+        """With `call` (Python documents), search only that load_inline call's sources:
+        a function named in its `functions=[...]` must be defined there."""
+        if call is None and name in self.host_functions:
             return self.host_functions[name]
+        if call is None and name in self._host_missing:
+            return None
         found = None
         if self.language == "cuda" and self.tree is not None and self.lines is not None:
             found = find_host_function(self.tree, self.lines, self.path, _language("cuda"), self.source, name)
         elif self.language == "python":
-            for index, emb in enumerate(self.embedded):
-                sub = emb.document.host_function(name) if emb.document is not None else None
+            if call is not None:
+                if not self._by_call:
+                    for i, e in enumerate(self.embedded):
+                        self._by_call.setdefault(e.call_span, []).append(i)
+                indices = self._by_call.get(call, [])
+            else:
+                indices = list(range(len(self.embedded)))
+            for index in indices:
+                emb = self.embedded[index]
+                if emb.document is None:
+                    continue
+                sub = emb.document.host_function(name)
                 if sub is not None:
                     found = dataclasses.replace(sub, span=emb.map_span(sub.span),
                                                 name_span=emb.map_span(sub.name_span), embedded=index)
                     break
-        if found is not None:
-            self.host_functions[name] = found
+        if call is None:
+            if found is not None:
+                self.host_functions[name] = found
+            else:
+                self._host_missing.add(name)
         return found
 
     def embedded_at(self, line: int, col: int) -> EmbeddedSource | None:
@@ -171,7 +205,7 @@ def _parse(doc: Document, old: Document | None) -> None:
         doc.defines, doc.constants = facts.defines, facts.constants
         doc.host_functions = dict(facts.host_functions)
     else:
-        facts = read_python(tree, lines, doc.path, language)
+        facts = read_python(tree, lines, doc.path, language, source)
         doc.task, doc.loaded_files, doc.embedded = facts.task, facts.loaded_files, facts.embedded
         targets = list(facts.targets)
         targets += _embedded_facts(doc, old)
@@ -260,7 +294,7 @@ def _embedded_facts(doc: Document, old: Document | None) -> list[Target]:
         for t in sub.targets:
             data = dict(t.data, embedded=index)
             if "binding_span" in data and data["binding_span"]:
-                data["binding_span"] = emb.map_span(Span.from_dict(data["binding_span"])).to_dict()
+                data["binding_span"] = span_dict(emb.map_span(Span.from_dict(data["binding_span"])))
             targets.append(Target(name=t.name, kind=t.kind, path=doc.path, span=emb.map_span(t.span),
                                   name_span=emb.map_span(t.name_span), detail=t.detail, data=data))
         doc.launches += [mapped(x) for x in sub.launches]
@@ -289,7 +323,7 @@ def _load_inline_exports(doc: Document) -> list[Target]:
             if (name, emb.module_name) in seen:
                 continue
             seen.add((name, emb.module_name))
-            fn = doc.host_function(name)
+            fn = doc._host_function(name, emb.call_span)
             span = fn.span if fn is not None else emb.call_span
             name_span = fn.name_span if fn is not None else emb.call_span
             doc.exports.append(Export(name=name, function=name, via="load_inline", span=span,
@@ -298,7 +332,7 @@ def _load_inline_exports(doc: Document) -> list[Target]:
             targets.append(Target(
                 name=name, kind=TargetKind.HOST_EXPORT, path=doc.path, span=span, name_span=name_span,
                 detail=fn.detail if fn is not None else f"{name} (load_inline {emb.module_name or ''})",
-                data={"via": "load_inline", "function": name, "binding_span": emb.call_span.to_dict(),
+                data={"via": "load_inline", "function": name, "binding_span": span_dict(emb.call_span),
                       "library": emb.module_name, "dispatch_key": None, "schema": None,
                       "params": fn.params if fn is not None else [],
                       "embedded": fn.embedded if fn is not None else None}))

@@ -24,6 +24,8 @@ def decode_content(content: str, prefix: str) -> tuple[str, list[int]]:
     p = prefix.lower()
     raw = "r" in p
     fstring = "f" in p
+    if "\r" not in content and (raw or "\\" not in content) and not (fstring and ("{" in content or "}" in content)):
+        return content, list(range(len(content) + 1))  # nothing to decode: the common case
     out: list[str] = []
     offs: list[int] = []
     i, n = 0, len(content)

@@ -1,19 +1,22 @@
 """Facts from a Python tree (tree-sitter-python): the KernelBench task shape (Model,
 ModelNew, get_inputs, get_init_inputs), other nn.Modules, Triton kernels, CUDA/C++ text
 passed to `torch.utils.cpp_extension.load_inline`, and `.cu` files given to `load`.
+
+As in cuda.py, a regex over the bytes finds candidates and the tree confirms each one.
 """
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass, field
 
-from tree_sitter import Language, Node, Query, QueryCursor
+from tree_sitter import Language, Node
 
 from kernel_lsp.model import Span, Target, TargetKind
 from kernel_lsp.source.pystrings import content_bounds, literal_value
 from kernel_lsp.source.records import EmbeddedSource, TaskInfo
-from kernel_lsp.source.text import LineIndex
+from kernel_lsp.source.text import LineIndex, span_dict
 
 _MODULE_BASES = {"nn.Module", "torch.nn.Module", "Module"}
 _TRITON_JIT = {"triton.jit", "jit", "triton.language.jit"}
@@ -21,20 +24,11 @@ _TRITON_OTHER = {"triton.autotune", "autotune", "triton.heuristics", "heuristics
 _SCOPES = {"function_definition", "class_definition", "lambda"}
 _WS = re.compile(r"\s+")
 
-_QUERIES: dict[int, tuple[Query, Query, Query]] = {}
-
-
-def _queries(language: Language) -> tuple[Query, Query, Query]:
-    key = id(language)
-    if key not in _QUERIES:
-        _QUERIES[key] = (
-            Query(language, "(class_definition) @class (decorated_definition) @decorated"),
-            Query(language, """
-                (call function: [(identifier) @fn (attribute attribute: (identifier) @fn)]
-                      (#any-of? @fn "load_inline" "load")) @call"""),
-            Query(language, "(assignment left: (identifier) @name right: (_) @value) @assignment"),
-        )
-    return _QUERIES[key]
+_CLASS = re.compile(rb"\bclass\b")
+_DECORATOR = re.compile(rb"@")
+_EXTENSION_CALL = re.compile(rb"\b(?:load_inline|load)\s*\(")
+_CLASS_LINE = re.compile(r"class\s+(\w+)\s*(?:\(([^)]*)\))?\s*:")
+_ASSIGNMENT = re.compile(rb"\b([A-Za-z_]\w*)\s*=(?!=)")
 
 
 @dataclass
@@ -95,26 +89,59 @@ def _dotted(node: Node | None) -> str:
 
 
 class _Reader:
-    def __init__(self, tree, lines: LineIndex, path: str, language: Language) -> None:
+    def __init__(self, tree, lines: LineIndex, path: str, language: Language, source: bytes) -> None:
         self.tree = tree
+        self.source = source
         self.lines = lines
         self.path = path
         self.language = language
         self.facts = PythonFacts()
-        self._assignments: list[tuple[str, Node, Node]] | None = None
+        self._assignments: dict[str, list[tuple[Node, Node]]] = {}
+        self._assignment_hits: dict[bytes, list[int]] | None = None
+
+    def _tokens(self, pattern: re.Pattern[bytes]):
+        """Tree nodes at each regex hit: the text finds candidates, the tree confirms them."""
+        root = self.tree.root_node
+        for m in pattern.finditer(self.source):
+            node = root.descendant_for_byte_range(m.start(), m.start() + 1)
+            if node is not None:
+                yield node
 
     def read(self) -> PythonFacts:
-        q_defs, q_calls, _ = _queries(self.language)
-        captures = QueryCursor(q_defs).captures(self.tree.root_node)
-        self._classes(captures.get("class", []))
-        for dec in captures.get("decorated", []):
-            self._decorated(dec)
+        classes, stray = [], []
+        for t in self._tokens(_CLASS):
+            if t.type == "class" and t.parent is not None and t.parent.type == "class_definition":
+                classes.append(t.parent)
+            elif t.start_point[1] == 0 and self.tree.root_node.has_error:
+                stray.append(t)  # a top-level `class` that error recovery swallowed
+        self._classes(classes)
+        for tok in stray:
+            self._recover_class(tok)
+        seen: set[int] = set()
+        for tok in self._tokens(_DECORATOR):
+            dec = tok.parent.parent if tok.type == "@" and tok.parent is not None else None
+            if dec is not None and tok.parent.type == "decorator" and dec.type == "decorated_definition" \
+                    and dec.id not in seen:
+                seen.add(dec.id)
+                self._decorated(dec)
         self._task_functions()
-        for call in sorted(QueryCursor(q_calls).captures(self.tree.root_node).get("call", []),
-                           key=lambda n: n.start_byte):
-            self._extension_call(call)
+        for tok in self._tokens(_EXTENSION_CALL):
+            call = self._call_of(tok)
+            if call is not None:
+                self._extension_call(call)
         self.facts.targets.sort(key=lambda t: (t.span.start_line, t.span.start_col))
         return self.facts
+
+    @staticmethod
+    def _call_of(tok: Node) -> Node | None:
+        """The call whose callee is `tok` (`load_inline(...)` or `cpp_extension.load_inline(...)`)."""
+        if tok.type != "identifier" or tok.parent is None:
+            return None
+        callee = tok.parent if tok.parent.type == "attribute" and tok.parent.child_by_field_name("attribute") == tok else tok
+        call = callee.parent
+        if call is None or call.type != "call" or call.child_by_field_name("function") != callee:
+            return None
+        return call
 
     # -- classes -----------------------------------------------------------------------
     def _classes(self, classes: list[Node]) -> None:
@@ -158,7 +185,7 @@ class _Reader:
                 name=name, kind=kind, path=self.path, span=span, name_span=self.lines.span(name_node),
                 detail=f"class {name}({', '.join(bases)})" if bases else f"class {name}",
                 data={"bases": bases, "init_params": init_params, "forward_params": forward_params,
-                      "forward_span": self.lines.span(forward).to_dict() if forward is not None else None}))
+                      "forward_span": span_dict(self.lines.span(forward)) if forward is not None else None}))
             task = self.facts.task
             if kind is TargetKind.TASK_MODEL and not task.has_model:
                 task.has_model = True
@@ -166,6 +193,46 @@ class _Reader:
             elif kind is TargetKind.CANDIDATE_MODEL and not task.has_model_new:
                 task.has_model_new = True
                 task.spans["ModelNew"] = span
+
+    def _recover_class(self, tok: Node) -> None:
+        """A class the tree lost to a syntax error above it, read from its text (indentation
+        says where it ends)."""
+        lines = self.lines
+        row = tok.start_point[0]
+        m = _CLASS_LINE.match(lines.line(row))
+        if m is None:
+            return
+        name, bases_text = m.group(1), m.group(2) or ""
+        bases = [b.strip() for b in bases_text.split(",") if b.strip() and "=" not in b]
+        modules = _MODULE_BASES | {t.name for t in self.facts.targets if t.kind is not TargetKind.TRITON_KERNEL}
+        if name == "Model":
+            kind = TargetKind.TASK_MODEL
+        elif name == "ModelNew":
+            kind = TargetKind.CANDIDATE_MODEL
+        elif any(b in modules for b in bases):
+            kind = TargetKind.NN_MODULE
+        else:
+            return
+        end = row
+        for r in range(row + 1, lines.line_count):
+            line = lines.line(r)
+            if line.strip() and not line[0].isspace() and not line.startswith("#"):
+                break
+            if line.strip():
+                end = r
+        span = Span(row, 0, end, len(lines.line(end)))
+        name_col = m.start(1)
+        self.facts.targets.append(Target(
+            name=name, kind=kind, path=self.path, span=span,
+            name_span=Span(row, name_col, row, name_col + len(name)),
+            detail=f"class {name}({', '.join(bases)})" if bases else f"class {name}",
+            data={"bases": bases, "init_params": [], "forward_params": [], "forward_span": None,
+                  "recovered": True}))
+        task = self.facts.task
+        if kind is TargetKind.TASK_MODEL and not task.has_model:
+            task.has_model, task.spans["Model"] = True, span
+        elif kind is TargetKind.CANDIDATE_MODEL and not task.has_model_new:
+            task.has_model_new, task.spans["ModelNew"] = True, span
 
     # -- triton ------------------------------------------------------------------------
     def _decorated(self, dec: Node) -> None:
@@ -284,21 +351,29 @@ class _Reader:
         return node
 
     def _binding(self, name: str, before: Node) -> Node | None:
-        if self._assignments is None:
-            _, _, q_assign = _queries(self.language)
-            self._assignments = []
-            for _, match in QueryCursor(q_assign).matches(self.tree.root_node):
-                n, v = match.get("name"), match.get("value")
-                if n and v:
-                    self._assignments.append((_text(n[0]), n[0], v[0]))
-            self._assignments.sort(key=lambda a: a[1].start_byte)
-        best = None
-        for bound_name, name_node, value in self._assignments:
-            if bound_name != name:
-                continue
-            if name_node.start_byte < before.start_byte or best is None:
-                best = value
-        return best
+        """The value last bound to `name` by `name = value` before `before` (else the first after)."""
+        if self._assignment_hits is None:  # one pass over the text for every name
+            self._assignment_hits = {}
+            for m in _ASSIGNMENT.finditer(self.source):
+                self._assignment_hits.setdefault(m.group(1), []).append(m.start(1))
+        if name not in self._assignments:
+            found = []
+            root = self.tree.root_node
+            for pos in self._assignment_hits.get(name.encode("utf-8", "replace"), []):
+                tok = root.descendant_for_byte_range(pos, pos + 1)
+                parent = tok.parent if tok is not None else None
+                if parent is not None and tok.type == "identifier" and parent is not None and parent.type == "assignment" \
+                        and parent.child_by_field_name("left") == tok:
+                    value = parent.child_by_field_name("right")
+                    if value is not None:
+                        found.append((tok, value))
+            self._assignments[name] = found
+        bound = self._assignments[name]
+        if not bound:
+            return None
+        # the bindings are in text order: the last one before `before`, else the first
+        i = bisect.bisect_left([n.start_byte for n, _ in bound], before.start_byte)
+        return bound[i - 1][1] if i > 0 else bound[0][1]
 
     def _embedded(self, value: Node, kind: str, call: Node, module_name: str | None,
                   functions: list[str]) -> None:
@@ -316,6 +391,8 @@ class _Reader:
             if got is None:
                 continue
             text, offsets, bounds = got
+            if not text.strip():
+                continue  # cpp_sources="" holds no code
             a, b = self.lines.position(bounds[0]), self.lines.position(bounds[1])
             self.facts.embedded.append(EmbeddedSource(
                 text=text, kind=kind,  # type: ignore[arg-type]
@@ -342,5 +419,5 @@ class _Reader:
         return got[0], got[1], bounds
 
 
-def read_python(tree, lines: LineIndex, path: str, language: Language) -> PythonFacts:
-    return _Reader(tree, lines, path, language).read()
+def read_python(tree, lines: LineIndex, path: str, language: Language, source: bytes) -> PythonFacts:
+    return _Reader(tree, lines, path, language, source).read()

@@ -36,6 +36,7 @@ class Launch:
     config_span: Span            # from "<<<" to ">>>"
     function: str | None = None  # the enclosing function, if any
     embedded: int | None = None
+    block_threads: int | None = None  # threads per block, when `block` resolves to integers (dim3 multiplied)
 
 
 ExportVia = Literal["pybind11", "torch_library", "torch_library_impl", "extern_c", "load_inline"]

@@ -15,6 +15,12 @@ from kernel_lsp.model import Span
 ENCODING_ERRORS = "surrogatepass"
 
 
+def span_dict(span: Span) -> dict[str, int]:
+    """Span.to_dict without dataclasses.asdict's deep copy (hot in big files)."""
+    return {"start_line": span.start_line, "start_col": span.start_col,
+            "end_line": span.end_line, "end_col": span.end_col}
+
+
 class SourceError(Exception):
     """A file cannot be read as source text (missing, unreadable, or binary)."""
 
@@ -51,6 +57,7 @@ class LineIndex:
             starts.append(pos + 1)
             pos = text.find("\n", pos + 1)
         self.starts = starts
+        self.ascii = text.isascii()  # then byte columns are code-point columns everywhere
         self._encoded: dict[int, bytes] = {}
 
     @property
@@ -64,7 +71,7 @@ class LineIndex:
 
     def col(self, row: int, byte_col: int) -> int:
         """The code-point column of a tree-sitter (row, byte column) point."""
-        if row >= len(self.starts) or byte_col == 0:
+        if self.ascii or row >= len(self.starts) or byte_col == 0:
             return byte_col
         line = self.line(row)
         if line.isascii():
@@ -80,6 +87,8 @@ class LineIndex:
 
     def byte_col(self, row: int, col: int) -> int:
         """The UTF-8 byte column of a code-point column on `row`."""
+        if self.ascii:
+            return col
         line = self.line(row) if row < len(self.starts) else ""
         if line.isascii():
             return col
@@ -87,6 +96,8 @@ class LineIndex:
 
     def span(self, node) -> Span:  # node: tree_sitter.Node
         (sr, sc), (er, ec) = node.start_point, node.end_point
+        if self.ascii:
+            return Span(sr, sc, er, ec)
         return Span(sr, self.col(sr, sc), er, self.col(er, ec))
 
     def offset(self, line: int, col: int) -> int:

@@ -11,13 +11,14 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
 import time
 from typing import Callable
 
-from kernel_lsp.model import CompileResult, Diagnostic, ResourceUsage, Span
+from kernel_lsp.model import CompileResult, Diagnostic, Span
 from kernel_lsp.toolchain.demangle import demangle, function_name
 from kernel_lsp.toolchain.diagnostics import Placement, launch_bounds, parse_messages
 from kernel_lsp.toolchain.nvcc import (
@@ -26,6 +27,7 @@ from kernel_lsp.toolchain.nvcc import (
     find_nvcc,
     nvcc_command,
     nvcc_version,
+    torch_include_paths,
     validate_arch,
 )
 from kernel_lsp.toolchain.occupancy import arch_limits, occupancy
@@ -161,6 +163,11 @@ def _finish(source: str, path: str, options: CompileOptions, nvcc: str, log_text
                           user_dir=user_dir, display_name=os.path.basename(path) or "source.cu",
                           demangled=demangled)
     diagnostics = placement.place(messages)
+    if options.torch_headers and not torch_include_paths():
+        for d in diagnostics:
+            if d.severity == "error" and re.search(r"\b(?:torch|ATen|c10|pybind11)/", d.message):
+                d.message += ("\n(torch's C++ headers were not found: install torch in the Python "
+                              "environment kernel-lsp runs in, or add its include dirs to includePaths)")
     for res in resources:
         res.kernel = function_name(demangled.get(res.mangled, res.mangled))
         res.threads_per_block = launch_bounds(source, res.kernel)
@@ -360,25 +367,14 @@ def build_library(
                                                         "nvcc reported success but wrote no library",
                                                         code="nvcc-failed"))
             else:
-                staged = out_path + f".{os.getpid()}.tmp"
-                os.replace(partial, staged) if _same_fs(partial, out_path) else _copy(partial, staged)
+                # Copy next to the target, then rename: a loader never sees half a library.
+                fd, staged = tempfile.mkstemp(dir=os.path.dirname(out_path), suffix=".so.tmp")
+                os.close(fd)
+                shutil.copyfile(partial, staged)
+                os.chmod(staged, 0o755)
                 os.replace(staged, out_path)
         result.command = [c.replace(partial, out_path) for c in command]
     return result
 
 
-def _same_fs(a: str, b: str) -> bool:
-    try:
-        return os.stat(a).st_dev == os.stat(os.path.dirname(b)).st_dev
-    except OSError:
-        return False
-
-
-def _copy(src: str, dst: str) -> None:
-    import shutil
-
-    shutil.copyfile(src, dst)
-    os.chmod(dst, 0o755)
-
-
-__all__ = ["compile_check", "build_library", "clear_cache", "LineMap", "ResourceUsage"]
+__all__ = ["compile_check", "build_library", "clear_cache", "LineMap"]

@@ -29,6 +29,7 @@ class FakeEngine:
         self.prebuilt: list[str] = []
         self.profiled: list[str] = []
         self.counts: dict[str, int] = {}
+        self.options: list[dict[str, Any] | None] = []
 
     async def device_info(self) -> dict[str, Any]:
         return {"name": "FakeGPU", "sm_count": 132, "capability": "9.0", "memory_bandwidth_gbps": 4800}
@@ -41,8 +42,10 @@ class FakeEngine:
         return {"hot_ops": [{"name": "fake_kernel", "pct": 97.0}]}
 
     async def evaluate(self, task: Task, candidate: Candidate, checks: tuple[str, ...] = (),
-                       progress: Any = None, timeout: float | None = None) -> Evaluation:
+                       progress: Any = None, timeout: float | None = None,
+                       options: dict[str, Any] | None = None) -> Evaluation:
         self.calls.append(candidate.id)
+        self.options.append(options)
         n = self.counts[candidate.id] = self.counts.get(candidate.id, 0) + 1
         src = candidate.source
         if self.delay:

@@ -194,3 +194,37 @@ async def test_failing_start_accepts_a_repair(tmp_path):
     result = await Search(FakeEngine(), store, TASK, broken, proposer, SearchOptions()).run()
     assert proposer.requests[0].mode == "repair"
     assert result.improved and result.speedup is None and "fixed" in result.best.note
+
+
+async def test_flagged_start_is_still_the_bar_to_beat(tmp_path):
+    # A start the engine flags (e.g. torch_fallback) is correct and timed: a slower candidate
+    # must not count as an "improvement" just because the start does not qualify as a kernel.
+    store = Store(tmp_path / "s.sqlite")
+    start = Candidate(source="class ModelNew: ...\n# ms: 10\n# flags: torch_fallback,not_counted\n", kind="python")
+    proposer = Scripted([["# ms: 20  slower kernel"], ["# ms: 4  faster kernel"]])
+    result = await Search(FakeEngine(), store, TASK, start, proposer,
+                          SearchOptions(children=1, budget=Budget(proposals=2))).run()
+    assert proposer.requests[0].mode == "optimize"
+    assert result.improved and result.best.note == "# ms: 4  faster kernel"
+    assert result.speedup == pytest.approx(2.5)
+
+
+async def test_baselines_only_for_the_first_start_evaluation(tmp_path):
+    engine = FakeEngine()
+    await go(tmp_path, [["# ms: 5"]], engine=engine)
+    # start (engine defaults), child, then start and child re-timed: without baselines
+    assert engine.options == [None, {"baselines": False}, {"baselines": False}, {"baselines": False}]
+
+
+async def test_repair_only_stops_once_repaired(tmp_path):
+    store = Store(tmp_path / "s.sqlite")
+    broken = Candidate(source="class ModelNew: ...\n# verdict: compile_error\n", kind="python")
+    proposer = Scripted([["# verdict: mismatch  still wrong"], ["# ms: 30  fixed"], ["# ms: 1  never asked"]])
+    result = await Search(FakeEngine(), store, TASK, broken, proposer,
+                          SearchOptions(repair_only=True, repair_rounds=3)).run()
+    assert [r.mode for r in proposer.requests] == ["repair", "repair"]
+    assert result.improved and result.best.note == "# ms: 30  fixed" and result.reason == "repaired"
+    # A start that already works: nothing to do.
+    proposer = Scripted([["# ms: 1"]])
+    result = await Search(FakeEngine(), store, TASK, START, proposer, SearchOptions(repair_only=True)).run()
+    assert proposer.requests == [] and not result.improved

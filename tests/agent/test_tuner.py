@@ -83,3 +83,29 @@ async def test_tuner_refuses_repair_and_skips_compile_on_cpu():
     got = await TunerProposer().propose(ProposalRequest(task=task, parent=parent, evaluation=None,
                                                         device={"name": "NVIDIA H200"}, count=9))
     assert len(got) == 3
+
+
+def test_relations_through_expressions():
+    # TILE sets a TILE x TILE block through __launch_bounds__(TILE * TILE): 64 would be 4096 threads.
+    src = ("#define TILE 32\n__global__ void __launch_bounds__(TILE * TILE) k() {}\n"
+           "void f() { dim3 block(TILE, TILE); k<<<g, block>>>(); }\n")
+    assert [n for _, n in variants(src)] == ["TILE 32 -> 16", "TILE 32 -> 8"]
+    # ITEMS_PER_THREAD is not a thread count; THREADS_PER_BLOCK is.
+    src = "#define ITEMS_PER_THREAD 1\n#define THREADS_PER_BLOCK 32\n"
+    assert [n for _, n in variants(src)] == ["ITEMS_PER_THREAD 1 -> 2", "ITEMS_PER_THREAD 1 -> 4",
+                                             "THREADS_PER_BLOCK 32 -> 64", "THREADS_PER_BLOCK 32 -> 128"]
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("softmax", {"BLOCK_SIZE 32 -> 64", "BLOCK_SIZE 32 -> 128"}),
+    ("matmul", {"TILE 8 -> 16", "TILE 8 -> 32", "TILE 8 -> 4", "TILE 8 -> 2"}),
+    ("bias_gelu", {"BLOCK_SIZE 32 -> 64", "BLOCK_SIZE 32 -> 128", "ITEMS_PER_THREAD 1 -> 2",
+                   "ITEMS_PER_THREAD 1 -> 4"}),
+])
+def test_examples_tunables(name, expected):
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "examples" / f"{name}.cu"
+    if not path.exists():
+        pytest.skip(f"{path} not written yet")
+    assert {n for _, n in variants(path.read_text())} == expected

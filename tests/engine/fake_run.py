@@ -18,6 +18,8 @@ def evaluate(task: Task, candidate: Candidate, checks: list[str], options: dict[
     try:
         value = module.run() if hasattr(module, "run") else None
     except RuntimeError as exc:  # like CHECK's harness: a raised error is an "error" Evaluation
+        if type(exc).__name__.endswith("OutOfMemoryError"):
+            raise  # the client maps it to "oom"
         ev.verdict, ev.message = "error", str(exc)
         return ev
     ev.verdict, ev.correct = "correct", True

@@ -5,6 +5,7 @@ The candidates live in tests/engine/cheats/; the Task is cheats/ref_linear.py (f
 
 from __future__ import annotations
 
+import shutil
 import time
 import types
 from pathlib import Path
@@ -163,6 +164,7 @@ def test_background_thread_is_caught() -> None:
     ev = evaluate("thread_work")
     assert ev.verdict != "correct"
     assert "side_stream" in ev.flags  # static: threading
+    assert "thread_started" in ev.flags  # dynamic: a live thread it left behind
 
 
 def test_weak_reference_flagged() -> None:
@@ -209,3 +211,25 @@ def test_cuda_task_on_cpu_is_not_run() -> None:
                       {"device": "cpu"}, ExecBuilder())
     assert ev.verdict == "compile_error"  # the exec builder cannot build it; the real one would
     assert ev.correct is False
+
+
+def test_switching_tf32_on_is_precision_lowering() -> None:
+    before = torch.backends.cuda.matmul.allow_tf32
+    ev = evaluate("tf32_switch")
+    assert torch.backends.cuda.matmul.allow_tf32 == before  # put back
+    assert ev.verdict == "correct"
+    assert "precision_lowering" in ev.flags and "not_counted" in ev.flags
+    assert any("TF32" in n for n in ev.evidence["notes"])  # seen at run time, not only in the text
+
+
+@pytest.mark.skipif(not (shutil.which("nvcc") or Path("/usr/local/cuda/bin/nvcc").exists()), reason="no nvcc")
+def test_cu_candidate_builds_without_a_gpu_but_does_not_run() -> None:
+    from kernel_lsp.engine import build
+
+    harness = CHEATS / "gpu_relu2.py"
+    t = Task(name="gpu_relu2", reference_path=str(harness), reference_source=harness.read_text(),
+             cuda_path=str(CHEATS / "gpu_relu2_fast.cu"), entry="relu2")
+    ev = run.evaluate(t, Candidate(source=(CHEATS / "gpu_relu2_fast.cu").read_text(), kind="cuda"),
+                      ["compile", "verify"], {"device": "cpu", "arch": "sm_90"}, build)
+    assert ev.compile is not None and ev.compile.ok, ev.compile and ev.compile.log
+    assert ev.verdict == "not_run" and "needs a CUDA GPU" in ev.message

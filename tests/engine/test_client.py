@@ -15,6 +15,8 @@ from kernel_lsp.engine.client import EngineTimeout, WorkerDied, looks_secret, wo
 from kernel_lsp.model import Candidate, Task
 from kernel_lsp.store import Store
 
+# The stand-in run module, and no torch preload: these Workers start in a fraction of a second.
+FAKE = {"KERNEL_LSP_RUN_MODULE": "tests.engine.fake_run", "KERNEL_LSP_WORKER_PRELOAD": ""}
 TASK = Task(name="toy", reference_path="toy.py", reference_source="# reference\n")
 
 
@@ -24,7 +26,7 @@ def cand(body: str) -> Candidate:
 
 @pytest.fixture
 async def engine():
-    e = Engine(timeout=20.0, warm=False, env={"KERNEL_LSP_RUN_MODULE": "tests.engine.fake_run"})
+    e = Engine(timeout=20.0, warm=False, env=FAKE)
     yield e
     await e.aclose()
 
@@ -126,8 +128,7 @@ async def test_secrets_never_reach_the_worker(monkeypatch, tmp_path):
     out = tmp_path / "env.json"
     body = (f"def run():\n    open({str(out)!r}, 'w').write(__import__('json').dumps("
             "[dict(os.environ), open('/proc/self/environ', 'rb').read().decode('utf-8', 'replace')]))\n")
-    e = Engine(timeout=20.0, warm=False, device=3, env={"KERNEL_LSP_RUN_MODULE": "tests.engine.fake_run",
-                                                         "MY_SECRET": "x"})
+    e = Engine(timeout=20.0, warm=False, device=3, env={**FAKE, "MY_SECRET": "x"})
     try:
         assert (await e.evaluate(TASK, cand(body))).verdict == "correct"
     finally:
@@ -149,7 +150,7 @@ def test_environment_allowlist_unit():
 async def test_evaluations_are_recorded_in_the_store(tmp_path):
     store = Store(tmp_path)
     phases: list[str] = []
-    e = Engine(store=store, timeout=20.0, warm=False, env={"KERNEL_LSP_RUN_MODULE": "tests.engine.fake_run"})
+    e = Engine(store=store, timeout=20.0, warm=False, env=FAKE)
     try:
         good = cand("def run():\n    return 1\n")
         bad = cand("def run():\n    os.abort()\n")
@@ -177,6 +178,8 @@ async def test_missing_interpreter_is_a_clear_error():
     e = Engine(python="/nonexistent/python", warm=False)
     with pytest.raises(FileNotFoundError):
         await e.ping()
+    ev = await e.evaluate(TASK, cand("def run():\n    return 1\n"))
+    assert ev.verdict == "not_run" and "/nonexistent/python" in ev.message
     await e.aclose()
 
 
@@ -206,7 +209,59 @@ async def test_end_to_end_with_check_run_module_on_cpu(tmp_path):
     async with Engine(store=store, timeout=300.0) as e:
         good = await e.evaluate(task, Candidate(source=new, kind="python"), checks=("compile", "verify"))
         bad = await e.evaluate(task, Candidate(source=wrong, kind="python"), checks=("compile", "verify"))
-    assert good.verdict in ("correct", "not_run"), good.message
-    if good.verdict == "correct":
-        assert bad.verdict == "mismatch", bad.message
-    assert len(store.evaluations("relu_cpu")) == 2
+    assert good.verdict == "correct" and good.correct, good.message
+    assert bad.verdict == "mismatch" and bad.correct is False, bad.message
+    assert good.compile is not None and good.compile.ok
+    assert [ev.verdict for ev in store.evaluations("relu_cpu")] == ["mismatch", "correct"]
+
+
+def test_worker_dies_with_its_client_process(tmp_path):
+    """A client killed outright (no aclose) must not leave a Worker spinning on the GPU."""
+    import signal
+    import subprocess
+    import sys
+
+    script = tmp_path / "client.py"
+    script.write_text(
+        "import asyncio, os, signal, sys\nfrom kernel_lsp.engine import Engine\n"
+        f"FAKE = {FAKE!r}\n"
+        "async def main():\n"
+        "    e = Engine(warm=False, env=FAKE)\n"
+        "    await e.ping()\n"
+        "    print(e.worker_pid, flush=True)\n"
+        "    asyncio.ensure_future(e.request('sleep', {'seconds': 60}))\n"
+        "    await asyncio.sleep(0.3)\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "asyncio.run(main())\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=str(root),
+                         env={**os.environ, "PYTHONPATH": str(root)}, timeout=60)
+    assert out.returncode == -signal.SIGKILL
+    pid = int(out.stdout.split()[0])
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        try:  # an unreaped zombie counts as gone
+            if Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z"):
+                break
+        except (OSError, IndexError):
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        pytest.fail("the Worker outlived its client")
+
+
+async def test_extension_candidates_are_compiled_in_the_pool_first(engine):
+    phases: list[str] = []
+    source = cand("# builds with torch.utils.cpp_extension.load_inline\ndef run():\n    return 6\n")
+    ev = await engine.evaluate(TASK, source, progress=phases.append)
+    assert ev.verdict == "correct"
+    assert phases.index("compiling") < phases.index("evaluating") and engine._pool is not None
+    plain: list[str] = []
+    await engine.evaluate(TASK, cand("def run():\n    return 7\n"), progress=plain.append)
+    assert "compiling" not in plain

@@ -140,6 +140,20 @@ class ModelNew(torch.nn.Module):
     assert not any(f["line"] == 5 for f in found)  # docstrings are not code
 
 
+def test_same_file_reference_forward_is_not_a_fallback() -> None:
+    src = ("import torch\nfrom torch.utils.cpp_extension import load_inline\n"
+           "class Model(torch.nn.Module):\n    def forward(self, x):\n        return torch.matmul(x, x)\n"
+           "class ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return torch.matmul(x, x)\n")
+    lines = {f["line"] for f in static_checks.scan(src, "python") if f["flag"] == "torch_fallback"}
+    assert lines == {8}
+
+
+def test_static_scan_file_writes() -> None:
+    src = "import os\nopen(__file__, 'w').write('x')\nos.remove('a')\nwith open(p) as f:\n    pass\nopen(p, 'rb')\n"
+    lines = {f["line"] for f in static_checks.scan(src, "python") if f["flag"] == "tampering"}
+    assert lines == {2, 3}
+
+
 def test_static_scan_cuda_and_reference_precision() -> None:
     cu = "#include <cuda_fp16.h>\n__global__ void k(__half* y) {}\nvoid f() { cudaStream_t s; cudaStreamCreate(&s); }\n"
     flags = static_checks.flags(static_checks.scan(cu, "cuda"))

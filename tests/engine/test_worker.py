@@ -16,18 +16,40 @@ from kernel_lsp.engine.client import worker_environment
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def worker():
+def start(preload: str | None = "") -> subprocess.Popen:
+    # preload "": skip importing bench (and torch) so these protocol tests start fast.
+    extra = {} if preload is None else {"KERNEL_LSP_WORKER_PRELOAD": preload}
     proc = subprocess.Popen(
         [sys.executable, "-m", "kernel_lsp.engine.worker"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        env=worker_environment(), cwd=str(ROOT),
+        env=worker_environment(extra=extra), cwd=str(ROOT),
     )
     ready = json.loads(proc.stdout.readline())
     assert ready["id"] is None and ready["ready"]["pid"] == proc.pid
+    return proc
+
+
+@pytest.fixture
+def worker():
+    proc = start()
     yield proc
     proc.kill()
     proc.wait()
+
+
+def test_default_worker_preloads_bench_and_warms():
+    pytest.importorskip("torch")
+    proc = start(preload=None)
+    try:
+        ping = call(proc, 1, "ping")["result"]
+        assert ping["preloaded"] == ["kernel_lsp.engine.bench"] and ping["torch_imported"]
+        warm = call(proc, 2, "warm")["result"]
+        assert warm["torch"] and warm["cuda"] in (True, False) and warm["seconds"] >= 0
+        info = call(proc, 3, "device_info")["result"]
+        assert isinstance(info, dict) and info
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def call(proc: subprocess.Popen, req_id: int, op: str, params: dict | None = None) -> dict:
@@ -37,7 +59,8 @@ def call(proc: subprocess.Popen, req_id: int, op: str, params: dict | None = Non
 
 
 def test_round_trip_and_unknown_op(worker):
-    assert call(worker, 1, "ping")["result"]["pid"] == worker.pid
+    ping = call(worker, 1, "ping")["result"]
+    assert ping["pid"] == worker.pid and ping["preloaded"] == [] and not ping["torch_imported"]
     assert call(worker, 2, "echo", {"x": [1, 2, {"y": "z"}], "print": "p"})["result"]["x"] == [1, 2, {"y": "z"}]
     answer = call(worker, 3, "no_such_op")
     assert answer["id"] == 3 and answer["error"]["type"] == "UnknownOp"

@@ -20,6 +20,10 @@ function H.setup(extra)
     settings = vim.json.decode(os.getenv('KLSP_SETTINGS') or '{}'),
     progress = false,
   }, extra or {})
+  if os.getenv('KLSP_FORCE_FALLBACK') then
+    -- Take the 0.8 - 0.10 path (FileType autocmd + vim.lsp.start) on this 0.11.
+    vim.lsp.enable = nil
+  end
   require('kernel_lsp').setup(opts)
 end
 

@@ -1,6 +1,8 @@
-"""A scripted language server that plays kernel-lsp's side of the optimize flow:
-progress, `kernel-lsp/status`, a candidate under `.kernel-lsp/candidates/` shown with
-`window/showDocument`, and `workspace/applyEdit` on `kernel-lsp.applyCandidate`.
+"""A scripted language server that plays kernel-lsp's side of the optimize flow as
+kernel_lsp/server (actions.py, handback.py) does it: progress, `kernel-lsp/status`, the
+winner written to `.kernel-lsp/candidates/<stem>-<candidate id><ext>` and shown with
+`window/showDocument` *before* the command answers `{search, best, improved, speedup}`,
+then `workspace/applyEdit` on `kernel-lsp.applyCandidate`.
 
 It lets tests/test_nvim.py drive the plugin's diff-before-apply UI in a real Neovim on
 machines where the real server cannot produce a verified candidate (no GPU). Every
@@ -32,6 +34,11 @@ def record(kind: str, **data) -> None:
 def candidate_text(original: str) -> str:
     lines = original.splitlines(keepends=True)
     return "".join(lines[:3] + [FASTER] + lines[3:])
+
+
+@server.feature(types.INITIALIZED)
+def initialized(ls: LanguageServer, params: types.InitializedParams) -> None:
+    record("initialized", experimental=ls.client_capabilities.experimental)
 
 
 @server.feature(types.TEXT_DOCUMENT_CODE_ACTION)
@@ -66,19 +73,21 @@ async def optimize(ls: LanguageServer, args: dict):
         "message": "candidate 1/2", "bestSpeedup": 1.5}]})
     ls.work_done_progress.report(token, types.WorkDoneProgressReport(message="candidate 1/2: 1.50x", percentage=50))
     path = Path(to_fs_path(uri))
-    cand = path.parent / ".kernel-lsp" / "candidates" / "s1" / "c2" / path.name
+    cand = path.parent / ".kernel-lsp" / "candidates" / f"{path.stem}-c2{path.suffix}"
     cand.parent.mkdir(parents=True, exist_ok=True)
     cand.write_text(candidate_text(path.read_text()))
     ls.work_done_progress.end(token, types.WorkDoneProgressEnd(message="1.50x faster: preview opened"))
     ls.protocol.notify("kernel-lsp/status", {"jobs": []})
-    shown = await ls.window_show_document_async(types.ShowDocumentParams(uri=cand.as_uri(), take_focus=True))
+    shown = await ls.window_show_document_async(types.ShowDocumentParams(uri=cand.as_uri(), take_focus=False))
     record("showDocument", success=shown.success)
-    return {"search": "s1", "improved": True, "speedup": 1.5}
+    return {"search": 1, "best": "c2", "improved": True, "speedup": 1.5}
 
 
 @server.command("kernel-lsp.applyCandidate")
 async def apply_candidate(ls: LanguageServer, args: dict):
     record("applyCandidate", args=args)
+    if args.get("search", 1) != 1 or args.get("candidate", "c2") != "c2":
+        raise ValueError(f"no such search/candidate: {args}")
     (uri, doc), = [(u, d) for u, d in ls.workspace.text_documents.items()]
     new = candidate_text(doc.source)
     end = len(doc.lines)

@@ -7,6 +7,9 @@ return {
   -- The server reads the same object from initializationOptions and from
   -- workspace/configuration (section "kernelLsp"); see :help kernel_lsp-settings.
   init_options = {},
+  -- This plugin shows the candidate diff and asks itself, so the server must not also
+  -- ask with window/showMessageRequest. (0.11 merges this into the default capabilities.)
+  capabilities = { experimental = { kernelLsp = { candidatePreview = true } } },
   settings = { kernelLsp = {} },
   handlers = {
     -- Looked up lazily so that this file loads without the Lua module on 'runtimepath' order.

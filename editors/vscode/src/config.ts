@@ -18,6 +18,12 @@ export interface ServerSettings {
   execution: { enabled: boolean };
   agent: { model?: string; baseUrl?: string; budget?: number };
   occupancyThreshold?: number;
+  proposer?: string;
+  timeout?: number;
+  /** The Workers' interpreter (kernelLsp.workerPython); the server's own is kernelLsp.python. */
+  python?: string;
+  device?: string;
+  slowShare?: number;
 }
 
 const ON_SAVE = new Set(["compile", "verify", "bench"]);
@@ -61,6 +67,11 @@ export function serverSettings(cfg: ConfigReader, trusted: boolean): ServerSetti
       budget: num(cfg, "agent.budget"),
     }),
     occupancyThreshold: num(cfg, "occupancyThreshold"),
+    proposer: str(cfg, "proposer"),
+    timeout: num(cfg, "timeout"),
+    python: str(cfg, "workerPython"),
+    device: str(cfg, "device"),
+    slowShare: num(cfg, "slowShare"),
   });
 }
 

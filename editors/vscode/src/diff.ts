@@ -36,6 +36,14 @@ export function refFromPath(candidatePath: string): CandidateRef {
   return {};
 }
 
+/** Whether a candidate file name stands for `name`: `softmax.cu` or `softmax-<id>.cu`. */
+export function sameFile(candidateName: string, name: string): boolean {
+  if (candidateName === name) return true;
+  const ext = path.extname(name);
+  const stem = name.slice(0, name.length - ext.length);
+  return ext !== "" && candidateName.startsWith(stem + "-") && candidateName.endsWith(ext);
+}
+
 /** The user's file a candidate stands for: last command's document, else same file name. */
 export function originalFor(
   candidate: vscode.Uri,
@@ -44,7 +52,7 @@ export function originalFor(
 ): vscode.Uri | undefined {
   if (hints.lastUri && !isCandidate(hints.lastUri)) return vscode.Uri.parse(hints.lastUri);
   const name = path.basename(candidate.fsPath);
-  return openDocuments.find((u) => !isCandidate(u.toString()) && path.basename(u.fsPath) === name);
+  return openDocuments.find((u) => !isCandidate(u.toString()) && sameFile(name, path.basename(u.fsPath)));
 }
 
 export interface ShowDocumentParamsLike {
@@ -76,14 +84,17 @@ export async function showCandidateDiff(
     preview: true,
     preserveFocus: params.takeFocus === false,
   });
-  // Ids from an explicit previewCandidate call beat ids guessed from the path.
-  const fromPath = refFromPath(candidate.fsPath);
-  const ref: CandidateRef = {
-    search: hints.lastPreview?.search ?? fromPath.search,
-    candidate: hints.lastPreview?.candidate ?? fromPath.candidate,
-  };
   void vscode.window
     .showInformationMessage(`kernel-lsp: apply this candidate to ${path.basename(original.fsPath)}?`, "Apply", "Discard")
-    .then((choice) => (choice === "Apply" ? apply(ref) : undefined));
+    .then((choice) => {
+      if (choice !== "Apply") return undefined;
+      // Read at answer time: the server shows the preview before its command returns the
+      // search id. Ids from the last previewCandidate / search result beat the path's.
+      const fromPath = refFromPath(candidate.fsPath);
+      return apply({
+        search: hints.lastPreview?.search ?? fromPath.search,
+        candidate: hints.lastPreview?.candidate ?? fromPath.candidate,
+      });
+    });
   return { success: true };
 }

@@ -2,9 +2,11 @@
 // turns the server's commands, status and candidate previews into editor UI.
 import * as vscode from "vscode";
 import {
+  ClientCapabilities,
   LanguageClient,
   LanguageClientOptions,
   ServerOptions,
+  StaticFeature,
   TransportKind,
 } from "vscode-languageclient/node";
 import { SECTION, configurationItem, serverSettings } from "./config";
@@ -86,6 +88,11 @@ export class Controller implements vscode.Disposable {
       outputChannel: this.output,
       initializationOptions: serverSettings(this.config(), trusted),
       middleware: {
+        // Candidates shown in the diff are not user files: the server need not compile them.
+        didOpen: (doc, next) => (isCandidate(doc.uri.toString()) ? Promise.resolve() : next(doc)),
+        didChange: (e, next) => (isCandidate(e.document.uri.toString()) ? Promise.resolve() : next(e)),
+        didSave: (doc, next) => (isCandidate(doc.uri.toString()) ? Promise.resolve() : next(doc)),
+        didClose: (doc, next) => (isCandidate(doc.uri.toString()) ? Promise.resolve() : next(doc)),
         workspace: {
           // Answer our section ourselves so that trust is applied; others go the usual way.
           configuration: async (params, token, next) => {
@@ -109,9 +116,11 @@ export class Controller implements vscode.Disposable {
         },
         // Code lenses and code actions run server commands through here: remember
         // which document and search a later candidate preview belongs to.
-        executeCommand: (command, args, next) => {
+        executeCommand: async (command, args, next) => {
           this.remember(command, args?.[0]);
-          return next(command, args);
+          const result = await next(command, args);
+          this.rememberResult(result);
+          return result;
         },
       },
     };
@@ -120,6 +129,8 @@ export class Controller implements vscode.Disposable {
         `workspace ${trusted ? "trusted" : "untrusted: execution off"}; API key ${key && trusted ? "set" : "not set"})`,
     );
     const client = this.makeClient("kernelLsp", "kernel-lsp", serverOptions, clientOptions);
+    // We show the candidate diff and ask ourselves; without this the server asks as well.
+    client.registerFeature(candidatePreviewFeature);
     this.client = client;
     try {
       await client.start();
@@ -131,8 +142,9 @@ export class Controller implements vscode.Disposable {
     }
     client.onNotification(STATUS_NOTIFICATION, (params: StatusParams) => {
       this.status.update(params);
-      const job = params?.jobs?.find((j) => j.search !== undefined);
-      if (job) this.hints.lastPreview = { search: job.search };
+      // A job's document is the file its later preview belongs to.
+      const job = params?.jobs?.find((j) => typeof j.uri === "string" && !isCandidate(j.uri));
+      if (job?.uri) this.hints.lastUri = job.uri;
     });
     this.status.update({ jobs: [] });
   }
@@ -186,7 +198,18 @@ export class Controller implements vscode.Disposable {
     if (typeof a.uri === "string" && !isCandidate(a.uri)) this.hints.lastUri = a.uri;
     if (command === SERVER_COMMANDS.previewCandidate || command === SERVER_COMMANDS.applyCandidate) {
       this.hints.lastPreview = { search: a.search as CandidateRef["search"], candidate: a.candidate as CandidateRef["candidate"] };
+    } else if (command === SERVER_COMMANDS.optimize || command === SERVER_COMMANDS.tune) {
+      this.hints.lastPreview = undefined; // a new search: the last one's ids would apply the wrong result
     }
+  }
+
+  /** `{search, best}` of an optimize/tune result (SearchResult.to_dict on the server). */
+  private rememberResult(result: unknown): void {
+    if (!result || typeof result !== "object") return;
+    const r = result as Args;
+    if (r.search === undefined || r.search === null) return;
+    const candidate = (r.candidate ?? r.best ?? undefined) as CandidateRef["candidate"] | null;
+    this.hints.lastPreview = { search: r.search as CandidateRef["search"], candidate: candidate ?? undefined };
   }
 
   /** workspace/executeCommand on the server (starting it first if needed). */
@@ -195,10 +218,7 @@ export class Controller implements vscode.Disposable {
     if (!this.client) throw new Error("kernel-lsp is not running");
     this.remember(command, arg);
     const result = await this.client.sendRequest("workspace/executeCommand", { command, arguments: [arg] });
-    if (result && typeof result === "object" && "search" in (result as Args)) {
-      const r = result as Args;
-      this.hints.lastPreview = { search: r.search as CandidateRef["search"], candidate: r.candidate as CandidateRef["candidate"] };
-    }
+    this.rememberResult(result);
     return result;
   }
 
@@ -302,12 +322,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<Contro
     vscode.commands.registerCommand("kernelLsp.showReport", async (arg?: unknown) => {
       try {
         const search = arg && typeof arg === "object" ? (arg as Args).search : ctl.hints.lastPreview?.search;
-        const result = await ctl.exec(SERVER_COMMANDS.showReport, search === undefined ? {} : { search });
-        const file = typeof result === "string" ? result : (result as Args | undefined)?.path;
-        if (typeof file === "string" && file) {
-          await vscode.env.openExternal(vscode.Uri.file(file));
-        }
-        return result;
+        // The server opens the report itself (window/showDocument, external).
+        return await ctl.exec(SERVER_COMMANDS.showReport, search === undefined ? {} : { search });
       } catch (err) {
         report(err);
       }
@@ -337,6 +353,17 @@ export async function activate(context: vscode.ExtensionContext): Promise<Contro
   if (watch) context.subscriptions.push(watch);
   return ctl;
 }
+
+/** Declares `experimental.kernelLsp.candidatePreview` in the client capabilities. */
+export const candidatePreviewFeature: StaticFeature = {
+  fillClientCapabilities(capabilities: ClientCapabilities): void {
+    const experimental = (capabilities.experimental ??= {}) as Record<string, unknown>;
+    experimental.kernelLsp = { ...((experimental.kernelLsp as object) ?? {}), candidatePreview: true };
+  },
+  initialize(): void {},
+  getState: () => ({ kind: "static" as const }),
+  clear(): void {},
+};
 
 export function deactivate(): void {
   // Controller.dispose (a subscription) stops the client.

@@ -19,6 +19,11 @@ const FULL = {
   "agent.baseUrl": "http://localhost:8000/v1",
   "agent.budget": 12,
   occupancyThreshold: 0.25,
+  proposer: "tuner",
+  timeout: 60,
+  workerPython: "/gpu-env/bin/python",
+  device: "1",
+  slowShare: 0.4,
 };
 
 test("settings map to the server's initializationOptions", () => {
@@ -31,13 +36,19 @@ test("settings map to the server's initializationOptions", () => {
     execution: { enabled: true },
     agent: { model: "gpt-5", baseUrl: "http://localhost:8000/v1", budget: 12 },
     occupancyThreshold: 0.25,
+    proposer: "tuner",
+    timeout: 60,
+    python: "/gpu-env/bin/python",
+    device: "1",
+    slowShare: 0.4,
   });
 });
 
-test("process-level settings stay out of the server's options", () => {
+test("the server's interpreter and arguments stay out of the server's options", () => {
   const s = serverSettings(reader(FULL), true) as unknown as Record<string, unknown>;
-  assert.equal("python" in s, false);
+  assert.notEqual(s.python, FULL.python); // `python` there means the Workers' interpreter
   assert.equal("serverArgs" in s, false);
+  assert.equal("python" in serverSettings(reader({ python: "/opt/py/bin/python" }), true), false);
 });
 
 test("empty strings mean server default and are left out; bad onSave entries dropped", () => {

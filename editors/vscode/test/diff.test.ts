@@ -1,6 +1,6 @@
 import assert = require("node:assert/strict");
 import { beforeEach, test } from "node:test";
-import { isCandidate, originalFor, refFromPath, showCandidateDiff } from "../src/diff";
+import { isCandidate, originalFor, refFromPath, sameFile, showCandidateDiff } from "../src/diff";
 import * as vscode from "./vscode-mock";
 
 beforeEach(() => vscode.reset());
@@ -51,4 +51,12 @@ test("Discard applies nothing; other documents go to the default handler", async
   assert.deepEqual(applied, []);
   assert.equal(await showCandidateDiff({ uri: ORIGINAL.toString() }, {}, async () => 0), undefined);
   assert.equal(await showCandidateDiff({ uri: CANDIDATE.toString(), external: true }, {}, async () => 0), undefined);
+});
+
+test("a server-named candidate (stem-id.ext) stands for stem.ext, and only that", () => {
+  assert.equal(sameFile("softmax-c9.cu", "softmax.cu"), true);
+  assert.equal(sameFile("softmax.cu", "softmax.cu"), true);
+  assert.equal(sameFile("softmax-c9.py", "softmax.cu"), false);
+  assert.equal(sameFile("softmax2-c9.cu", "softmax.cu"), false);
+  assert.equal(sameFile("layer-norm-c9.cu", "layer-norm.cu"), true);
 });

@@ -170,3 +170,72 @@ test("a server that does not start says how to fix it", async () => {
   assert.match(String(err.args[0]), /could not start with \/venv\/bin\/python/);
   assert.equal(vscode.state.statusItems[0].command, "kernelLsp.restart");
 });
+
+test("candidate documents are not synced to the server", async () => {
+  const { client } = await started();
+  const mw = client.clientOptions.middleware;
+  const sent: string[] = [];
+  const next = async (d: { uri: vscode.Uri }) => void sent.push(d.uri.fsPath);
+  await mw.didOpen({ uri: vscode.Uri.file("/ws/.kernel-lsp/candidates/3/17/softmax.cu") }, next);
+  await mw.didOpen({ uri: DOC }, next);
+  await mw.didChange({ document: { uri: vscode.Uri.file("/ws/.kernel-lsp/candidates/3/17/softmax.cu") } }, next);
+  assert.deepEqual(sent, ["/ws/softmax.cu"]);
+});
+
+test("the client declares that it shows candidate previews itself", async () => {
+  const { client } = await started();
+  assert.deepEqual(client.capabilities().experimental, { kernelLsp: { candidatePreview: true } });
+});
+
+test("a preview shown before the search's result is applied with the result's ids", async (t) => {
+  // As kernel_lsp/server does it: showDocument first, then the optimize answer {search, best}.
+  const { client } = await started();
+  vscode.state.activeTextEditor = { document: { uri: DOC }, selection: { active: new vscode.Position(0, 0) } };
+  let answer!: (choice: string) => void;
+  const asked = new Promise<string>((r) => (answer = r));
+  const shown = vscode.window.showInformationMessage;
+  (vscode.window as any).showInformationMessage = async () => asked;
+  t.after(() => void ((vscode.window as any).showInformationMessage = shown));
+  const mw = client.clientOptions.middleware;
+  const optimize = mw.executeCommand("kernel-lsp.optimize", [{ uri: DOC.toString(), target: "softmax_kernel" }], async () => {
+    await mw.window.showDocument({ uri: vscode.Uri.file("/ws/.kernel-lsp/candidates/softmax-c9.cu").toString(), takeFocus: false }, async () => ({ success: false }));
+    return { search: 12, best: "c9", improved: true, speedup: 1.7 };
+  });
+  await optimize;
+  const diff = vscode.state.calls.find((c) => c.name === "vscode.diff")!;
+  assert.equal((diff.args[0] as vscode.Uri).fsPath, DOC.fsPath);
+  answer("Apply");
+  await new Promise((r) => setTimeout(r, 10));
+  assert.deepEqual(client.requests.at(-1)!.params, { command: "kernel-lsp.applyCandidate", arguments: [{ search: 12, candidate: "c9" }] });
+});
+
+test("the original is found from a server-style candidate name when no command named it", async () => {
+  const { client } = await started();
+  vscode.state.textDocuments = [{ uri: vscode.Uri.file("/ws/other.cu") }, { uri: DOC }];
+  vscode.state.messageChoice = "Discard";
+  await client.clientOptions.middleware.window.showDocument({ uri: vscode.Uri.file("/ws/.kernel-lsp/candidates/softmax-c9.cu").toString() }, async () => ({ success: false }));
+  const diff = vscode.state.calls.find((c) => c.name === "vscode.diff")!;
+  assert.equal((diff.args[0] as vscode.Uri).fsPath, DOC.fsPath);
+});
+
+test("without kernelLsp.python the Python extension's environment is used, and followed", async () => {
+  const changed = new vscode.EventEmitter<unknown>();
+  let active = "/conda/envs/gpu/bin/python";
+  vscode.state.extensions["ms-python.python"] = {
+    isActive: true,
+    exports: {
+      environments: {
+        getActiveEnvironmentPath: () => ({ path: active }),
+        onDidChangeActiveEnvironmentPath: changed.event,
+      },
+    },
+  };
+  delete vscode.state.settings["kernelLsp.python"];
+  const { client } = await started();
+  assert.equal(client.serverOptions.command, "/conda/envs/gpu/bin/python");
+  active = "/venv2/bin/python";
+  changed.fire({});
+  await new Promise((r) => setTimeout(r, 700)); // restartSoon's debounce
+  assert.equal(client.stopped, true);
+  assert.equal(lc.clients.at(-1)!.serverOptions.command, "/venv2/bin/python");
+});

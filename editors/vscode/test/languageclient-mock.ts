@@ -22,6 +22,7 @@ export class LanguageClient {
   requests: { method: string; params: unknown }[] = [];
   running = false;
   stopped = false;
+  features: { fillClientCapabilities(c: object): void }[] = [];
 
   constructor(
     readonly id: string,
@@ -30,6 +31,17 @@ export class LanguageClient {
     readonly clientOptions: any,
   ) {
     clients.push(this);
+  }
+
+  registerFeature(feature: { fillClientCapabilities(c: object): void }): void {
+    this.features.push(feature);
+  }
+
+  /** The capabilities the registered features would send in `initialize`. */
+  capabilities(): Record<string, any> {
+    const caps: Record<string, any> = {};
+    for (const f of this.features) f.fillClientCapabilities(caps);
+    return caps;
   }
 
   async start(): Promise<void> {

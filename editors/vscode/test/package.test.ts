@@ -24,21 +24,26 @@ test("every contributed command is registered by activate, and the other way rou
   assert.deepEqual(registered, contributed);
 });
 
-test("every setting the server gets is contributed, with the names of the brief", () => {
+test("every setting the server reads is contributed", () => {
   const props = Object.keys(pkg.contributes.configuration.properties).sort();
   assert.deepEqual(props, [
     "kernelLsp.agent.baseUrl",
     "kernelLsp.agent.budget",
     "kernelLsp.agent.model",
     "kernelLsp.arch",
+    "kernelLsp.device",
     "kernelLsp.execution.enabled",
     "kernelLsp.extraFlags",
     "kernelLsp.includePaths",
     "kernelLsp.nvcc",
     "kernelLsp.occupancyThreshold",
     "kernelLsp.onSave",
+    "kernelLsp.proposer",
     "kernelLsp.python",
     "kernelLsp.serverArgs",
+    "kernelLsp.slowShare",
+    "kernelLsp.timeout",
+    "kernelLsp.workerPython",
   ]);
   assert.equal(pkg.capabilities.untrustedWorkspaces.supported, "limited");
   assert.ok(pkg.capabilities.untrustedWorkspaces.restrictedConfigurations.includes("kernelLsp.python"));

@@ -83,6 +83,16 @@ local function remember(command, arg)
   end
   if command == 'kernel-lsp.previewCandidate' or command == 'kernel-lsp.applyCandidate' then
     M.state.last_preview = { search = arg.search, candidate = arg.candidate }
+  elseif command == 'kernel-lsp.optimize' or command == 'kernel-lsp.tune' then
+    M.state.last_preview = nil -- a new search: ids of the last one would apply the wrong result
+  end
+end
+
+--- Ids of a search from a command result ({search, best} from optimize/tune).
+local function remember_result(result)
+  if type(result) == 'table' and result.search ~= nil and result.search ~= vim.NIL then
+    local cand = result.candidate or result.best
+    M.state.last_preview = { search = result.search, candidate = cand ~= vim.NIL and cand or nil }
   end
 end
 
@@ -98,8 +108,8 @@ function M.exec(command, arg, bufnr, on_result)
   request(client, 'workspace/executeCommand', { command = command, arguments = { arg } }, function(err, result)
     if err then
       notify(command .. ': ' .. (err.message or vim.inspect(err)), vim.log.levels.ERROR)
-    elseif type(result) == 'table' and result.search ~= nil then
-      M.state.last_preview = { search = result.search, candidate = result.candidate }
+    else
+      remember_result(result)
     end
     if on_result then
       on_result(err, result)
@@ -155,30 +165,39 @@ function M.document_args(bufnr)
   return arg
 end
 
-local function summary(result)
-  if type(result) ~= 'table' then
-    return result ~= nil and tostring(result) or nil
-  end
-  if type(result.message) == 'string' then
-    return result.message
-  end
-  if type(result.speedup) == 'number' then
-    return string.format('best speedup %.2fx', result.speedup)
-  end
+local function num(v)
+  return type(v) == 'number' and v or nil
 end
 
-local function document_command(server_command, extra)
+--- One line for a benchmark result (an Evaluation summary); nil when there is nothing to say.
+function M.benchmark_summary(r)
+  if type(r) ~= 'table' then
+    return nil
+  end
+  local parts = { (r.target ~= vim.NIL and r.target or 'kernel') .. ': ' .. tostring(r.verdict ~= vim.NIL and r.verdict or '?') }
+  if num(r.time_ms) then
+    table.insert(parts, string.format('%.3f ms', r.time_ms))
+  end
+  if num(r.speedup_eager) then
+    table.insert(parts, string.format('%.2fx vs eager', r.speedup_eager))
+  end
+  if num(r.speedup_compile) then
+    table.insert(parts, string.format('%.2fx vs torch.compile', r.speedup_compile))
+  end
+  if type(r.message) == 'string' and r.message ~= '' then
+    table.insert(parts, r.message)
+  end
+  return table.concat(parts, ' · ')
+end
+
+-- Optimize and Tune report through progress, window/showMessage and the diff: no echo here.
+local function document_command(server_command, extra, on_result)
   return function(opts)
     local arg = M.document_args()
     for k, v in pairs(extra and extra(opts) or {}) do
       arg[k] = v
     end
-    M.exec(server_command, arg, nil, function(err, result)
-      local text = not err and summary(result)
-      if text then
-        notify(text)
-      end
-    end)
+    M.exec(server_command, arg, nil, on_result)
   end
 end
 
@@ -189,20 +208,25 @@ local COMMANDS = {
   end), { nargs = '?', complete = function() return { 'llm', 'tuner' } end,
            desc = 'kernel-lsp: optimize the kernel under the cursor [llm|tuner]' } },
   KernelLspTune = { document_command('kernel-lsp.tune'), { desc = 'kernel-lsp: tune (no LLM)' } },
-  KernelLspBenchmark = { document_command('kernel-lsp.benchmark'), { desc = 'kernel-lsp: verify and time' } },
+  KernelLspBenchmark = { document_command('kernel-lsp.benchmark', nil, function(err, result)
+    local text = not err and M.benchmark_summary(result)
+    if text then notify(text) end
+  end), { desc = 'kernel-lsp: verify and time' } },
   KernelLspCancel = { function(o)
     local job = o.args ~= '' and o.args or (#M.state.jobs == 1 and M.state.jobs[1].id or nil)
-    M.exec('kernel-lsp.cancel', job and { job = job } or vim.empty_dict())
+    M.exec('kernel-lsp.cancel', job and { job = job } or vim.empty_dict(), nil, function(err, result)
+      if not err and type(result) == 'table' and type(result.cancelled) == 'number' then
+        notify(result.cancelled == 0 and 'no job to cancel' or ('cancelled ' .. result.cancelled .. ' job(s)'))
+      end
+    end)
   end, { nargs = '?', desc = 'kernel-lsp: cancel a job (all when several run)' } },
   KernelLspReport = { function(o)
     local search = o.args ~= '' and o.args or (M.state.last_preview or {}).search
     M.exec('kernel-lsp.showReport', search and { search = search } or vim.empty_dict(), nil, function(err, result)
+      -- The server opens it itself (window/showDocument, external); say where it is.
       local path = type(result) == 'table' and result.path or result
       if not err and type(path) == 'string' then
         notify('report: ' .. path)
-        if vim.ui.open and #vim.api.nvim_list_uis() > 0 then
-          vim.ui.open(path)
-        end
       end
     end)
   end, { nargs = '?', desc = 'kernel-lsp: write and open the HTML report' } },
@@ -242,6 +266,10 @@ end
 function M.on_status(_, params, _, _)
   M.state.jobs = type(params) == 'table' and type(params.jobs) == 'table' and params.jobs or {}
   for _, j in ipairs(M.state.jobs) do
+    -- Jobs started from code actions bypass M.exec: their uri tells which file a preview is for.
+    if type(j.uri) == 'string' and not M.is_candidate(j.uri) then
+      M.state.last_uri = j.uri
+    end
     if type(j.bestSpeedup) == 'number' and (not M.state.best or j.bestSpeedup > M.state.best) then
       M.state.best = j.bestSpeedup
     end
@@ -300,6 +328,18 @@ end
 
 -- The candidate diff --------------------------------------------------------------------
 
+--- Whether a candidate file name stands for `name`: `softmax.cu` or `softmax-<id>.cu`.
+function M.same_file(candidate_name, name)
+  if candidate_name == name then
+    return true
+  end
+  local stem, ext = name:match('^(.*)(%.[^.]+)$')
+  if not stem then
+    return false
+  end
+  return candidate_name:sub(1, #stem + 1) == stem .. '-' and candidate_name:sub(-#ext) == ext
+end
+
 local function find_original(candidate_path)
   if M.state.last_uri then
     return vim.uri_to_fname(M.state.last_uri)
@@ -307,7 +347,7 @@ local function find_original(candidate_path)
   local name = vim.fs.basename(candidate_path)
   for _, b in ipairs(vim.api.nvim_list_bufs()) do
     local p = vim.api.nvim_buf_get_name(b)
-    if p ~= '' and not M.is_candidate(p) and vim.fs.basename(p) == name then
+    if p ~= '' and not M.is_candidate(p) and M.same_file(name, vim.fs.basename(p)) then
       return p
     end
   end
@@ -338,7 +378,12 @@ function M.apply(ref, on_done)
   return M.exec('kernel-lsp.applyCandidate', next(arg) and arg or vim.empty_dict(), bufnr, function(err, result)
     M.close_diff()
     if not err then
-      notify(summary(result) or 'candidate applied')
+      local applied = type(result) == 'table' and result.applied
+      if applied == false then
+        notify('not applied' .. (type(result.reason) == 'string' and (': ' .. result.reason) or ''), vim.log.levels.WARN)
+      else
+        notify('candidate applied')
+      end
     end
     if on_done then
       on_done(err, result)
@@ -381,15 +426,15 @@ function M.open_candidate_diff(candidate_path)
     end)
   end
   M.state.diff = { orig_win = orig_win, cand_win = cand_win, cand_buf = cand_buf, original = original }
-  local ref = M.ref_from_path(candidate_path)
-  local hint = M.state.last_preview or {}
-  ref = { search = hint.search or ref.search, candidate = hint.candidate or ref.candidate }
   -- Ask after this handler has answered the server (vim.ui.select may block).
   vim.schedule(function()
     local confirm = M.config.confirm or default_confirm
     confirm('kernel-lsp: apply this candidate to ' .. vim.fs.basename(original) .. '?', function(yes)
       if yes then
-        M.apply(ref)
+        -- Ids read at answer time: the search's result may arrive after its preview.
+        local from_path = M.ref_from_path(candidate_path)
+        local hint = M.state.last_preview or {}
+        M.apply({ search = hint.search or from_path.search, candidate = hint.candidate or from_path.candidate })
       else
         M.close_diff()
       end
@@ -445,6 +490,8 @@ local function start_fallback(group, cfg)
       local root = marker and vim.fs.dirname(marker) or vim.fs.dirname(fname)
       vim.lsp.start({
         name = NAME,
+        -- Before 0.11 `capabilities` replaces the defaults instead of extending them.
+        capabilities = vim.tbl_deep_extend('force', vim.lsp.protocol.make_client_capabilities(), cfg.capabilities or {}),
         cmd = cfg.cmd,
         cmd_env = cfg.cmd_env,
         root_dir = root,

@@ -1,0 +1,81 @@
+"""The server's Store and Engine, made on first use.
+
+The Engine runs every harness and candidate in a Worker subprocess: nothing of torch, and
+no user or model code, ever runs in the server process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+from typing import TYPE_CHECKING, Any
+
+from kernel_lsp.model import Candidate, Task
+
+if TYPE_CHECKING:
+    from kernel_lsp.engine import Engine
+    from kernel_lsp.server.app import KernelLanguageServer
+    from kernel_lsp.store import Store
+
+log = logging.getLogger(__name__)
+
+
+class ExecutionDisabled(Exception):
+    """Running code is off (setting, or an untrusted workspace)."""
+
+
+class EngineHost:
+    def __init__(self, ls: "KernelLanguageServer") -> None:
+        self.ls = ls
+        self._store: Store | None = None
+        self._engine: Engine | None = None
+        self._engine_key: tuple[Any, ...] | None = None
+
+    @property
+    def root(self) -> str:
+        return self.ls.root or os.getcwd()
+
+    def store(self) -> "Store":
+        if self._store is None:
+            from kernel_lsp.store import Store
+
+            self._store = Store.for_workspace(self.root)
+        return self._store
+
+    def engine(self) -> "Engine":
+        """The Engine for the current settings; a settings change makes a new one."""
+        settings = self.ls.settings
+        if not settings.execution_enabled:
+            raise ExecutionDisabled(
+                "running kernels is off (kernelLsp.execution.enabled is false, or the workspace is "
+                "not trusted); compile checks still run")
+        key = (settings.python, settings.device, settings.timeout, settings.effective_arch)
+        if self._engine is not None and key != self._engine_key:
+            old, self._engine = self._engine, None
+            asyncio.get_running_loop().create_task(old.aclose())
+        if self._engine is None:
+            from kernel_lsp.engine import Engine
+
+            self._engine = Engine(store=self.store(), python=settings.python, device=settings.device,
+                                  timeout=settings.timeout, cwd=self.root,
+                                  options={"arch": settings.effective_arch})
+            self._engine_key = key
+        return self._engine
+
+    def task_for(self, path: str, text: str) -> tuple[Task, Candidate | None]:
+        """The Task of a document, named by its path in the workspace (unique in the store)."""
+        from kernel_lsp.engine import find_task
+
+        task, candidate = find_task(path, text)
+        name = os.path.relpath(task.cuda_path or path, self.root)
+        return dataclasses.replace(task, name=name), candidate
+
+    async def aclose(self) -> None:
+        if self._engine is not None:
+            await self._engine.aclose()
+            self._engine = None
+        if self._store is not None:
+            self._store.close()
+            self._store = None

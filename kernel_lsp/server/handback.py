@@ -1,0 +1,145 @@
+"""Handing a Search's result back: a diff preview first, then a versioned edit.
+
+Only the guard's winner (verified correct and faster than the file) is ever offered. If the
+document changed since the Search started, the edit is refused and the result stays in the
+store for later. Clients whose editor plugin shows the preview and asks itself declare
+`experimental.kernelLsp.candidatePreview`; others are asked with window/showMessageRequest.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import TYPE_CHECKING, Any
+
+from lsprotocol import types
+
+from kernel_lsp.server.app import KernelLanguageServer
+
+if TYPE_CHECKING:
+    from kernel_lsp.agent import SearchResult
+    from kernel_lsp.server.actions import SearchRun
+
+log = logging.getLogger(__name__)
+
+APPLY, PREVIEW, KEEP = "Apply", "Show diff", "Keep for later"
+
+
+def register(server: KernelLanguageServer) -> None:
+    @server.command("kernel-lsp.previewCandidate")
+    def preview_command(ls: KernelLanguageServer, args: dict[str, Any] | None = None) -> dict:
+        run, candidate = _pending(ls, args)
+        uri = preview(ls, run, candidate)
+        return {"uri": uri}
+
+    @server.command("kernel-lsp.applyCandidate")
+    async def apply_command(ls: KernelLanguageServer, args: dict[str, Any] | None = None) -> dict:
+        run, candidate = _pending(ls, args)
+        return await apply(ls, run, candidate)
+
+
+def _pending(ls: KernelLanguageServer, args: Any):
+    search = args.get("search") if isinstance(args, dict) else None
+    if search is None and ls.search_runs:
+        search = max(ls.search_runs)
+    if search is None or int(search) not in ls.search_runs:
+        raise ValueError("no verified, faster result is waiting for this Search; run Optimize first")
+    run = ls.search_runs[int(search)]
+    return run, run.best
+
+
+def candidate_path(ls: KernelLanguageServer, run: "SearchRun", candidate) -> str:
+    ext = ".cu" if candidate.kind == "cuda" else ".py"
+    stem = os.path.splitext(os.path.basename(ls.path(run.uri)))[0]
+    return os.path.join(ls.host.root, ".kernel-lsp", "candidates", f"{stem}-{candidate.id}{ext}")
+
+
+def preview(ls: KernelLanguageServer, run: "SearchRun", candidate) -> str:
+    """Write the candidate where the editor can open it beside the file, and show it."""
+    path = candidate_path(ls, run, candidate)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(candidate.source)
+    uri = "file://" + path
+    window = ls.client_capabilities.window
+    if window and window.show_document and window.show_document.support:
+        ls.window_show_document(types.ShowDocumentParams(uri=uri, take_focus=False))
+    return uri
+
+
+async def offer(ls: KernelLanguageServer, run: "SearchRun", result: "SearchResult") -> None:
+    run.best = result.best
+    run.search_id = result.search_id
+    preview(ls, run, result.best)
+    message = (f"kernel-lsp: a version {result.speedup:.2f}x faster than your "
+               f"{os.path.basename(ls.path(run.uri))} passed verification (Search {result.search_id}).")
+    experimental = ls.client_capabilities.experimental
+    if isinstance(experimental, dict) and experimental.get("kernelLsp", {}).get("candidatePreview"):
+        return  # the editor plugin shows the diff and calls kernel-lsp.applyCandidate itself
+    try:
+        choice = await ls.window_show_message_request_async(types.ShowMessageRequestParams(
+            type=types.MessageType.Info, message=message,
+            actions=[types.MessageActionItem(title=APPLY), types.MessageActionItem(title=KEEP)]))
+    except Exception as exc:  # no answer: the result waits for kernel-lsp.applyCandidate
+        log.info("showMessageRequest failed: %s", exc)
+        return
+    if choice is not None and choice.title == APPLY:
+        await apply(ls, run, result.best)
+
+
+async def apply(ls: KernelLanguageServer, run: "SearchRun", candidate) -> dict:
+    document = ls.workspace.get_text_document(run.uri)
+    if document.version != run.version or document.source != run.text:
+        message = ("kernel-lsp: the file changed while the Search ran, so its result was not applied; "
+                   f"it is kept in the store (Search {run.search_id}): run Optimize again to start "
+                   "from your current text, or `kernel-lsp report` to see it.")
+        ls.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=message))
+        return {"applied": False, "reason": "stale"}
+    start, end, new = minimal_change(run.text, candidate.source)
+    positions = ls.positions(run.uri)
+    edit_range = types.Range(start=positions.position(*_line_col(run.text, start)),
+                             end=positions.position(*_line_col(run.text, end)))
+    support = _annotations_supported(ls)
+    label = f"kernel-lsp: verified faster version (Search {run.search_id})"
+    text_edit: types.TextEdit | types.AnnotatedTextEdit = (
+        types.AnnotatedTextEdit(range=edit_range, new_text=new, annotation_id="kernel-lsp-candidate")
+        if support else types.TextEdit(range=edit_range, new_text=new))
+    edit = types.WorkspaceEdit(
+        document_changes=[types.TextDocumentEdit(
+            text_document=types.OptionalVersionedTextDocumentIdentifier(uri=run.uri, version=run.version),
+            edits=[text_edit])],
+        change_annotations={"kernel-lsp-candidate": types.ChangeAnnotation(
+            label=label, needs_confirmation=True,
+            description="Review the diff before applying")} if support else None,
+    )
+    result = await ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(edit=edit, label=label))
+    if result.applied:
+        ls.search_runs.pop(run.search_id, None)
+    return {"applied": bool(result.applied), "reason": result.failure_reason}
+
+
+def minimal_change(old: str, new: str) -> tuple[int, int, str]:
+    """(start, end, replacement) in `old`'s code points: the one span that differs.
+
+    Keeping the edit small keeps the user's cursor, folds and marks; for CUDA embedded in
+    a Python string, a candidate that only changes the string edits only inside it.
+    """
+    prefix = 0
+    limit = min(len(old), len(new))
+    while prefix < limit and old[prefix] == new[prefix]:
+        prefix += 1
+    suffix = 0
+    while suffix < limit - prefix and old[len(old) - 1 - suffix] == new[len(new) - 1 - suffix]:
+        suffix += 1
+    return prefix, len(old) - suffix, new[prefix:len(new) - suffix]
+
+
+def _line_col(text: str, offset: int) -> tuple[int, int]:
+    line = text.count("\n", 0, offset)
+    return line, offset - (text.rfind("\n", 0, offset) + 1)
+
+
+def _annotations_supported(ls: KernelLanguageServer) -> bool:
+    workspace = ls.client_capabilities.workspace
+    edit = workspace.workspace_edit if workspace else None
+    return bool(edit and edit.change_annotation_support and edit.document_changes)

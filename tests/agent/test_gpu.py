@@ -1,0 +1,92 @@
+"""Searches on a real GPU with the CUDA examples (run on the device machine):
+
+    python -m pytest -q -m gpu tests/agent/test_gpu.py
+
+The tuner tests need only torch; the LLM test needs the `openai` package too. Plain
+functions around asyncio.run: the device machine may have no pytest-asyncio.
+"""
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from kernel_lsp.agent.budget import Budget
+from kernel_lsp.agent.search import Search, SearchOptions
+from kernel_lsp.agent.tuner import TunerProposer
+from kernel_lsp.store import Store
+
+from .openai_server import start
+
+pytestmark = pytest.mark.gpu
+EXAMPLES = Path(__file__).parents[2] / "examples"
+
+
+def example(name):
+    from kernel_lsp.engine import find_task
+
+    path = EXAMPLES / f"{name}.cu"
+    if not path.exists():
+        pytest.skip(f"{path} missing")
+    return find_task(str(path))
+
+
+async def tune(name, tmp_path, proposals=6):
+    from kernel_lsp.engine import Engine
+
+    task, cand = example(name)
+    store = Store(tmp_path / "store.sqlite")
+    events = []
+    async with Engine(timeout=180) as engine:
+        result = await Search(engine, store, task, cand, TunerProposer(),
+                              SearchOptions(budget=Budget(proposals=proposals, patience=2), children=2)
+                              ).run(events.append)
+    return result, store, events
+
+
+@pytest.mark.parametrize("name, knob", [("softmax", "BLOCK_SIZE"), ("reduce_sum", None), ("matmul", "TILE")])
+def test_tuner_speeds_up_examples(name, knob, tmp_path):
+    result, store, events = asyncio.run(tune(name, tmp_path))
+    assert result.improved and result.confirmed, result.reason
+    assert result.speedup > 1.3
+    if knob:
+        assert result.best.note.startswith(knob)
+    assert result.best_evaluation.verdict == "correct" and "not_counted" not in result.best_evaluation.flags
+    row = store.search(result.search_id)
+    assert row["state"] == "done" and row["best"] == result.best.id
+    assert all(n["evaluation"] for n in row["nodes"])  # every proposed variant was evaluated
+    assert result.start_evaluation.device and "H" in str(result.start_evaluation.device.get("name", ""))
+
+
+def test_llm_repairs_then_tunes_softmax_on_gpu(tmp_path):
+    pytest.importorskip("openai")
+    asyncio.run(_llm_repairs_then_tunes_softmax(tmp_path))
+
+
+async def _llm_repairs_then_tunes_softmax(tmp_path):
+    from kernel_lsp.agent.llm import LLMConfig, LLMProposer
+    from kernel_lsp.engine import Engine
+
+    task, cand = example("softmax")
+    broken = ("Use 256 threads.\n<<<<<<< SEARCH\n#define BLOCK_SIZE 32  // correct but slow: 256 keeps far more "
+              "loads in flight\n=======\n#define BLOCK_SIZE 256\nthis does not compile;\n>>>>>>> REPLACE\n")
+    fix = "Remove the stray line.\n<<<<<<< SEARCH\nthis does not compile;\n=======\n>>>>>>> REPLACE\n"
+    server = start([broken, fix], default="")
+    store = Store(tmp_path / "store.sqlite")
+    proposer = LLMProposer(LLMConfig(model="local", base_url=server.base_url, api_key="sk-gpu-test",
+                                     client_max_retries=0, backoff=0.05))
+    try:
+        async with Engine(timeout=180) as engine:
+            result = await Search(engine, store, task, cand, proposer,
+                                  SearchOptions(budget=Budget(proposals=3), children=1,
+                                                profile_after_depth=1)).run()
+    finally:
+        await proposer.aclose()
+        server.close()
+    assert result.improved and result.confirmed, result.reason
+    assert "#define BLOCK_SIZE 256" in result.best.source and result.best.origin == "repair"
+    prompts = [r["body"]["messages"][1]["content"] for r in server.requests]
+    assert "FAILS (compile_error)" in prompts[1] and "compiler messages:" in prompts[1]
+    assert "NVIDIA" in prompts[0]  # the GPU's facts from engine.device_info()
+    # The third request optimizes the correct repaired node (depth 2): profiler facts included.
+    assert len(prompts) == 3 and "Profiler facts" in prompts[2]

@@ -1,0 +1,183 @@
+"""bench.py, roofline.py and profile.py on the CPU, and run.evaluate's bench stage."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kernel_lsp.engine import bench, profile, roofline, run  # noqa: E402
+from kernel_lsp.engine.run import device_info  # noqa: E402
+from kernel_lsp.model import Candidate, Task  # noqa: E402
+
+CHEATS = Path(__file__).parent / "cheats"
+
+
+def test_stats_median_and_iqr() -> None:
+    t = bench.stats([4.0, 1.0, 3.0, 2.0, 5.0])
+    assert (t.median_ms, t.min_ms, t.max_ms, t.runs) == (3.0, 1.0, 5.0, 5)
+    assert t.spread_pct == pytest.approx(100.0 * (4.0 - 2.0) / 3.0)
+
+
+def test_slow_measured_slower_than_fast() -> None:
+    x = [torch.randn(8)]
+    slow = bench.time_fn(lambda x: time.sleep(0.003), [x], "cpu", min_runs=20, budget_s=0.3)
+    fast = bench.time_fn(lambda x: x + 1, [x], "cpu", min_runs=20, budget_s=0.3)
+    assert slow.timing.runs >= 20 and fast.timing.runs >= 20
+    assert slow.timing.min_ms >= 3.0
+    assert fast.timing.median_ms < slow.timing.median_ms
+    assert fast.timing.runs > slow.timing.runs  # adaptive: short calls get more runs
+
+
+def test_runs_cycle_through_input_sets() -> None:
+    seen: list[int] = []
+    sets = [[i] for i in range(3)]
+    bench.time_fn(lambda i: seen.append(i), sets, "cpu", warmup=1, min_runs=20, max_runs=20, budget_s=1.0)
+    assert seen[1:7] == [0, 1, 2, 0, 1, 2]
+
+
+def test_patched_timer_after_import_changes_nothing() -> None:
+    original = time.perf_counter_ns
+    time.perf_counter_ns = lambda: 0  # what a candidate would do after bench was imported
+    try:
+        res = bench.time_fn(lambda: time.sleep(0.002), [[]], "cpu", warmup=1, min_runs=5, max_runs=5)
+    finally:
+        time.perf_counter_ns = original
+    assert res.timing.min_ms >= 2.0
+
+
+@pytest.fixture
+def one_thread():
+    # Two busy cores make intra-op thread barriers stall for whole time slices (30-60 ms):
+    # one thread keeps CPU timings about the code, not the scheduler.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_evaluate_times_slow_and_fast_candidates(one_thread: None) -> None:
+    ref = (CHEATS / "ref_linear.py").read_text()
+    task = Task(name="lin", reference_path=str(CHEATS / "ref_linear.py"), reference_source=ref)
+    from kernel_lsp.engine import build
+
+    times = {}
+    for name in ("correct", "slow_correct"):
+        ev = run.evaluate(task, Candidate(source=(CHEATS / f"{name}.py").read_text(), kind="python"),
+                          ["compile", "verify", "bench"], {"device": "cpu", "baselines": False,
+                                                           "bench_seconds": 0.3}, build)
+        assert ev.verdict == "correct", ev.message
+        assert ev.time is not None and ev.time.runs >= 20
+        assert ev.eager is None and ev.compiled is None  # baselines off
+        times[name] = ev.time
+    assert times["slow_correct"].min_ms >= 5.0
+    assert times["correct"].median_ms < times["slow_correct"].median_ms
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("KERNEL_LSP_SLOW_TESTS"), reason="torch.compile on 2 CPU cores takes ~1 min; "
+                    "set KERNEL_LSP_SLOW_TESTS=1")
+def test_evaluate_with_baselines_on_cpu() -> None:
+    ref = (CHEATS / "ref_linear.py").read_text()
+    task = Task(name="lin", reference_path=str(CHEATS / "ref_linear.py"), reference_source=ref)
+    from kernel_lsp.engine import build
+
+    ev = run.evaluate(task, Candidate(source=(CHEATS / "correct.py").read_text(), kind="python"),
+                      ["compile", "verify", "bench"], {"device": "cpu", "bench_seconds": 0.2}, build)
+    assert ev.verdict == "correct", ev.message
+    assert ev.eager is not None and ev.eager.median_ms > 0
+    # torch.compile either timed, or its failure reported (never fatal).
+    assert ev.compiled is not None or "compile_baseline_failed" in ev.flags
+    assert "tampering" not in ev.flags  # the baselines' own imports are not the candidate's
+
+
+def test_roofline_table_and_check() -> None:
+    roof = roofline.for_device("NVIDIA H200", "torch.float32")
+    assert roof.bandwidth == 4.8e12 and roof.source == "table"
+    gib = 1 << 30
+    floor = roof.floor_ms(gib)
+    assert floor == pytest.approx(gib / 4.8e12 * 1e3)
+    assert roofline.check(floor * 0.1, gib, None, roof) is not None   # impossible
+    assert roofline.check(floor * 1.2, gib, None, roof) is None       # plausible
+    # FLOPs can set the floor: 1e15 FLOP of bf16 cannot take 0.1 ms.
+    assert roofline.check(0.1, 1000, int(1e15), roofline.for_device("H200", "torch.bfloat16")) is not None
+    unknown = roofline.for_device("Mystery GPU")
+    assert unknown.floor_ms(gib) is None
+    assert roofline.for_device("Mystery GPU", measured_bandwidth=1e12).source == "measured"
+
+
+def test_hot_ops_on_cpu() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU())
+    prof = profile.hot_ops(model, [torch.randn(64, 256)], "cpu", top=5)
+    assert prof["tool"] == "torch.profiler" and prof["time"] == "cpu"
+    names = [op["name"] for op in prof["ops"]]
+    assert any("addmm" in n or "linear" in n for n in names), names
+    assert 0 < sum(op["share_pct"] for op in prof["ops"]) <= 100.0 + 1e-6
+    assert len(prof["ops"]) <= 5
+
+
+NCU_CSV = '''==PROF== Connected to process 123
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
+"0","123","python","h","relu2(const float*, float*, long)","1","7","(256, 1, 1)","(4096, 1, 1)","0","9.0","Command line profiler metrics","dram__throughput.avg.pct_of_peak_sustained_elapsed","%","91.5"
+"0","123","python","h","relu2(const float*, float*, long)","1","7","(256, 1, 1)","(4096, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","usecond","12.5"
+"0","123","python","h","relu2(const float*, float*, long)","1","7","(256, 1, 1)","(4096, 1, 1)","0","9.0","Command line profiler metrics","sm__throughput.avg.pct_of_peak_sustained_elapsed","%","20.1"
+"0","123","python","h","relu2(const float*, float*, long)","1","7","(256, 1, 1)","(4096, 1, 1)","0","9.0","Command line profiler metrics","sm__warps_active.avg.pct_of_peak_sustained_active","%","80.2"
+'''
+
+
+def test_parse_ncu_csv() -> None:
+    kernels = profile.parse_ncu_csv(NCU_CSV)
+    assert len(kernels) == 1
+    k = kernels[0]
+    assert k["kernel"].startswith("relu2") and k["duration_ms"] == pytest.approx(0.0125)
+    assert k["dram_pct"] == 91.5 and k["achieved_occupancy_pct"] == 80.2
+    assert k["limiter"] == "memory"
+    assert profile.limiting_unit(10, 20) == "latency" and profile.limiting_unit(30, 85) == "compute"
+
+
+def test_ncu_missing_is_a_note(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(profile, "find_ncu", lambda: None)
+    out = profile.ncu_profile(Task(name="t", reference_path="x.py", reference_source=""), None, {})
+    assert "not on PATH" in out["note"]
+
+
+def test_profile_request_on_cpu() -> None:
+    ref = (CHEATS / "ref_linear.py").read_text()
+    task = Task(name="lin", reference_path=str(CHEATS / "ref_linear.py"), reference_source=ref)
+    from kernel_lsp.engine import build
+
+    out = run.profile(task, Candidate(source=(CHEATS / "correct.py").read_text(), kind="python"),
+                      {"device": "cpu"}, build)
+    assert out["reference"]["ops"] and out["candidate"]["ops"]
+    assert any("addmm" in op["name"] for op in out["reference"]["ops"])
+
+
+def test_device_info_on_this_machine() -> None:
+    info = device_info()
+    assert info["torch"] == torch.__version__
+    assert info["cuda"] == torch.cuda.is_available()
+    if not info["cuda"]:
+        assert "CPU" in info["note"]
+
+
+def test_cli_bench_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # End to end through the real Worker process: a KernelBench pair foo.py + foo_new.py.
+    import json
+
+    from kernel_lsp.engine import engine_cli
+
+    (tmp_path / "lin.py").write_text((CHEATS / "ref_linear.py").read_text())
+    (tmp_path / "lin_new.py").write_text((CHEATS / "mismatch.py").read_text())
+    ns = argparse.Namespace(paths=[str(tmp_path / "lin_new.py")], json=True, timeout=240.0,
+                            compile_mode="default")
+    rc = engine_cli.bench_main(ns)
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 1  # the candidate is wrong
+    (target,) = doc["targets"]
+    assert target["target"] == "lin" and target["verdict"] == "mismatch"
+    assert target["evidence"]["where"] == [3, 7]

@@ -1,0 +1,25 @@
+-- The plugin's pure helpers, without a server: candidate names, status line, summaries.
+package.path = vim.fs.dirname(debug.getinfo(1, 'S').source:sub(2)) .. '/?.lua;' .. package.path
+local H = require('harness')
+
+H.run(function()
+  vim.opt.runtimepath:prepend(H.env('KLSP_PLUGIN'))
+  local k = require('kernel_lsp')
+  local out = H.out
+  out.same_file = {
+    k.same_file('softmax-c9.cu', 'softmax.cu'),
+    k.same_file('softmax.cu', 'softmax.cu'),
+    k.same_file('softmax-c9.py', 'softmax.cu'),
+    k.same_file('softmax2-c9.cu', 'softmax.cu'),
+    k.same_file('layer-norm-c9.cu', 'layer-norm.cu'),
+  }
+  out.is_candidate = { k.is_candidate('file:///ws/.kernel-lsp/candidates/a-1.cu'), k.is_candidate('/ws/a.cu') }
+  out.ref_nested = k.ref_from_path('/ws/.kernel-lsp/candidates/7/c2/a.cu')
+  out.ref_flat = k.ref_from_path('/ws/.kernel-lsp/candidates/a-c2.cu')
+  k.on_status(nil, { jobs = { { id = 'job-1', title = 'Tune a.cu', uri = 'file:///ws/a.cu', message = 'round 1', bestSpeedup = 1.25 } } }, {}, {})
+  out.status_running = vim.g.kernel_lsp_status
+  out.last_uri = k.state.last_uri
+  k.on_status(nil, { jobs = {} }, {}, {})
+  out.status_idle = vim.g.kernel_lsp_status
+  out.summary = k.benchmark_summary({ target = 'softmax', verdict = 'correct', time_ms = 0.5, speedup_eager = 2, speedup_compile = vim.NIL, message = '' })
+end)
