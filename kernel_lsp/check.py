@@ -135,10 +135,12 @@ class FileReport:
     diagnostics: list[Diagnostic]
     resources: list[ResourceUsage]
     error: str | None = None  # the file could not be read at all
+    verification: dict | None = None  # Evaluation.summary() when the correctness check ran
 
     @property
     def errors(self) -> int:
-        return (1 if self.error else 0) + sum(d.severity == "error" for d in self.diagnostics)
+        wrong = self.verification is not None and self.verification.get("correct") is False
+        return (1 if self.error else 0) + (1 if wrong else 0) + sum(d.severity == "error" for d in self.diagnostics)
 
     @property
     def warnings(self) -> int:
@@ -153,6 +155,7 @@ class FileReport:
             "resources": [r.to_dict() for r in self.resources],
             "compile_seconds": round(sum(r.seconds for r in self.results), 3),
             "cached": bool(self.results) and all(r.cached for r in self.results),
+            "verification": self.verification,
         }
 
 
@@ -196,10 +199,54 @@ async def check_paths(paths: list[str], settings: Settings) -> list[FileReport]:
     return [r for r in reports if r is not None]
 
 
+
+
+
+async def verify_reports(reports: list[FileReport], settings: Settings) -> None:
+    """The correctness check (no timing) of every checked file that is a Task with a candidate."""
+    from kernel_lsp.engine import Engine, find_task
+    from kernel_lsp.engine.tasks import TaskError
+
+    async with Engine(python=settings.python, device=settings.device, timeout=settings.timeout,
+                      options={"arch": settings.effective_arch}) as engine:
+        for report in reports:
+            if report.errors or not report.path.endswith((".cu", ".py")):
+                continue
+            try:
+                task, candidate = find_task(report.path)
+            except TaskError:
+                continue
+            if candidate is None:
+                continue
+            ev = await engine.evaluate(task, candidate, checks=("compile", "verify"))
+            report.verification = ev.summary()
+
+
+def wants_verify(ns: argparse.Namespace, settings: Settings) -> bool:
+    if ns.verify == "no" or not settings.execution_enabled:
+        return False
+    if ns.verify == "yes":
+        return True
+    from kernel_lsp.config import detect_arch
+
+    if detect_arch() is None:
+        print("kernel-lsp check: no GPU visible: compile checks only (--verify yes runs the "
+              "correctness check on the CPU where the task allows)", file=sys.stderr)
+        return False
+    return True
+
+
+async def run_checks(ns: argparse.Namespace, settings: Settings) -> list[FileReport]:
+    reports = await check_paths(ns.paths, settings)
+    if wants_verify(ns, settings):
+        await verify_reports(reports, settings)
+    return reports
+
+
 def check_main(ns: argparse.Namespace) -> int:
     try:
         settings = load_settings(os.getcwd(), {"arch": ns.arch, "nvcc": ns.nvcc})
-        reports = asyncio.run(check_paths(ns.paths, settings))
+        reports = asyncio.run(run_checks(ns, settings))
     except (FileNotFoundError, SettingsError) as exc:
         print(f"kernel-lsp check: {exc}", file=sys.stderr)
         return 2
@@ -226,6 +273,9 @@ def print_reports(reports: list[FileReport]) -> None:
             style = {"error": "red", "warning": "yellow"}.get(d.severity, "")
             console.print(f"{where}: [{style}]{d.severity}[/]: {d.message}" if style
                           else f"{where}: {d.severity}: {d.message}", soft_wrap=True)
+        if report.verification is not None:
+            v = report.verification
+            console.print(f"{report.path}: {v['verdict']}: {v.get('message') or ''}", soft_wrap=True)
     table = Table(title="Kernel resources (ptxas)")
     for column in ("file", "kernel", "arch", "regs", "shared B", "stack B", "spills st/ld B", "occupancy"):
         table.add_column(column)

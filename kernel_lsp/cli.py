@@ -64,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     optimize.add_argument("--base-url", help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL)")
     optimize.add_argument("--budget", type=int, default=8, metavar="N", help="cap on proposals (default 8)")
     optimize.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS")
+    optimize.add_argument("--no-baselines", dest="baselines", action="store_false",
+                          help="skip timing PyTorch eager and torch.compile (slow for some references on a CPU)")
     where = optimize.add_mutually_exclusive_group()
     where.add_argument("--apply", action="store_true", help="rewrite the target in place if improved")
     where.add_argument("--out", metavar="FILE", help="write the best candidate's file here if improved")

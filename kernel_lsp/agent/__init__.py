@@ -6,6 +6,7 @@ Imports no torch and no pygls; `openai` is imported only when an LLMProposer is 
 from .budget import Budget, Pricing
 from .patches import ParseError, apply_patches, parse_answer, parse_patches
 from .proposer import Proposal, ProposalRequest, Proposer
+from .report import render_report, write_report
 from .search import Search, SearchEvent, SearchOptions, SearchResult, noise_threshold
 from .tuner import TunerProposer, find_tunables, variants
 
@@ -23,5 +24,6 @@ __all__ = [
     "Budget", "Pricing", "ParseError", "apply_patches", "parse_answer", "parse_patches",
     "Proposal", "ProposalRequest", "Proposer", "Search", "SearchEvent", "SearchOptions",
     "SearchResult", "noise_threshold", "TunerProposer", "find_tunables", "variants",
+    "render_report", "write_report",
     "LLMProposer", "LLMConfig", "LLMError",
 ]

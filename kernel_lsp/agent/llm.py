@@ -91,6 +91,7 @@ class LLMProposer:
         self.model = self.config.model or DEFAULT_MODEL
         self._openai = openai
         self._sleep = sleep
+        self._refused: set[str] = set()   # request parameters the endpoint rejected
         self._client = openai.AsyncOpenAI(
             # A local server needs no key; the client insists on one, so pass a placeholder.
             api_key=self.config.api_key or "not-set",
@@ -133,7 +134,9 @@ class LLMProposer:
         oa = self._openai
         t0 = time.monotonic()
         last = "no attempt made"
-        for attempt in range(1, self.config.attempts + 1):
+        attempt = 0
+        while attempt < self.config.attempts:
+            attempt += 1
             try:
                 text, pt, ct = await self._request(messages)
                 return Completion(text, pt, ct, attempt, time.monotonic() - t0)
@@ -147,6 +150,9 @@ class LLMProposer:
                 last = f"rate limited (HTTP 429): {_short(e)}"
                 wait = self._retry_after(e) or self._backoff(attempt)
             except oa.APIStatusError as e:
+                if e.status_code == 400 and self._adapt(_short(e)):
+                    attempt -= 1  # a parameter this endpoint refuses: dropped or renamed, ask again
+                    continue
                 if e.status_code < 500:
                     raise LLMError(f"request rejected (HTTP {e.status_code}): {_short(e)}") from None
                 last = f"server error (HTTP {e.status_code}): {_short(e)}"
@@ -166,12 +172,23 @@ class LLMProposer:
         raise LLMError(f"{last} (after {self.config.attempts} attempts)",
                        fatal=last.startswith("cannot reach"))
 
+    def _adapt(self, message: str) -> bool:
+        """Reasoning models refuse `max_tokens` (want `max_completion_tokens`) or a temperature;
+        some local servers refuse `stream_options`. Adjust once per parameter."""
+        low = message.lower()
+        for param in ("max_tokens", "temperature", "stream_options"):
+            if param in low and param not in self._refused:
+                self._refused.add(param)
+                return True
+        return False
+
     async def _request(self, messages: list[dict[str, str]]) -> tuple[str, int, int]:
         kw: dict[str, Any] = {"model": self.model, "messages": messages}
-        if self.config.temperature is not None:
+        if self.config.temperature is not None and "temperature" not in self._refused:
             kw["temperature"] = self.config.temperature
         if self.config.max_tokens is not None:
-            kw["max_tokens"] = self.config.max_tokens
+            key = "max_completion_tokens" if "max_tokens" in self._refused else "max_tokens"
+            kw[key] = self.config.max_tokens
         if not self.config.stream:
             resp = await self._client.chat.completions.create(**kw)
             text = (resp.choices[0].message.content or "") if resp.choices else ""
@@ -179,8 +196,9 @@ class LLMProposer:
             pt = usage.prompt_tokens if usage else _estimate(messages)
             ct = usage.completion_tokens if usage else len(text) // 4
             return text, pt, ct
-        stream = await self._client.chat.completions.create(
-            stream=True, stream_options={"include_usage": True}, **kw)
+        if "stream_options" not in self._refused:
+            kw["stream_options"] = {"include_usage": True}
+        stream = await self._client.chat.completions.create(stream=True, **kw)
         chunks: list[str] = []
         pt = ct = None
         async with stream:

@@ -77,7 +77,8 @@ def describe_evaluation(ev: Evaluation | None, *, log_limit: int = 3000) -> str:
             lines.append("compile log (trimmed):\n" + _trim(ev.compile.log, log_limit // 2))
     if ev.evidence:
         lines.append("verifier evidence: " + _trim(json.dumps(ev.evidence, default=str), 1500))
-    if ev.compile is not None and ev.compile.resources:
+    if ev.verdict == "correct" and ev.compile is not None and ev.compile.resources:
+        # Resource facts are for optimizing: only once the node is correct (CuTeGen's order).
         for r in ev.compile.resources[:6]:
             lines.append(f"kernel {r.kernel}: {r.registers} registers, {r.shared_bytes} B shared, "
                          f"spills {r.spill_stores}/{r.spill_loads}, occupancy {r.occupancy}")

@@ -236,6 +236,9 @@ class TunerProposer:
             # A tuner cannot repair code; the Search records the reason.
             return [Proposal.failed("the tuner cannot repair a failing candidate", form="tuner")]
         pid = request.parent.id
+        self._seen.add(pid)
+        if request.start_evaluation is not None:
+            self._seen.add(request.start_evaluation.candidate)  # stepping back to the start is no news
         if pid not in self._queues:
             self._queues[pid] = self._all_for(request)
         queue = self._queues[pid]

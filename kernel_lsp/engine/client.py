@@ -312,6 +312,14 @@ class Engine:
     ) -> Any:
         """Send one op to the Worker. Raises EngineTimeout, WorkerDied, WorkerRaised; on
         a timeout, death, fatal error or cancellation the Worker is gone afterwards."""
+        result, _ = await self._call(op, params, timeout=timeout, warm=warm, progress=progress)
+        return result
+
+    async def _call(
+        self, op: str, params: dict[str, Any] | None, *, timeout: float | None,
+        warm: bool, progress: Progress | None,
+    ) -> tuple[Any, bool]:
+        """(result, fatal): fatal when the Worker answered and then had to go."""
         deadline = self.timeout if timeout is None else timeout
         async with self._lock:
             w = await self._ensure(progress, warm)
@@ -332,7 +340,7 @@ class Engine:
                 raise
             if fatal:
                 self._discard(w)
-            return result
+            return result, fatal
 
     # -- the API ------------------------------------------------------------------
 
@@ -358,7 +366,8 @@ class Engine:
 
         def failed(verdict: str, message: str, **extra: Any) -> Evaluation:
             return Evaluation(task=task.name, candidate=candidate.id, verdict=verdict, correct=None,
-                              message=message, **extra)
+                              message=message, device=dict(self._device_info) if self._device_info else None,
+                              **extra)
 
         try:
             if self.auto_prebuild and needs_build(candidate):
@@ -368,12 +377,12 @@ class Engine:
                 except Exception:  # noqa: BLE001 - advisory: the Worker builds it anyway
                     log.debug("prebuild failed", exc_info=True)
             await _report(progress, "evaluating")
-            data = await self.request("evaluate", params, timeout=deadline, warm=self.warm, progress=progress)
+            data, fatal = await self._call("evaluate", params, timeout=deadline, warm=self.warm, progress=progress)
             ev = Evaluation.from_dict(data)
-            if "the Worker restarts" in ev.message and ev.verdict not in ("crashed", "oom", "timeout"):
+            if fatal and ev.verdict not in ("crashed", "oom", "timeout"):
                 # The candidate left a sticky CUDA error: the context died with it.
                 ev.verdict, ev.correct = "crashed", None
-                if protocol.is_sticky_cuda_error(ev.message) and "illegal" in ev.message.lower():
+                if protocol.is_illegal_access(ev.message):
                     ev.message = "illegal memory access: " + ev.message
         except EngineTimeout as exc:
             ev = failed("timeout", str(exc))
@@ -388,7 +397,7 @@ class Engine:
                 ev = failed("oom", f"out of memory: {err.get('message', '')}"[:2000])
             elif exc.fatal:
                 msg = str(err.get("message", ""))
-                named = "illegal memory access: " if "illegal" in msg.lower() else ""
+                named = "illegal memory access: " if protocol.is_illegal_access(msg) else ""
                 ev = failed("crashed", f"{named}{err.get('type')}: {msg}"[:2000])
             else:
                 ev = failed("error", f"{err.get('type')}: {err.get('message')}"[:2000],
@@ -469,6 +478,11 @@ class Engine:
             arch = self._arch()
             if arch is None and self._worker is not None and self._worker.warm:
                 arch = self._worker.warm.get("arch")
+            if arch is None and self._device_info is None:
+                # The arch is part of the cache key: build for the GPU the Worker will load on.
+                with contextlib.suppress(Exception):
+                    await self.device_info()
+                arch = self._arch()
             if arch:
                 opts["arch"] = arch
         # The same file names the harness gives the builder (the .cu's directory is in the key).

@@ -84,6 +84,11 @@ def is_sticky_cuda_error(text: str) -> bool:
     return any(m in low for m in STICKY_CUDA_MARKERS)
 
 
+def is_illegal_access(text: str) -> bool:
+    low = text.lower()
+    return any(m in low for m in ILLEGAL_ACCESS_MARKERS)
+
+
 def describe_exit(returncode: int | None) -> str:
     if returncode is None:
         return "the Worker stopped answering"
@@ -100,7 +105,7 @@ def classify_death(returncode: int | None, stderr_tail: str) -> tuple[str, str]:
     """(verdict, message) for a Worker that died mid-request."""
     low = stderr_tail.lower()
     how = describe_exit(returncode)
-    if any(m in low for m in ILLEGAL_ACCESS_MARKERS):
+    if is_illegal_access(low):
         return "crashed", f"illegal memory access: {how}"
     if any(m in low for m in OOM_MARKERS):
         return "oom", f"out of memory: {how}"

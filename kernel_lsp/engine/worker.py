@@ -204,7 +204,7 @@ class Worker:
         except BaseException as exc:  # noqa: BLE001 - every fault becomes an answer
             if isinstance(exc, KeyboardInterrupt):
                 raise
-            fatal = protocol.is_sticky_cuda_error(str(exc))
+            fatal = _cuda_unhealthy(str(exc)) is not None
             if fatal:
                 self.stop = True
             return {"id": req_id, "error": protocol.error_payload(exc), "fatal": fatal}

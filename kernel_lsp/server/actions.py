@@ -154,7 +154,7 @@ async def search_job(ls: KernelLanguageServer, run: SearchRun, kind: str, repair
         proposer = make_proposer(ls, kind)
         budget = Budget(proposals=2 if repair_only else ls.settings.agent_budget)
         search = Search(ls.host.engine(), ls.host.store(), task, candidate, proposer,
-                        SearchOptions(budget=budget))
+                        SearchOptions(budget=budget, repair_only=repair_only))
         job = ls.jobs.get(("search", run.uri))
 
         def on_event(event) -> None:
@@ -184,7 +184,7 @@ async def search_job(ls: KernelLanguageServer, run: SearchRun, kind: str, repair
     summary = result.to_dict()
     if result.improved and result.best is not None:
         ls.search_runs[result.search_id] = run
-        progress.end(f"{result.speedup:.2f}x faster, verified")
+        progress.end(describe_gain(result))
         await handback.offer(ls, run, result)
     else:
         progress.end(f"no improvement ({result.reason})")
@@ -192,6 +192,13 @@ async def search_job(ls: KernelLanguageServer, run: SearchRun, kind: str, repair
             type=types.MessageType.Info,
             message=f"kernel-lsp: no correct, faster version found ({result.reason}); your file is unchanged."))
     return summary
+
+
+def describe_gain(result) -> str:
+    """A repaired start has no speedup to show: it did not run before."""
+    if result.speedup is None:
+        return "repaired: the new version compiles and passes verification"
+    return f"{result.speedup:.2f}x faster, verified"
 
 
 def make_proposer(ls: KernelLanguageServer, kind: str):

@@ -71,8 +71,10 @@ async def offer(ls: KernelLanguageServer, run: "SearchRun", result: "SearchResul
     run.best = result.best
     run.search_id = result.search_id
     preview(ls, run, result.best)
-    message = (f"kernel-lsp: a version {result.speedup:.2f}x faster than your "
-               f"{os.path.basename(ls.path(run.uri))} passed verification (Search {result.search_id}).")
+    gain = (f"{result.speedup:.2f}x faster than your" if result.speedup is not None
+            else "that fixes your")
+    message = (f"kernel-lsp: a version {gain} {os.path.basename(ls.path(run.uri))} passed verification "
+               f"(Search {result.search_id}).")
     experimental = ls.client_capabilities.experimental
     if isinstance(experimental, dict) and experimental.get("kernelLsp", {}).get("candidatePreview"):
         return  # the editor plugin shows the diff and calls kernel-lsp.applyCandidate itself

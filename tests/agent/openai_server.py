@@ -34,7 +34,7 @@ class ScriptedServer:
         self.requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         handler = type("Handler", (_Handler,), {"scripted": self})
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd = _QuietServer(("127.0.0.1", 0), handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
@@ -59,6 +59,15 @@ class ScriptedServer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that gave up (timeout, cancel) leaves a broken pipe: expected, not news.
+        import sys
+
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)
 
 
 def start(answers: list[Item], default: Item = "No more ideas.") -> ScriptedServer:

@@ -196,3 +196,55 @@ def test_pricing_prefix_and_override():
     assert p.lookup("openai/gpt-4o") == (2.50, 10.00)
     assert p.cost("qwen2.5-coder:7b", 10**6, 10**6) == 0.0
     assert Pricing(table={"local": (1.0, 2.0)}).cost("local-x", 10**6, 10**6) == 3.0
+
+
+async def test_refused_parameters_are_adapted(server):
+    # A reasoning model's answer to max_tokens, then a local server refusing stream_options.
+    server.add({"status": 400, "body": {"error": {"message": "Unsupported parameter: 'max_tokens' is not "
+                                                              "supported with this model. Use 'max_completion_tokens'."}}},
+               {"status": 400, "body": {"error": {"message": "Unknown field stream_options"}}},
+               PATCH)
+    p = proposer(server, attempts=1)
+    [prop] = await p.propose(request())
+    await p.aclose()
+    assert prop.candidate is not None
+    bodies = [r["body"] for r in server.requests]
+    assert "max_tokens" in bodies[0] and "max_completion_tokens" in bodies[1] and "max_tokens" not in bodies[1]
+    assert "stream_options" in bodies[1] and "stream_options" not in bodies[2]
+    assert prop.completion_tokens == len(PATCH) // 4  # estimated without usage: about 4 chars a token
+
+
+async def test_other_400_is_a_clear_failure(server):
+    server.add({"status": 400, "body": {"error": {"message": "context length exceeded"}}})
+    p = proposer(server)
+    [prop] = await p.propose(request())
+    await p.aclose()
+    assert prop.candidate is None and not prop.fatal and "request rejected (HTTP 400)" in prop.error
+    assert len(server.requests) == 1
+
+
+async def test_cancel_while_the_model_is_answering(server, tmp_path):
+    import asyncio
+    import time
+
+    from kernel_lsp.agent.search import Search, SearchOptions
+    from kernel_lsp.store import Store
+
+    from .fakes import FakeEngine
+
+    server.add({"sleep": 5.0, "text": PATCH})
+    store = Store(tmp_path / "s.sqlite")
+    start = Candidate(source=PARENT.source + "# ms: 10\n", kind="python")
+    search = Search(FakeEngine(), store, TASK, start, proposer(server), SearchOptions(children=1))
+    job = asyncio.create_task(search.run())
+    while not server.requests:
+        await asyncio.sleep(0.05)
+    t0 = time.monotonic()
+    job.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await job
+    assert time.monotonic() - t0 < 1.0
+    await search.proposer.aclose()
+    row = store.search(search.search_id)
+    assert row["state"] == "cancelled" and [n["candidate"] for n in row["nodes"]] == [start.id]
+    assert store.latest(TASK.name).candidate == start.id  # the start's evaluation is kept

@@ -37,3 +37,13 @@ def test_repair_prompt_trims_a_huge_compile_log():
 def test_device_description_tolerates_unknown_fields():
     assert describe_device({}) == "GPU: unknown"
     assert "name: cpu" in describe_device({"name": "cpu", "cuda": False, "nested": {"x": 1}})
+
+
+def test_resource_usage_only_once_correct():
+    from kernel_lsp.model import ResourceUsage
+
+    comp = CompileResult(ok=True, resources=[ResourceUsage(kernel="k", mangled="_Z1kv", arch="sm_90", registers=77)])
+    wrong = Evaluation(task="t", candidate=CU.id, verdict="mismatch", correct=False, compile=comp)
+    right = Evaluation(task="t", candidate=CU.id, verdict="correct", correct=True, compile=comp, time=timing(1.0))
+    assert "77 registers" not in build_messages(ProposalRequest(task=TASK, parent=CU, evaluation=wrong, mode="repair"))[1]["content"]
+    assert "77 registers" in build_messages(ProposalRequest(task=TASK, parent=CU, evaluation=right))[1]["content"]

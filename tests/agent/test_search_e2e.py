@@ -8,7 +8,6 @@ seconds); each test has its own Store.
 
 import asyncio
 import logging
-import os
 import time
 from pathlib import Path
 

@@ -109,3 +109,15 @@ def test_examples_tunables(name, expected):
     if not path.exists():
         pytest.skip(f"{path} not written yet")
     assert {n for _, n in variants(path.read_text())} == expected
+
+
+async def test_never_proposes_the_parent_or_the_start_again():
+    from kernel_lsp.model import Evaluation
+
+    task = Task(name="t", reference_path="t.py", reference_source="")
+    start = Candidate(source="CHUNK = 1\nclass ModelNew: pass\n", kind="python")
+    child = Candidate(source="CHUNK = 4\nclass ModelNew: pass\n", kind="python")
+    tuner = TunerProposer()
+    got = await tuner.propose(ProposalRequest(task=task, parent=child, evaluation=None, count=9,
+                                              start_evaluation=Evaluation(task="t", candidate=start.id)))
+    assert [p.candidate.note for p in got] == ["CHUNK 4 -> 8", "CHUNK 4 -> 2", "CHUNK 4 -> 16"]

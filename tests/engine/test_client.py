@@ -77,12 +77,17 @@ async def test_memory_error_maps_to_oom(engine):
     assert (await engine.evaluate(TASK, cand("def run():\n    return 3\n"))).verdict == "correct"
 
 
-async def test_sticky_cuda_error_restarts_the_worker(engine):
-    body = "def run():\n    raise RuntimeError('CUDA error: an illegal memory access was encountered')\n"
+@pytest.mark.parametrize("error, named", [
+    ("CUDA error: an illegal memory access was encountered", True),
+    ("CUDA error: an illegal instruction was encountered", False),
+])
+async def test_sticky_cuda_error_restarts_the_worker(engine, error, named):
+    body = f"def run():\n    raise RuntimeError({error!r})\n"
     await engine.ping()
     pid = engine.worker_pid
     ev = await engine.evaluate(TASK, cand(body))
-    assert ev.verdict == "crashed" and ev.message.startswith("illegal memory access")
+    assert ev.verdict == "crashed" and ev.message.startswith("illegal memory access") == named
+    assert error in ev.message
     assert engine.worker_pid is None
     ok = await engine.evaluate(TASK, cand("def run():\n    return 4\n"))
     assert ok.verdict == "correct" and engine.worker_pid != pid

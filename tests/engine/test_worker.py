@@ -114,6 +114,8 @@ def test_protocol_helpers():
     verdict, message = protocol.classify_death(-6, "CUDA error: an illegal memory access was encountered")
     assert verdict == "crashed" and message.startswith("illegal memory access")
     assert "status 3" in protocol.describe_exit(3)
+    assert protocol.is_sticky_cuda_error("CUDA error: an illegal instruction was encountered")
+    assert not protocol.is_illegal_access("CUDA error: an illegal instruction was encountered")
     with pytest.raises(ValueError):
         protocol.decode(b"[1, 2]")
 
