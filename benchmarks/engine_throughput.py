@@ -230,7 +230,7 @@ async def engine_phase(specs: list[dict[str, Any]], inline: list[dict[str, Any]]
             rec = {**spec}
             res["candidates"].append(rec)
             try:
-                await measure_candidate(engine, spec, rec, find_task)
+                await measure_candidate(engine, spec, rec, find_task, budget, args.eval_timeout)
             except Exception as exc:  # noqa: BLE001 - one candidate's failure is a row, not the end
                 rec["error"] = error_text(exc)
                 rec["traceback"] = traceback.format_exc()[-2000:]
@@ -265,7 +265,12 @@ async def engine_phase(specs: list[dict[str, Any]], inline: list[dict[str, Any]]
             log(f"closing the engine: {error_text(exc)}")
 
 
-async def measure_candidate(engine: Any, spec: dict[str, Any], rec: dict[str, Any], find_task: Any) -> None:
+async def measure_candidate(engine: Any, spec: dict[str, Any], rec: dict[str, Any], find_task: Any,
+                            budget: Budget, eval_timeout: float) -> None:
+    def deadline() -> float:
+        # A hung candidate must not carry the run far past the budget.
+        return min(eval_timeout, max(30.0, budget.remaining() + 30.0))
+
     task, cand = find_task(spec["path"])
     if cand is None:
         raise RuntimeError(f"{spec['path']} holds no candidate")
@@ -277,7 +282,7 @@ async def measure_candidate(engine: Any, spec: dict[str, Any], rec: dict[str, An
 
     log(f"{spec['name']}: cold evaluate")
     t0 = time.monotonic()
-    ev = await engine.evaluate(task, cand, options=ENGINE_OPTIONS, progress=progress)
+    ev = await engine.evaluate(task, cand, options=ENGINE_OPTIONS, progress=progress, timeout=deadline())
     rec["eval_cold_s"] = time.monotonic() - t0
     rec["verdict_cold"] = ev.verdict
     rec["message"] = ev.message[:500]
@@ -305,7 +310,7 @@ async def measure_candidate(engine: Any, spec: dict[str, Any], rec: dict[str, An
     rec["compile_warm_inner_ms"] = 1000.0 * cr.seconds
 
     t0 = time.monotonic()
-    ev2 = await engine.evaluate(task, cand, options=ENGINE_OPTIONS)
+    ev2 = await engine.evaluate(task, cand, options=ENGINE_OPTIONS, timeout=deadline())
     rec["eval_warm_s"] = time.monotonic() - t0
     rec["verdict_warm"] = ev2.verdict
     if ev2.compile is not None:
@@ -833,13 +838,16 @@ def render_markdown(res: dict[str, Any]) -> str:
     if not kb.get("candidates"):
         out.append(f"not run ({'--kb-tasks 0' if not kb_names else kb.get('error', 'no data')})")
     else:
-        out.append("| task | correct | subprocess wall s | import s | load_inline build s | check s | kernel ms | note |")
-        out.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
+        ours = {c["name"]: c for c in res.get("candidates", [])}
+        out.append("| task | correct | subprocess wall s | import s | load_inline build s | check s | kernel ms "
+                   "| ours: request to verified timing s / kernel ms | note |")
+        out.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         for c in kb["candidates"]:
+            o = ours.get(c["name"], {})
             note = c.get("skipped") or c.get("error") or c.get("why") or ""
             out.append(f"| {c['name']} | {fmt(c.get('correct'))} | {fmt(c.get('wall_s'), 1)} | {fmt(c.get('import_s'), 1)} | "
                        f"{fmt(c.get('build_s'), 1)} | {fmt(c.get('check_s'), 2)} | {fmt(c.get('time_ms'), 4)} | "
-                       f"{note[:160].replace('|', '/')} |")
+                       f"{fmt(o.get('eval_cold_s'), 2)} / {fmt(o.get('time_ms'), 4)} | {note[:160].replace('|', '/')} |")
     notes = []
     for c in res.get("candidates", []):
         for key in ("error", "accuracy_error", "ncu_note"):

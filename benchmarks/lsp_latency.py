@@ -111,7 +111,7 @@ async def main() -> dict:
 
     async def wait_diagnostics(after: float, timeout: float = 300.0) -> float:
         deadline = time.perf_counter() + timeout
-        while diagnostics_at.get(uri, 0.0) < after:
+        while diagnostics_at.get(uri, -1.0) < after:
             if time.perf_counter() > deadline:
                 raise TimeoutError("no diagnostics")
             await asyncio.sleep(0.002)
@@ -167,6 +167,8 @@ async def main() -> dict:
             text_document=types.TextDocumentIdentifier(uri=uri),
             position=types.Position(line=kernel_line, character=col)))
         hover_ms.append((time.perf_counter() - start) * 1000)
+        await asyncio.sleep(0.01)
+    for _ in range(200):
         start = time.perf_counter()
         await client.text_document_document_symbol_async(types.DocumentSymbolParams(
             text_document=types.TextDocumentIdentifier(uri=uri)))

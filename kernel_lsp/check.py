@@ -65,11 +65,13 @@ def compile_cache_dir() -> str:
 def kernel_resources(doc: Document, results: list[CompileResult], arch: str) -> dict[str, ResourceUsage]:
     """ptxas' report per kernel name, with occupancy for the block size the source implies."""
     kernels = {t.name: t for t in doc.targets if t.kind == TargetKind.CUDA_KERNEL}
+    literal_blocks = {launch.kernel: int(launch.block) for launch in doc.launches
+                      if launch.block.strip().isdigit()}
     usage: dict[str, ResourceUsage] = {}
     for result in results:
         for res in result.resources:
             target = kernels.get(res.kernel)
-            threads = res.threads_per_block or (block_size(doc, target) if target else None)
+            threads = res.threads_per_block or (block_size(target, literal_blocks) if target else None)
             if threads:
                 occ, limiter = occupancy(arch, threads, res.registers, res.shared_bytes)
                 res = dataclasses.replace(res, threads_per_block=threads, occupancy=occ,
@@ -78,7 +80,7 @@ def kernel_resources(doc: Document, results: list[CompileResult], arch: str) -> 
     return usage
 
 
-def block_size(doc: Document, target) -> int:
+def block_size(target, literal_blocks: dict[str, int]) -> int:
     """Threads per block: __launch_bounds__, else a literal block size at a launch site."""
     bounds = target.data.get("launch_bounds") or []
     if bounds:
@@ -86,10 +88,7 @@ def block_size(doc: Document, target) -> int:
             return int(str(bounds[0]).strip())
         except ValueError:
             pass
-    for launch in doc.launches:
-        if launch.kernel == target.name and launch.block.strip().isdigit():
-            return int(launch.block)
-    return DEFAULT_THREADS
+    return literal_blocks.get(target.name, DEFAULT_THREADS)
 
 
 def resource_warnings(doc: Document, usage: dict[str, ResourceUsage], settings: Settings) -> list[Diagnostic]:

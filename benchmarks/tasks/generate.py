@@ -12,7 +12,10 @@ For each op NAME three files, all with the same kernel text:
 * ``NAME_new.py``  the same kernel as a KernelBench candidate: ``ModelNew`` calling an extension
                    built by ``torch.utils.cpp_extension.load_inline`` (``cuda_sources``: kernel and
                    torch wrapper; ``cpp_sources``: the declaration). Its reference is ``NAME.py``
-                   (the ``_new`` suffix pairs them, see kernel_lsp/engine/tasks.py).
+                   (the ``_new`` suffix pairs them, see kernel_lsp/engine/tasks.py). It launches on
+                   the default stream, as KernelBench candidates and examples/relu_scale_inline.py do:
+                   only <torch/extension.h>, no ATen/cuda or c10/cuda headers (those need cuSPARSE and
+                   cuBLAS headers from a full toolkit).
 
 The ops are the small ones people write kernels for first (KernelBench level 1: 19 ReLU,
 20 LeakyReLU, 21 Sigmoid, 25 Swish, 29 Softplus, 31 ELU, 32 HardTanh, 49 max reduction, 88
@@ -288,7 +291,7 @@ def _wrapper(op: Op) -> tuple[str, str]:
     check = """  TORCH_CHECK({t}.is_cuda(), "{t} must be a CUDA tensor");
   TORCH_CHECK({t}.scalar_type() == torch::kFloat32, "{t} must be float32");
 """
-    stream = "at::cuda::getCurrentCUDAStream()"
+    stream = "/*stream=*/0"  # the default stream, as KernelBench candidates launch (no c10/cuda headers)
     if op.kind == "unary":
         sig = f"torch::Tensor {op.name}_cuda(torch::Tensor x{dparams})"
         body = check.format(t="x") + f"""  auto xc = x.contiguous();
@@ -323,7 +326,7 @@ def _wrapper(op: Op) -> tuple[str, str]:
 
 def inline_file(op: Op) -> str:
     wrapper, decl = _wrapper(op)
-    cuda = "#include <torch/extension.h>\n#include <ATen/cuda/CUDAContext.h>\n" + kernel_source(op) + "\n" + wrapper
+    cuda = "#include <torch/extension.h>\n" + kernel_source(op) + "\n" + wrapper
     init_args = "".join(f", {p}: float = {v!r}" for p, v in op.params)
     sets = "".join(f"\n        self.{p} = {p}" for p, _ in op.params)
     fwd_args = "x: torch.Tensor, y: torch.Tensor" if op.kind == "binary" else "x: torch.Tensor"

@@ -9,7 +9,6 @@ from torch.utils.cpp_extension import load_inline
 
 hardtanh_cuda_source = r"""
 #include <torch/extension.h>
-#include <ATen/cuda/CUDAContext.h>
 #include <cuda_runtime.h>
 #include <math.h>
 
@@ -37,7 +36,7 @@ torch::Tensor hardtanh_cuda(torch::Tensor x, double min_val, double max_val) {
   TORCH_CHECK(x.scalar_type() == torch::kFloat32, "x must be float32");
   auto xc = x.contiguous();
   auto y = torch::empty_like(xc);
-  cudaError_t err = launch_hardtanh(xc.data_ptr<float>(), y.data_ptr<float>(), (float)min_val, (float)max_val, xc.numel(), at::cuda::getCurrentCUDAStream());
+  cudaError_t err = launch_hardtanh(xc.data_ptr<float>(), y.data_ptr<float>(), (float)min_val, (float)max_val, xc.numel(), /*stream=*/0);
   TORCH_CHECK(err == cudaSuccess, "hardtanh_kernel launch failed: ", cudaGetErrorString(err));
   return y;
 }

@@ -9,7 +9,6 @@ from torch.utils.cpp_extension import load_inline
 
 scaled_add_cuda_source = r"""
 #include <torch/extension.h>
-#include <ATen/cuda/CUDAContext.h>
 #include <cuda_runtime.h>
 
 // scaled add: x * alpha + y; one element per thread per step of a grid-stride loop.
@@ -43,7 +42,7 @@ torch::Tensor scaled_add_cuda(torch::Tensor x, torch::Tensor y, double alpha) {
   auto yc = y.contiguous();
   auto out = torch::empty_like(xc);
   cudaError_t err = launch_scaled_add(xc.data_ptr<float>(), yc.data_ptr<float>(), out.data_ptr<float>(),
-                                     (float)alpha, xc.numel(), at::cuda::getCurrentCUDAStream());
+                                     (float)alpha, xc.numel(), /*stream=*/0);
   TORCH_CHECK(err == cudaSuccess, "scaled_add_kernel launch failed: ", cudaGetErrorString(err));
   return out;
 }

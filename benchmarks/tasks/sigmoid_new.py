@@ -9,7 +9,6 @@ from torch.utils.cpp_extension import load_inline
 
 sigmoid_cuda_source = r"""
 #include <torch/extension.h>
-#include <ATen/cuda/CUDAContext.h>
 #include <cuda_runtime.h>
 #include <math.h>
 
@@ -37,7 +36,7 @@ torch::Tensor sigmoid_cuda(torch::Tensor x) {
   TORCH_CHECK(x.scalar_type() == torch::kFloat32, "x must be float32");
   auto xc = x.contiguous();
   auto y = torch::empty_like(xc);
-  cudaError_t err = launch_sigmoid(xc.data_ptr<float>(), y.data_ptr<float>(), xc.numel(), at::cuda::getCurrentCUDAStream());
+  cudaError_t err = launch_sigmoid(xc.data_ptr<float>(), y.data_ptr<float>(), xc.numel(), /*stream=*/0);
   TORCH_CHECK(err == cudaSuccess, "sigmoid_kernel launch failed: ", cudaGetErrorString(err));
   return y;
 }

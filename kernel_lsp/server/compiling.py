@@ -11,7 +11,6 @@ from lsprotocol import types
 from kernel_lsp.check import compile_document, kernel_resources, resource_warnings
 from kernel_lsp.model import CompileResult
 from kernel_lsp.server.app import KernelLanguageServer, is_cuda
-from kernel_lsp.source import Document
 
 log = logging.getLogger(__name__)
 
@@ -29,14 +28,16 @@ def register(server: KernelLanguageServer) -> None:
 
 def schedule(ls: KernelLanguageServer, uri: str):
     """Start the compile job of `uri`; a running one for the same document is cancelled."""
-    doc = ls.document(uri)
-    if not (is_cuda(uri) or any(e.kind == "cuda" for e in doc.embedded)):
+    if not (is_cuda(uri) or uri.endswith(".py")):
         return None
-    return ls.jobs.start(("compile", uri), f"nvcc {os.path.basename(doc.path)}",
-                         run_compile(ls, uri, doc), uri=uri, visible=False)
+    return ls.jobs.start(("compile", uri), f"nvcc {os.path.basename(ls.path(uri))}",
+                         run_compile(ls, uri), uri=uri, visible=False)
 
 
-async def run_compile(ls: KernelLanguageServer, uri: str, doc: Document) -> list[CompileResult]:
+async def run_compile(ls: KernelLanguageServer, uri: str) -> list[CompileResult]:
+    doc = await ls.document_async(uri)
+    if not (is_cuda(uri) or any(e.kind == "cuda" for e in doc.embedded)):
+        return []
     results = await compile_document(doc, ls.settings)
     current = ls.documents.get(uri)
     if current is not None and current.text != doc.text:

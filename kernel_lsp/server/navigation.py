@@ -30,22 +30,32 @@ _KIND_WORD = {
 }
 
 
+_symbols: dict[str, tuple[object, list[types.DocumentSymbol]]] = {}
+
+
 def register(server: KernelLanguageServer) -> None:
     @server.feature(types.TEXT_DOCUMENT_DOCUMENT_SYMBOL)
     def document_symbol(ls: KernelLanguageServer, params: types.DocumentSymbolParams):
         uri = params.text_document.uri
         doc = ls.document(uri)
+        cached = _symbols.get(uri)
+        if cached is not None and cached[0] is doc:
+            return cached[1]
+        # Plain JSON, not lsprotocol objects: unstructuring hundreds of attrs records costs
+        # tens of milliseconds on the event loop, and a parse is immutable, so cache it.
         positions = ls.positions(uri)
-        return [
-            types.DocumentSymbol(
-                name=t.name,
-                detail=t.detail or _KIND_WORD.get(t.kind, ""),
-                kind=_SYMBOL_KIND.get(t.kind, types.SymbolKind.Function),
-                range=positions.range(t.span),
-                selection_range=positions.range(t.name_span),
-            )
+        symbols = [
+            {
+                "name": t.name,
+                "detail": t.detail or _KIND_WORD.get(t.kind, ""),
+                "kind": int(_SYMBOL_KIND.get(t.kind, types.SymbolKind.Function)),
+                "range": _json_range(positions, t.span),
+                "selectionRange": _json_range(positions, t.name_span),
+            }
             for t in doc.targets
         ]
+        _symbols[uri] = (doc, symbols)
+        return symbols
 
     @server.feature(types.TEXT_DOCUMENT_HOVER)
     def hover(ls: KernelLanguageServer, params: types.HoverParams) -> types.Hover | None:
@@ -86,6 +96,13 @@ def register(server: KernelLanguageServer) -> None:
                 tooltip=describe(res),
             ))
         return hints
+
+
+def _json_range(positions, span) -> dict:
+    start = positions.position(span.start_line, span.start_col)
+    end = positions.position(span.end_line, span.end_col)
+    return {"start": {"line": start.line, "character": start.character},
+            "end": {"line": end.line, "character": end.character}}
 
 
 def hover_text(ls: KernelLanguageServer, uri: str, target: Target) -> str:

@@ -20,7 +20,7 @@ from typing import Callable
 
 from kernel_lsp.model import CompileResult, Diagnostic, Span
 from kernel_lsp.toolchain.demangle import demangle, function_name
-from kernel_lsp.toolchain.diagnostics import Placement, launch_bounds, parse_messages
+from kernel_lsp.toolchain.diagnostics import Placement, launch_bounds_map, parse_messages
 from kernel_lsp.toolchain.nvcc import (
     CompileOptions,
     ToolchainError,
@@ -168,9 +168,10 @@ def _finish(source: str, path: str, options: CompileOptions, nvcc: str, log_text
             if d.severity == "error" and re.search(r"\b(?:torch|ATen|c10|pybind11)/", d.message):
                 d.message += ("\n(torch's C++ headers were not found: install torch in the Python "
                               "environment kernel-lsp runs in, or add its include dirs to includePaths)")
+    bounds = launch_bounds_map(source) if resources else {}
     for res in resources:
         res.kernel = function_name(demangled.get(res.mangled, res.mangled))
-        res.threads_per_block = launch_bounds(source, res.kernel)
+        res.threads_per_block = bounds.get(res.kernel)
         try:
             arch_limits(res.arch)
         except ValueError:

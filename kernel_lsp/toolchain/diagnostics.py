@@ -195,38 +195,57 @@ def find_kernel_line(source: str, name: str) -> Span | None:
     return None
 
 
+_GLOBAL_HEAD = re.compile(
+    r"__global__(?P<head>(?:[^;{}()]|\([^()]*(?:\([^()]*\)[^()]*)*\))*?)"
+    r"\b(?!__launch_bounds__\b)(?P<name>[A-Za-z_]\w*)\s*(?:<[^;{()]*>\s*)?\(")
+_BOUNDS = re.compile(r"__launch_bounds__\s*\(\s*([^,)]+)")
+
+
+def launch_bounds_map(source: str) -> dict[str, int | None]:
+    """Every __global__ kernel's first __launch_bounds__ argument, in one pass over `source`
+    (a per-kernel scan is quadratic: seconds on a file with hundreds of kernels)."""
+    found: dict[str, int | None] = {}
+    values = _named_values(source) if "__launch_bounds__" in source else {}
+    for m in _GLOBAL_HEAD.finditer(source):
+        name = m.group("name")
+        if name in found:
+            continue
+        b = _BOUNDS.search(m.group("head"))
+        found[name] = _constant(source, b.group(1).strip(), values=values) if b else None
+    return found
+
+
 def launch_bounds(source: str, name: str) -> int | None:
     """The first __launch_bounds__ argument of kernel `name`, resolving a simple #define."""
-    pattern = re.compile(r"\b" + re.escape(name) + r"\b\s*(?:<[^;{()]*>\s*)?\(")
-    for m in pattern.finditer(source):
-        start = max(source.rfind(";", 0, m.start()), source.rfind("}", 0, m.start()))
-        head = source[start + 1:m.start()]
-        if "__global__" not in head:
-            continue
-        b = re.search(r"__launch_bounds__\s*\(\s*([^,)]+)", head)
-        if not b:
-            return None
-        return _constant(source, b.group(1).strip())
-    return None
+    return launch_bounds_map(source).get(name)
 
 
-def _constant(source: str, expr: str, depth: int = 0) -> int | None:
+_DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+([^\n]*?)[ \t]*(?://.*)?$", re.M)
+_CONSTEXPR = re.compile(r"constexpr\s+(?:unsigned\s+)?int\s+([A-Za-z_]\w*)\s*=\s*([^;]+);")
+
+
+def _named_values(source: str) -> dict[str, str]:
+    """`#define NAME value` and `constexpr int NAME = value;` texts, the first of each name."""
+    values: dict[str, str] = {}
+    for pattern in (_DEFINE, _CONSTEXPR):
+        for m in pattern.finditer(source):
+            values.setdefault(m.group(1), m.group(2))
+    return values
+
+
+def _constant(source: str, expr: str, depth: int = 0, values: dict[str, str] | None = None) -> int | None:
     """Evaluate a launch-bounds expression made of integers, + - * / and simple
     `#define NAME value` / `constexpr int NAME = value;` constants."""
     if depth > 8:
         return None
+    if values is None:
+        values = _named_values(source)
 
     def value_of(m: re.Match) -> str:
-        name = m.group(0)
-        d = re.search(r"^[ \t]*#[ \t]*define[ \t]+" + re.escape(name) + r"[ \t]+([^\n]*?)[ \t]*(?://.*)?$",
-                      source, re.M)
-        c = re.search(r"constexpr\s+(?:unsigned\s+)?int\s+" + re.escape(name) + r"\s*=\s*([^;]+);", source)
-        found = d.group(1) if d else c.group(1) if c else None
-        if found is None:
-            raise LookupError(name)
-        sub = _constant(source, found, depth + 1)
+        found = values.get(m.group(0))
+        sub = None if found is None else _constant(source, found, depth + 1, values)
         if sub is None:
-            raise LookupError(name)
+            raise LookupError(m.group(0))
         return str(sub)
 
     try:
