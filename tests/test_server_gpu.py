@@ -1,0 +1,64 @@
+"""The editor loop with a CUDA example on a real GPU (run on the device machine with the
+LSP packages carried as wheels): save shows a measured lens, "Tune launch parameters" finds
+a verified, faster version, the preview comes first, and the edit applies."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import pytest_lsp
+from lsprotocol import types
+from pytest_lsp import client_capabilities
+
+from tests.lsp_client import EditorClient, config, wait_for
+
+pytestmark = pytest.mark.gpu
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+@pytest_lsp.fixture(config=config(env=dict(os.environ)), params=["visual-studio-code"])
+async def client(lsp_client: EditorClient, request: pytest.FixtureRequest, tmp_path: Path):
+    for name in ("softmax.cu", "softmax.py"):
+        shutil.copy(EXAMPLES / name, tmp_path / name)
+    await lsp_client.initialize_session(types.InitializeParams(
+        capabilities=client_capabilities(request.param), root_uri=tmp_path.as_uri(),
+        initialization_options={"onSave": ["compile", "verify", "bench"], "proposer": "tuner",
+                                "agentBudget": 6, "timeout": 300}))
+    lsp_client.workspace_root = tmp_path
+    yield
+    await lsp_client.shutdown_session()
+
+
+async def test_tune_softmax_then_apply(client: EditorClient):
+    path = client.workspace_root / "softmax.cu"
+    text = path.read_text()
+    uri = path.as_uri()
+    client.text_document_did_open(types.DidOpenTextDocumentParams(
+        text_document=types.TextDocumentItem(uri=uri, language_id="cuda", version=1, text=text)))
+    client.text_document_did_save(types.DidSaveTextDocumentParams(
+        text_document=types.TextDocumentIdentifier(uri=uri)))
+
+    async def measured() -> str:
+        lenses = await client.text_document_code_lens_async(types.CodeLensParams(
+            text_document=types.TextDocumentIdentifier(uri=uri)))
+        titles = [l.command.title for l in lenses or [] if l.command]
+        return next((t for t in titles if t.startswith("correct ·")), "")
+
+    lens = await wait_for(measured, timeout=300, interval=1.0, what="a measured lens")
+    print("lens:", lens)
+    assert "x eager" in lens and "torch.compile" in lens
+
+    client.show_message_answer = "Apply"
+    result = await asyncio.wait_for(client.workspace_execute_command_async(types.ExecuteCommandParams(
+        command="kernel-lsp.tune", arguments=[{"uri": uri}])), timeout=500)
+    print("tune:", {k: result.get(k) for k in ("improved", "speedup", "best_note", "candidates_evaluated")})
+    assert result["improved"] and result["speedup"] > 1.1, result
+    assert any(".kernel-lsp/candidates/" in d.uri for d in client.shown_documents)
+    edit = await wait_for(lambda: client.applied_edits, what="applyEdit")
+    new_text = edit[0].edit.document_changes[0].edits[0].new_text
+    print("edit:", repr(new_text))
+    assert new_text.strip(), edit
