@@ -869,8 +869,9 @@ def render_markdown(res: dict[str, Any]) -> str:
                "load, verification on several poisoned input sets, timing); candidates per GPU-minute = 60 / its mean. "
                "KernelBench's figure = 60 / the mean wall of one fresh subprocess per candidate.")
     out.append("- do_bench and ncu ran the same callable on the same inputs (seed 42) in separate processes, after the "
-               "engine's runs. The engine times each call with a device sync before the start event, so host-side launch "
-               "overhead of short calls counts; do_bench queues calls back to back and ncu counts kernel time only.")
+               "engine's runs. The engine syncs, queues a short GPU busy-wait, then records the start event and calls, so "
+               "host-side launch overhead is hidden as do_bench hides it by queueing calls back to back; ncu counts "
+               "kernel time only, without the launch latency and event overhead (microseconds) both event methods include.")
     for n in notes:
         out.append(f"- {n.replace(chr(10), ' ')}")
     return "\n".join(out) + "\n"
