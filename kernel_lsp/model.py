@@ -33,6 +33,14 @@ VERDICTS = (
 )
 
 
+# Evaluation flags that keep a candidate from counting as an optimized kernel (DESIGN.md's
+# cheats); the engine adds "not_counted" beside any of them, and the guard refuses both.
+DISQUALIFYING_FLAGS = frozenset({
+    "torch_fallback", "timer_patch", "tampering", "side_stream", "thread_started", "result_cache",
+    "result_cache_suspected", "precision_lowering", "cuda_graph", "beyond_roofline",
+})
+
+
 class _Record:
     """to_dict/from_dict for nested dataclasses (lists of records included)."""
 

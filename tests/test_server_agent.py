@@ -125,6 +125,15 @@ async def test_save_shows_lens_and_hover_history(client: EditorClient):
     assert not optimize.is_preferred and list(optimize.tags) == [types.CodeActionTag.LlmGenerated]
     assert "Benchmark now" in titles
 
+    # The profile of Model.forward names its hot op, with an action to optimize the module.
+    hot = await wait_for(lambda: [d for d in client.diagnostics.get(uri, []) if d.code == "hot-op"],
+                         what="a hot-op diagnostic")
+    assert hot[0].severity == types.DiagnosticSeverity.Information and "sum" in hot[0].message
+    actions = await client.text_document_code_action_async(types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), range=hot[0].range,
+        context=types.CodeActionContext(diagnostics=hot)))
+    assert any(a.title == "Optimize this module (hot op)" for a in actions)
+
 
 async def test_optimize_previews_then_applies_a_versioned_edit(client: EditorClient):
     uri, _ = open_task(client)

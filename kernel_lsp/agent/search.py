@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from kernel_lsp.model import Candidate, Evaluation, Task
+from kernel_lsp.model import DISQUALIFYING_FLAGS, Candidate, Evaluation, Task
 
 from .budget import Budget
 from .proposer import Proposal, ProposalRequest, Proposer
@@ -30,10 +30,7 @@ log = logging.getLogger(__name__)
 # Verdicts a Proposer may be asked to repair (a hang or a dead Worker may be worth a try too).
 # Flags that keep a correct candidate from counting (the engine's DISQUALIFYING_FLAGS plus its
 # summary flag "not_counted"); benign flags (compile_baseline_failed, ...) do not.
-BAD_FLAGS = frozenset({
-    "not_counted", "torch_fallback", "timer_patch", "tampering", "side_stream", "thread_started",
-    "result_cache", "result_cache_suspected", "precision_lowering", "cuda_graph", "beyond_roofline",
-})
+BAD_FLAGS = DISQUALIFYING_FLAGS | {"not_counted"}
 
 REPAIRABLE = ("compile_error", "mismatch", "unwritten_output", "mutated_input", "stale_result",
               "bad_output", "nan", "error", "crashed", "timeout", "oom")

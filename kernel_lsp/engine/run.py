@@ -40,13 +40,9 @@ from kernel_lsp.engine import profile as profile_mod
 from kernel_lsp.engine import roofline, static_checks
 from kernel_lsp.engine.harness import CandidateError, Harness, HarnessError, tensor_bytes
 from kernel_lsp.engine.verify import verify
-from kernel_lsp.model import Candidate, Evaluation, Task, Timing
+from kernel_lsp.model import DISQUALIFYING_FLAGS, Candidate, Evaluation, Task, Timing
 
 # A Candidate carrying any of these is never counted as an optimized kernel.
-DISQUALIFYING_FLAGS = frozenset({
-    "torch_fallback", "timer_patch", "tampering", "side_stream", "thread_started", "result_cache",
-    "result_cache_suspected", "precision_lowering", "cuda_graph", "beyond_roofline",
-})
 
 _TIMER_NAMES = ("time.", "torch.cuda.Event", "torch.cuda.synchronize", "torch.cuda.Event.",
                 "statistics.", "builtins.sorted", "builtins.min", "builtins.max", "builtins.sum")

@@ -99,6 +99,9 @@ def actions_for(ls: KernelLanguageServer, params: types.CodeActionParams) -> lis
                               "kernel-lsp.fixCompileError",
                               {"uri": uri, "diagnostic": {"line": diag.range.start.line, "message": diag.message}},
                               True, [diag]))
+        if diag.source == "kernel-lsp" and diag.code == "hot-op":
+            out.append(action("Optimize this module (hot op)", types.CodeActionKind.RefactorRewrite,
+                              "kernel-lsp.optimize", {"uri": uri}, llm, [diag]))
     target = evaluations.anchor_target(ls, uri)
     if target is None:
         model = next((t for t in doc.targets if t.kind == TargetKind.TASK_MODEL), None)

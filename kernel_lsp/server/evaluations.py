@@ -138,7 +138,7 @@ def publish(ls: KernelLanguageServer, uri: str, ev: Evaluation, previous: Evalua
 def hot_ops(profile: dict | None, share: float) -> list[dict]:
     if not profile:
         return []
-    table = profile.get("hot_ops", profile)
+    table = profile.get("reference")  # the engine's profile: {"reference": hot ops, "candidate": ...}
     ops = table.get("ops", []) if isinstance(table, dict) else []
     return [op for op in ops if op.get("share_pct", 0) >= share * 100][:3]
 

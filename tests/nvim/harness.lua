@@ -20,6 +20,11 @@ function H.setup(extra)
     settings = vim.json.decode(os.getenv('KLSP_SETTINGS') or '{}'),
     progress = false,
   }, extra or {})
+  local cmd_env = os.getenv('KLSP_CMD_ENV')
+  if cmd_env and cmd_env ~= '' then
+    -- The server's environment (the API key) through setup({ cmd_env = ... }), as the docs say.
+    opts.cmd_env = vim.json.decode(cmd_env)
+  end
   if os.getenv('KLSP_FORCE_FALLBACK') then
     -- Take the 0.8 - 0.10 path (FileType autocmd + vim.lsp.start) on this 0.11.
     vim.lsp.enable = nil

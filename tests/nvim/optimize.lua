@@ -8,8 +8,29 @@ H.run(function()
   local out = H.out
   local answer = os.getenv('KLSP_ANSWER') or 'apply'
   local marker = os.getenv('KLSP_CANDIDATE_MARKER') or ''
+  -- With KLSP_EXPECTED_FILE the edit counts as applied when the buffer holds exactly that
+  -- file; without it, when line 4 is the scripted server's marker.
+  local expected_file = os.getenv('KLSP_EXPECTED_FILE')
+  local expected = expected_file and expected_file ~= '' and vim.fn.readfile(expected_file) or nil
+  local function applied_in(b)
+    local lines = vim.api.nvim_buf_get_lines(b, 0, -1, false)
+    if expected then
+      return vim.deep_equal(lines, expected)
+    end
+    return lines[4] == marker
+  end
+  local function text_of(b)
+    return table.concat(vim.api.nvim_buf_get_lines(b, 0, -1, false), '\n')
+  end
   local plugin
   out.statuses = {}
+  out.notifications = {}
+  out.executed = {} -- commands the plugin sent itself (M.exec), in order
+  local notify = vim.notify
+  vim.notify = function(msg, level, opts)
+    table.insert(out.notifications, msg)
+    return notify(msg, level, opts)
+  end
   H.setup({
     confirm = function(prompt, callback)
       -- Snapshot what the user sees when asked, before anything is applied.
@@ -21,13 +42,21 @@ H.run(function()
         cand_name = vim.api.nvim_buf_get_name(d.cand_buf),
         cand_has_lsp = #vim.lsp.get_clients({ bufnr = d.cand_buf }) > 0,
         orig_is_file = vim.api.nvim_buf_get_name(vim.api.nvim_win_get_buf(d.orig_win)) == vim.fn.fnamemodify(H.env('KLSP_FILE'), ':p'),
-        buffer_changed_before_answer = vim.fn.getbufline(vim.api.nvim_win_get_buf(d.orig_win), 1, '$')[4] == marker,
+        buffer_changed_before_answer = applied_in(vim.api.nvim_win_get_buf(d.orig_win)),
+        orig_text = text_of(vim.api.nvim_win_get_buf(d.orig_win)),
+        cand_text = text_of(d.cand_buf),
+        cand_modifiable = vim.bo[d.cand_buf].modifiable and not vim.bo[d.cand_buf].readonly,
         windows = #vim.api.nvim_tabpage_list_wins(0),
       }
       callback(answer == 'apply')
     end,
   })
   plugin = require('kernel_lsp')
+  local exec = plugin.exec
+  plugin.exec = function(command, arg, ...)
+    table.insert(out.executed, { command = command, arg = arg })
+    return exec(command, arg, ...)
+  end
   vim.api.nvim_create_autocmd('User', {
     pattern = 'KernelLspStatus',
     callback = function()
@@ -77,7 +106,7 @@ H.run(function()
   end, 50) -- a preview may follow the end of the progress
   out.progress_ended = ended()
   local function has_marker()
-    return vim.fn.getbufline(buf, 1, '$')[4] == marker
+    return applied_in(buf)
   end
   if answer == 'apply' and out.asked then
     H.wait('the applied edit', has_marker)
@@ -88,7 +117,8 @@ H.run(function()
     return plugin.state.diff == nil
   end, 5000)
   out.buffer_changed = has_marker()
-  out.buffer_text = table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), '\n')
+  out.buffer_text = text_of(buf)
+  out.buffer_modified = vim.bo[buf].modified
   out.windows_after = #vim.api.nvim_tabpage_list_wins(0)
   out.orig_diff_after = vim.wo.diff
   out.progress = plugin.state.progress
