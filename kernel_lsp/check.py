@@ -260,10 +260,10 @@ def check_main(ns: argparse.Namespace) -> int:
 
 
 def print_reports(reports: list[FileReport]) -> None:
-    from rich.console import Console
+    from kernel_lsp.cli import console as make_console
     from rich.table import Table
 
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    console = make_console()
     for report in reports:
         if report.error:
             console.print(f"{report.path}: error: {report.error}")

@@ -80,6 +80,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def console(stderr: bool = False, **kwargs):
+    """A rich Console for tables: its own width on a terminal, 160 columns when piped."""
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, width=None if stream.isatty() else 160, highlight=False, **kwargs)
+
+
 def _serve(ns: argparse.Namespace) -> int:
     handler: logging.Handler = (logging.FileHandler(ns.log_file) if ns.log_file
                                 else logging.StreamHandler(sys.stderr))  # never stdout: the LSP channel

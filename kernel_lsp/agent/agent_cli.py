@@ -66,10 +66,10 @@ class _Live:
         self.task_id: Any = None
         self.budget = budget
         if enabled:
-            from rich.console import Console
+            from kernel_lsp.cli import console as make_console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-            self.console = Console(stderr=True)
+            self.console = make_console(stderr=True)
             self.progress = Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(),
                                      MofNCompleteColumn(), TextColumn("best {task.fields[best]}"),
                                      TimeElapsedColumn(), TextColumn("{task.fields[msg]}"),
@@ -100,10 +100,10 @@ class _Live:
 
 
 def _table(result: SearchResult) -> None:
-    from rich.console import Console
+    from kernel_lsp.cli import console as make_console
     from rich.table import Table
 
-    console = Console()
+    console = make_console()
     t = Table(title=f"{result.task}: {'improved %.2fx' % result.speedup if result.improved and result.speedup else 'improved' if result.improved else 'no improvement'}")
     for col in ("#", "candidate", "origin", "note", "time ms", "vs start"):
         t.add_column(col)

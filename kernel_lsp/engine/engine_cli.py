@@ -120,10 +120,10 @@ def bench_main(ns: argparse.Namespace) -> int:
 
 
 def _bench_table(evs: list[Evaluation], info: dict[str, Any], names: list[str], out: TextIO) -> None:
-    from rich.console import Console
+    from kernel_lsp.cli import console as make_console
     from rich.table import Table
 
-    console = Console(file=out, highlight=False)
+    console = make_console(file=out)
     where = info.get("name") or "cpu"
     clocks = f", SM {info['sm_clock_mhz']:.0f} MHz" if isinstance(info.get("sm_clock_mhz"), (int, float)) else ""
     table = Table(title=f"kernel-lsp bench on {where}{clocks}", title_justify="left")
@@ -189,10 +189,10 @@ def profile_main(ns: argparse.Namespace) -> int:
 
 
 def _profile_tables(results: list[dict[str, Any]], out: TextIO) -> None:
-    from rich.console import Console
+    from kernel_lsp.cli import console as make_console
     from rich.table import Table
 
-    console = Console(file=out, highlight=False)
+    console = make_console(file=out)
     for r in results:
         prof = r.get("profile") or {}
         if "error" in r or "error" in prof:
