@@ -26,9 +26,9 @@ test-python: setup
 test-editors: setup
 	bash editors/vscode/ci.sh
 
-# On a GPU machine with torch (no LSP packages needed): the gpu-marked tests.
+# On a GPU machine with torch: the gpu-marked tests (the server's skips without the LSP packages).
 gpu-test:
-	$(PY) -m pytest -q -ra -m gpu tests/engine tests/test_examples.py
+	$(PY) -m pytest -q -ra -m gpu tests/engine tests/test_examples.py tests/agent/test_gpu.py tests/test_server_gpu.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .kernel-lsp

@@ -380,6 +380,7 @@ def assert_previewed_before_edit(result: dict, source: Path, requests: list[dict
     assert result["statuses"][0]["jobs"] == 1, context
     assert result["statuses"][0]["line"].startswith("kernel-lsp Optimize rowsum.py"), context
     assert result["statuses"][-1]["jobs"] == 0, context
+    assert all(s["line"].count(" · best ") <= 1 for s in result["statuses"]), context
 
 
 @pytest.mark.slow
@@ -463,5 +464,7 @@ def test_plugin_helpers(nvim: str, tmp_path: Path) -> None:
     assert got["ref_flat"] == []  # nothing in a flat name (an empty Lua table is a JSON list)
     assert got["status_running"] == "kernel-lsp Tune a.cu: round 1 · best 1.25x"
     assert got["last_uri"] == "file:///ws/a.cu"
-    assert got["status_idle"] == "kernel-lsp 1.25x"
+    # The real server's job messages carry `best Nx` themselves: not said twice.
+    assert got["status_message_with_best"] == "kernel-lsp Optimize a.py: round 2: expanding c1 · best 3.10x"
+    assert got["status_idle"] == "kernel-lsp 3.10x"
     assert got["summary"] == "softmax: correct · 0.500 ms · 2.00x vs eager"

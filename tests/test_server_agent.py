@@ -187,8 +187,10 @@ async def test_cancel_stops_the_search_and_the_server_keeps_working(client: Edit
         command="kernel-lsp.cancel", arguments=[{}]))
     assert cancelled["cancelled"] >= 1
     result = await asyncio.wait_for(run, timeout=10)
+    elapsed = asyncio.get_running_loop().time() - started
+    print(f"cancel to result: {elapsed:.3f} s")
     assert result == {"improved": False, "cancelled": True}
-    assert asyncio.get_running_loop().time() - started < 5
+    assert elapsed < 2.0  # "within a second" on an idle machine; slack for a loaded CI box
     await wait_for(lambda: client.statuses and not client.statuses[-1]["jobs"], what="no jobs running")
     store = client.workspace_root / ".kernel-lsp" / "store.sqlite"
     states = [r[0] for r in sqlite3.connect(store).execute("SELECT state FROM searches")]

@@ -10,11 +10,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-import pytest_lsp
-from lsprotocol import types
-from pytest_lsp import client_capabilities
 
-from tests.lsp_client import EditorClient, config, wait_for
+pytest_lsp = pytest.importorskip("pytest_lsp", reason="the server test needs the LSP packages")
+from lsprotocol import types  # noqa: E402
+from pytest_lsp import client_capabilities  # noqa: E402
+
+from tests.lsp_client import EditorClient, config, wait_for  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

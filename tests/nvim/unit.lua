@@ -19,6 +19,8 @@ H.run(function()
   k.on_status(nil, { jobs = { { id = 'job-1', title = 'Tune a.cu', uri = 'file:///ws/a.cu', message = 'round 1', bestSpeedup = 1.25 } } }, {}, {})
   out.status_running = vim.g.kernel_lsp_status
   out.last_uri = k.state.last_uri
+  k.on_status(nil, { jobs = { { id = 'job-2', title = 'Optimize a.py', uri = 'file:///ws/a.py', message = 'round 2: expanding c1 · best 3.10x', bestSpeedup = 3.1 } } }, {}, {})
+  out.status_message_with_best = vim.g.kernel_lsp_status
   k.on_status(nil, { jobs = {} }, {}, {})
   out.status_idle = vim.g.kernel_lsp_status
   out.summary = k.benchmark_summary({ target = 'softmax', verdict = 'correct', time_ms = 0.5, speedup_eager = 2, speedup_compile = vim.NIL, message = '' })

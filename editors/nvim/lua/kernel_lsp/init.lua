@@ -260,7 +260,9 @@ function M.statusline()
   end
   local label = #jobs == 1 and ((jobs[1].title or 'job') .. (jobs[1].message and jobs[1].message ~= '' and (': ' .. jobs[1].message) or ''))
     or (#jobs .. ' jobs')
-  return 'kernel-lsp ' .. label .. (best and (' · best ' .. x(best)) or '')
+  -- The server's own job message may already say `best 1.42x`: say it once.
+  local say_best = best and not label:find('best %d') and (' · best ' .. x(best)) or ''
+  return 'kernel-lsp ' .. label .. say_best
 end
 
 function M.on_status(_, params, _, _)
