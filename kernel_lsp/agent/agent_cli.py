@@ -150,10 +150,20 @@ async def _optimize(ns: argparse.Namespace, path: str, show: bool) -> tuple[Sear
 
 
 def optimize_main(ns: argparse.Namespace) -> int:
-    path, _target = _split_target(ns.target)
+    path, target = _split_target(ns.target)
     if not os.path.exists(path):
         print(f"kernel-lsp optimize: no such file: {path}", file=sys.stderr)
         return 2
+    if target:
+        # A file holds one Task (KernelBench format); TARGET names a Target in it, checked here
+        # so a typo fails loudly instead of optimizing something else.
+        from kernel_lsp.source import parse_document, read_text
+
+        names = {t.name for t in parse_document(path, read_text(path)).targets}
+        if target not in names:
+            print(f"kernel-lsp optimize: {path} has no Target named {target!r} "
+                  f"(it has: {', '.join(sorted(names)) or 'none'})", file=sys.stderr)
+            return 2
     as_json = bool(getattr(ns, "json", False))
     show = not as_json and sys.stderr.isatty()
     try:
