@@ -467,4 +467,7 @@ def test_plugin_helpers(nvim: str, tmp_path: Path) -> None:
     # The real server's job messages carry `best Nx` themselves: not said twice.
     assert got["status_message_with_best"] == "kernel-lsp Optimize a.py: round 2: expanding c1 · best 3.10x"
     assert got["status_idle"] == "kernel-lsp 3.10x"
+    # Progress echoes fit the command line (a longer one stops nvim at a hit-enter prompt).
+    assert got["progress_full"] == "kernel-lsp Optimize rowsum.py: round 1: unusable answer · 1 proposals left (66%)"
+    assert got["progress_cut"] == "kernel-lsp Optimize rowsum.py: round 1:…" and got["progress_cut_width"] == 40
     assert got["summary"] == "softmax: correct · 0.500 ms · 2.00x vs eager"

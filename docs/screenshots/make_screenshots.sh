@@ -46,6 +46,9 @@ done
 common_lua() {
   cat <<EOF
 vim.o.termguicolors = true
+-- Normal's background is the page's (#14161b, set in the HTML): no colored span on every
+-- line, so the next line's background cannot cover this line's underscores.
+vim.api.nvim_set_hl(0, 'Normal', { fg = 'NvimLightGrey2', bg = 'NONE' })
 vim.cmd('filetype plugin on | syntax on')
 vim.o.number = true
 vim.o.laststatus = 2
@@ -72,19 +75,20 @@ shoot() {
   local waited=0
   until [ -e "$WORK/ready" ] || { [ -n "${WAIT_TEXT:-}" ] && tmux -S "$SOCK" capture-pane -p -t shot | grep -q "$WAIT_TEXT"; }; do
     sleep 1; waited=$((waited + 1))
-    if [ $waited -gt 300 ]; then
-      echo "$name: nothing to capture after 300 s; the pane shows:" >&2
+    if [ $waited -gt 180 ]; then
+      echo "$name: nothing to capture after 180 s; the pane shows:" >&2
       tmux -S "$SOCK" capture-pane -p -t shot >&2; exit 1
     fi
   done
   sleep 1.5  # let the last redraw land
-  tmux -S "$SOCK" capture-pane -e -p -t shot > "$WORK/$name.ansi"
+  tmux -S "$SOCK" capture-pane -e -N -p -t shot > "$WORK/$name.ansi"
   tmux -S "$SOCK" kill-server
   aha --black --title "$name" < "$WORK/$name.ansi" \
-    | sed 's#</head>#<style>body{margin:8px;background:\#000} pre{font:15px/1.25 "DejaVu Sans Mono",monospace;margin:0}</style></head>#' \
+    | sed 's#</head>#<style>body{margin:8px;background:\#14161b !important} pre{font:15px/17.5px "DejaVu Sans Mono",monospace;margin:0}</style></head>#' \
     > "$WORK/$name.html"
-  # 15px DejaVu Sans Mono: about 9.05 px a column, 18.75 px a row.
-  local width=$(( COLS * 905 / 100 + 24 )) height=$(( ROWS * 1875 / 100 + 24 ))
+  # 15px DejaVu Sans Mono: about 9.05 px a column; rows of 17.5 px, the glyphs' own height,
+  # so that background colors meet without gaps between lines.
+  local width=$(( COLS * 905 / 100 + 24 )) height=$(( ROWS * 175 / 10 + 24 ))
   chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --force-device-scale-factor=1 \
     --window-size="$width,$height" --screenshot="$OUT/$name.png" "file://$WORK/$name.html" 2>/dev/null
   echo "wrote $OUT/$name.png"
@@ -116,8 +120,11 @@ timer:start(500, 500, vim.schedule_wrap(function()
   vim.api.nvim_set_current_win(top)
   vim.api.nvim_win_set_cursor(top, { errors[1].lnum + 1, errors[1].col })
   vim.cmd('normal! zz')
-  vim.diagnostic.open_float({ scope = 'line' })
-  vim.defer_fn(ready, 300)
+  -- After the CursorMoved of the jump has fired, or it would close the float at once.
+  vim.defer_fn(function()
+    vim.diagnostic.open_float({ scope = 'line' })
+    vim.defer_fn(ready, 300)
+  end, 300)
 end))
 EOF
 } > "$WORK/diagnostics.lua"
@@ -180,6 +187,7 @@ require('kernel_lsp').setup({
   cmd_env = { OPENAI_API_KEY = 'sk-screenshot-dummy' },
   settings = { agent = { model = 'scripted-model', baseUrl = '$LLM_URL', budget = 3 }, proposer = 'llm' },
 })
+vim.o.winbar = [[ %{fnamemodify(bufname(), ':.')}]]  -- name both sides of the diff: the file, and the candidate the server wrote
 vim.cmd('edit rowsum.py')
 vim.fn.cursor(vim.fn.search('class ModelNew'), 1)
 local timer = vim.uv.new_timer()
@@ -191,4 +199,4 @@ timer:start(500, 500, vim.schedule_wrap(function()
 end))
 EOF
 } > "$WORK/optimize.lua"
-WAIT_TEXT="Discard" shoot nvim-candidate-diff "$WORK/optimize.lua"
+ROWS=30 WAIT_TEXT="Discard" shoot nvim-candidate-diff "$WORK/optimize.lua"

@@ -161,17 +161,19 @@ async def search_job(ls: KernelLanguageServer, run: SearchRun, kind: str, repair
         job = ls.jobs.get(("search", run.uri))
 
         def on_event(event) -> None:
-            if job is not None and event.best_speedup is not None:
-                job.best_speedup = event.best_speedup
             left = event.budget_left.get("proposals") if isinstance(event.budget_left, dict) else None
-            message = (f"round {event.round}: {event.message or event.kind}"
-                       + (f" · best {event.best_speedup:.2f}x" if event.best_speedup else "")
-                       + (f" · {left} proposals left" if left is not None else ""))
+            message = f"round {event.round}: {event.message or event.kind}"
+            if left is not None:
+                message += f" · {left} proposal{'s' if left != 1 else ''} left"
             if job is not None:
+                # The status carries the best speedup in its own field; editors show it there.
                 job.message = message
+                if event.best_speedup is not None:
+                    job.best_speedup = event.best_speedup
                 ls.send_status()
+            best = f" · best {event.best_speedup:.2f}x (unconfirmed)" if event.best_speedup else ""
             total = budget.proposals or 1
-            progress.report(message, int(100 * (total - (left if left is not None else total)) / total))
+            progress.report(message + best, int(100 * (total - (left if left is not None else total)) / total))
 
         result = await search.run(progress=on_event)
     except (TaskError, ExecutionDisabled, ValueError) as exc:

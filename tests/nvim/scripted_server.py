@@ -4,9 +4,10 @@ winner written to `.kernel-lsp/candidates/<stem>-<candidate id><ext>` and shown 
 `window/showDocument` *before* the command answers `{search, best, improved, speedup}`,
 then `workspace/applyEdit` on `kernel-lsp.applyCandidate`.
 
-It lets tests/test_nvim.py drive the plugin's diff-before-apply UI in a real Neovim on
-machines where the real server cannot produce a verified candidate (no GPU). Every
-request it received is appended to the JSON-lines file named by KLSP_SCRIPT_LOG.
+It lets tests/test_nvim.py pin the plugin's side of the diff-before-apply UI exactly
+(the ids it sends, the order of preview and answer) for a CUDA file, in seconds; the whole
+flow against the real server runs on the CPU in test_real_optimize_*. Every request it
+received is appended to the JSON-lines file named by KLSP_SCRIPT_LOG.
 """
 
 from __future__ import annotations

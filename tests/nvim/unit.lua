@@ -23,5 +23,9 @@ H.run(function()
   out.status_message_with_best = vim.g.kernel_lsp_status
   k.on_status(nil, { jobs = {} }, {}, {})
   out.status_idle = vim.g.kernel_lsp_status
+  local value = { title = 'Optimize rowsum.py', message = 'round 1: unusable answer · 1 proposals left', percentage = 66 }
+  out.progress_full = k.progress_line(value, 200)
+  out.progress_cut = k.progress_line(value, 40)
+  out.progress_cut_width = vim.fn.strdisplaywidth(out.progress_cut)
   out.summary = k.benchmark_summary({ target = 'softmax', verdict = 'correct', time_ms = 0.5, speedup_eager = 2, speedup_compile = vim.NIL, message = '' })
 end)

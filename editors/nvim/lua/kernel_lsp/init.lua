@@ -283,6 +283,21 @@ end
 
 -- Progress ----------------------------------------------------------------------------
 
+--- The echoed progress line, cut to `width` columns: a longer echo would stop the editor
+--- with a hit-enter prompt in the middle of a search.
+function M.progress_line(value, width)
+  local pct = value.percentage and string.format(' (%d%%)', value.percentage) or ''
+  local line = 'kernel-lsp ' .. (value.title or '') .. (value.message and (': ' .. value.message) or '') .. pct
+  if width and width > 1 and vim.fn.strdisplaywidth(line) > width then
+    local cut = vim.fn.strcharpart(line, 0, width - 1)
+    while vim.fn.strdisplaywidth(cut) > width - 1 do
+      cut = vim.fn.strcharpart(cut, 0, vim.fn.strchars(cut) - 1)
+    end
+    line = cut .. '…'
+  end
+  return line
+end
+
 local function on_progress(client_id, value)
   local client = vim.lsp.get_client_by_id(client_id)
   if not client or client.name ~= NAME or type(value) ~= 'table' then
@@ -295,12 +310,10 @@ local function on_progress(client_id, value)
   if not M.config.progress then
     return
   end
-  local pct = value.percentage and string.format(' (%d%%)', value.percentage) or ''
-  local text = (value.title or '') .. (value.message and (': ' .. value.message) or '') .. pct
   if value.kind == 'end' then
     notify(value.message or 'done')
   else
-    vim.api.nvim_echo({ { 'kernel-lsp ' .. text } }, false, {})
+    vim.api.nvim_echo({ { M.progress_line(value, vim.v.echospace) } }, false, {})
   end
 end
 
@@ -430,6 +443,9 @@ function M.open_candidate_diff(candidate_path)
   M.state.diff = { orig_win = orig_win, cand_win = cand_win, cand_buf = cand_buf, original = original }
   -- Ask after this handler has answered the server (vim.ui.select may block).
   vim.schedule(function()
+    -- Draw the split first: vim.ui.select's default (inputlist) blocks before the next
+    -- redraw, which would ask about a diff the user cannot see yet.
+    vim.cmd('redraw')
     local confirm = M.config.confirm or default_confirm
     confirm('kernel-lsp: apply this candidate to ' .. vim.fs.basename(original) .. '?', function(yes)
       if yes then
