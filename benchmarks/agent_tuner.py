@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import datetime
 import json
-import os
 import sys
 import tempfile
 import time

@@ -15,7 +15,7 @@ import pytest_lsp
 from lsprotocol import types
 from pytest_lsp import client_capabilities
 
-from tests.agent.openai_server import ScriptedServer, start
+from tests.agent.openai_server import start
 from tests.lsp_client import EditorClient, config, wait_for
 
 pytest.importorskip("torch")

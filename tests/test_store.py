@@ -5,7 +5,6 @@ from __future__ import annotations
 import multiprocessing
 import sqlite3
 import threading
-from pathlib import Path
 
 import pytest
 

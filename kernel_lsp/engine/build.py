@@ -37,7 +37,6 @@ import tempfile
 import time
 import traceback
 import types
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 

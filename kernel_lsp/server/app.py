@@ -19,7 +19,7 @@ from pygls.uris import to_fs_path
 
 from kernel_lsp import __version__
 from kernel_lsp.config import Settings, SettingsError, load_settings
-from kernel_lsp.model import CompileResult, Diagnostic, Evaluation, ResourceUsage
+from kernel_lsp.model import Diagnostic, Evaluation, ResourceUsage
 from kernel_lsp.server.engine_host import EngineHost
 from kernel_lsp.server.jobs import Jobs
 from kernel_lsp.server.watch import Watcher
@@ -42,8 +42,7 @@ class KernelLanguageServer(LanguageServer):
         self.settings = Settings()
         self.init_options: dict[str, Any] = {}
         self.documents: dict[str, Document] = {}
-        # The last compile of each document: its results and the resources by kernel name.
-        self.compiles: dict[str, list[CompileResult]] = {}
+        # The last compile's resource report of each document, by kernel name.
         self.resources: dict[str, dict[str, ResourceUsage]] = {}
         # Diagnostics per document, in buckets (compile, resources, verify...) published together.
         self.diagnostic_buckets: dict[str, dict[str, list[types.Diagnostic]]] = {}

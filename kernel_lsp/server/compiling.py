@@ -3,16 +3,11 @@ embedded in Python strings, placed on the user's lines; spill and occupancy warn
 
 from __future__ import annotations
 
-import logging
 import os
-
-from lsprotocol import types
 
 from kernel_lsp.check import compile_document, kernel_resources, resource_warnings
 from kernel_lsp.model import CompileResult
 from kernel_lsp.server.app import KernelLanguageServer, is_cuda
-
-log = logging.getLogger(__name__)
 
 
 def register(server: KernelLanguageServer) -> None:
@@ -38,11 +33,9 @@ async def run_compile(ls: KernelLanguageServer, uri: str) -> list[CompileResult]
     doc = await ls.document_async(uri)
     if not (is_cuda(uri) or any(e.kind == "cuda" for e in doc.embedded)):
         return []
+    # Published even if the user typed on meanwhile: these are the saved text's messages,
+    # and the next save replaces them.
     results = await compile_document(doc, ls.settings)
-    current = ls.documents.get(uri)
-    if current is not None and current.text != doc.text:
-        return results  # the text moved on while nvcc ran; the next save brings fresh results
-    ls.compiles[uri] = results
     usage = kernel_resources(doc, results, ls.settings.effective_arch)
     ls.resources[uri] = usage
     ls.set_diagnostics(uri, "compile", [
