@@ -65,30 +65,20 @@ def compile_cache_dir() -> str:
 def kernel_resources(doc: Document, results: list[CompileResult], arch: str) -> dict[str, ResourceUsage]:
     """ptxas' report per kernel name, with occupancy for the block size the source implies."""
     kernels = {t.name: t for t in doc.targets if t.kind == TargetKind.CUDA_KERNEL}
-    literal_blocks = {launch.kernel: int(launch.block) for launch in doc.launches
-                      if launch.block.strip().isdigit()}
+    # ptxas knows nothing of launch sites: __launch_bounds__ (resolved by the toolchain) first,
+    # else the block size the source reader resolved at a launch of the kernel.
+    launch_blocks = {launch.kernel: launch.block_threads for launch in doc.launches if launch.block_threads}
     usage: dict[str, ResourceUsage] = {}
     for result in results:
         for res in result.resources:
-            target = kernels.get(res.kernel)
-            threads = res.threads_per_block or (block_size(target, literal_blocks) if target else None)
+            threads = res.threads_per_block or (
+                launch_blocks.get(res.kernel, DEFAULT_THREADS) if res.kernel in kernels else None)
             if threads:
                 occ, limiter = occupancy(arch, threads, res.registers, res.shared_bytes)
                 res = dataclasses.replace(res, threads_per_block=threads, occupancy=occ,
                                           occupancy_limiter=limiter)
             usage.setdefault(res.kernel, res)
     return usage
-
-
-def block_size(target, literal_blocks: dict[str, int]) -> int:
-    """Threads per block: __launch_bounds__, else a literal block size at a launch site."""
-    bounds = target.data.get("launch_bounds") or []
-    if bounds:
-        try:
-            return int(str(bounds[0]).strip())
-        except ValueError:
-            pass
-    return literal_blocks.get(target.name, DEFAULT_THREADS)
 
 
 def resource_warnings(doc: Document, usage: dict[str, ResourceUsage], settings: Settings) -> list[Diagnostic]:

@@ -55,7 +55,7 @@ def register(server: KernelLanguageServer) -> None:
 
     @server.command("kernel-lsp.createHarness")
     async def create_harness(ls: KernelLanguageServer, args: dict[str, Any] | None = None) -> dict:
-        return await write_harness(ls, evaluations._uri(args, "kernel-lsp.createHarness"))
+        return await write_harness(ls, evaluations.uri_arg(args, "kernel-lsp.createHarness"))
 
     @server.command("kernel-lsp.cancel")
     def cancel(ls: KernelLanguageServer, args: dict[str, Any] | None = None) -> dict:
@@ -126,7 +126,7 @@ def harness_path(cu_path: str) -> str:
 
 async def run_search(ls: KernelLanguageServer, args: dict[str, Any], proposer: str | None,
                      repair_only: bool = False) -> dict:
-    uri = evaluations._uri(args, "kernel-lsp.optimize")
+    uri = evaluations.uri_arg(args, "kernel-lsp.optimize")
     document = ls.workspace.get_text_document(uri)
     run = SearchRun(uri=uri, version=document.version, text=document.source, target=args.get("target"))
     kind = proposer or ls.settings.effective_proposer()

@@ -55,6 +55,8 @@ class KernelLanguageServer(LanguageServer):
         self.watcher = Watcher(self)
         self._parsing: dict[str, asyncio.Future[None]] = {}
         self._positions: dict[str, tuple[str, Positions]] = {}
+        # documentSymbol answers as plain JSON, per parse (a parse is immutable).
+        self.symbols: dict[str, tuple[Document, list[dict]]] = {}
 
     # -- settings ---------------------------------------------------------------------------
 
@@ -143,6 +145,11 @@ class KernelLanguageServer(LanguageServer):
         )
 
     # -- status -----------------------------------------------------------------------------
+
+    def forget(self, uri: str) -> None:
+        """Drop what is kept for a closed document (its results stay in the store)."""
+        for cache in (self.documents, self.symbols, self._positions, self.resources, self.evaluations):
+            cache.pop(uri, None)
 
     async def aclose(self) -> None:
         self.watcher.stop()

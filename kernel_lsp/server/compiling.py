@@ -13,10 +13,9 @@ from kernel_lsp.server.app import KernelLanguageServer, is_cuda
 def register(server: KernelLanguageServer) -> None:
     @server.command("kernel-lsp.check")
     async def check_command(ls: KernelLanguageServer, args: dict | None = None) -> dict:
-        uri = (args or {}).get("uri")
-        if not uri:
-            raise ValueError("kernel-lsp.check needs {uri}")
-        job = schedule(ls, uri)
+        from kernel_lsp.server.evaluations import uri_arg
+
+        job = schedule(ls, uri_arg(args, "kernel-lsp.check"))
         results = (await ls.jobs.wait(job) or []) if job else []
         return {"ok": all(r.ok for r in results), "results": len(results)}
 

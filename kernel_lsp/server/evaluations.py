@@ -23,7 +23,7 @@ MIN_REGRESSION = 0.05  # a slowdown smaller than this (or than the noise) is not
 def register(server: KernelLanguageServer) -> None:
     @server.command("kernel-lsp.benchmark")
     async def benchmark(ls: KernelLanguageServer, args: dict[str, Any] | None = None) -> dict | None:
-        uri = _uri(args, "kernel-lsp.benchmark")
+        uri = uri_arg(args, "kernel-lsp.benchmark")
         job = schedule(ls, uri, ("compile", "verify", "bench"), visible=True)
         ev = await ls.jobs.wait(job)
         return ev.summary() if ev is not None else None
@@ -33,7 +33,8 @@ def register(server: KernelLanguageServer) -> None:
         return lenses(ls, params.text_document.uri)
 
 
-def _uri(args: Any, command: str) -> str:
+def uri_arg(args: Any, command: str) -> str:
+    """The `uri` of a command's argument object; a clear error when it is missing."""
     if isinstance(args, dict) and isinstance(args.get("uri"), str):
         return args["uri"]
     raise ValueError(f"{command} needs an argument {{uri}}")

@@ -10,7 +10,7 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Hashable
 
 log = logging.getLogger(__name__)
@@ -25,7 +25,7 @@ class Job:
     task: asyncio.Task[Any]
     message: str = ""
     best_speedup: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    visible: bool = True  # shown in kernel-lsp/status and cancelled by a bare kernel-lsp.cancel
 
     def status(self) -> dict[str, Any]:
         return {"id": self.id, "title": self.title, "uri": self.uri,
@@ -45,8 +45,7 @@ class Jobs:
         if old is not None and not old.task.done():
             old.task.cancel()
         task = asyncio.get_running_loop().create_task(coro)
-        job = Job(id=f"job-{next(self._ids)}", key=key, title=title, uri=uri, task=task)
-        job.extra["visible"] = visible
+        job = Job(id=f"job-{next(self._ids)}", key=key, title=title, uri=uri, task=task, visible=visible)
         self._jobs[key] = job
         task.add_done_callback(lambda t, j=job: self._finished(j))
         if visible:
@@ -58,7 +57,7 @@ class Jobs:
             del self._jobs[job.key]
         if not job.task.cancelled() and job.task.exception() is not None:
             log.error("job %s (%s) failed", job.id, job.title, exc_info=job.task.exception())
-        if job.extra.get("visible"):
+        if job.visible:
             self._on_change()
 
     async def wait(self, job: Job) -> Any:
@@ -80,7 +79,7 @@ class Jobs:
         return next((j for j in self._jobs.values() if j.id == job_id), None)
 
     def running(self, visible_only: bool = True) -> list[Job]:
-        return [j for j in self._jobs.values() if not visible_only or j.extra.get("visible")]
+        return [j for j in self._jobs.values() if not visible_only or j.visible]
 
     def cancel(self, job_id: str | None = None) -> int:
         """Cancel one job by id, or every visible job; returns how many were cancelled."""

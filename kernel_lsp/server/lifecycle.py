@@ -58,7 +58,7 @@ def register(server: KernelLanguageServer) -> None:
         job = ls.jobs.get(("compile", uri))
         if job is not None:
             job.task.cancel()
-        ls.documents.pop(uri, None)
+        ls.forget(uri)
 
     @server.feature(types.SHUTDOWN)
     async def shutdown(ls: KernelLanguageServer, params: None) -> None:

@@ -30,15 +30,12 @@ _KIND_WORD = {
 }
 
 
-_symbols: dict[str, tuple[object, list[types.DocumentSymbol]]] = {}
-
-
 def register(server: KernelLanguageServer) -> None:
     @server.feature(types.TEXT_DOCUMENT_DOCUMENT_SYMBOL)
     def document_symbol(ls: KernelLanguageServer, params: types.DocumentSymbolParams):
         uri = params.text_document.uri
         doc = ls.document(uri)
-        cached = _symbols.get(uri)
+        cached = ls.symbols.get(uri)
         if cached is not None and cached[0] is doc:
             return cached[1]
         # Plain JSON, not lsprotocol objects: unstructuring hundreds of attrs records costs
@@ -54,7 +51,7 @@ def register(server: KernelLanguageServer) -> None:
             }
             for t in doc.targets
         ]
-        _symbols[uri] = (doc, symbols)
+        ls.symbols[uri] = (doc, symbols)
         return symbols
 
     @server.feature(types.TEXT_DOCUMENT_HOVER)
