@@ -282,43 +282,8 @@ def test_real_optimize_code_action_reports_progress(nvim: str, tmp_path: Path) -
 # OpenAI-compatible HTTP server (tests/agent/openai_server.py) that answers the LLM
 # proposer with a faster whole-file ModelNew. Nothing in the server is scripted.
 
-CPU_TASK = """\
-import torch
-import torch.nn as nn
+from tests.cpu_task import FASTER as CPU_FASTER, TASK as CPU_TASK, fenced  # noqa: E402
 
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        return x.sum(dim=1)
-
-
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        ones = torch.ones(x.shape[1], dtype=x.dtype)
-        out = torch.empty(x.shape[0], dtype=x.dtype)
-        for i in range(x.shape[0]):
-            out[i] = torch.dot(x[i], ones)
-        return out
-
-
-def get_inputs():
-    return [torch.randn(384, 256)]
-
-
-def get_init_inputs():
-    return []
-"""
-ROW_LOOP = ("        out = torch.empty(x.shape[0], dtype=x.dtype)\n"
-            "        for i in range(x.shape[0]):\n"
-            "            out[i] = torch.dot(x[i], ones)\n")
-CPU_FASTER = CPU_TASK.replace(ROW_LOOP, "        out = torch.mv(x, ones)\n")
-assert CPU_FASTER != CPU_TASK
 DUMMY_KEY = "sk-nvim-test-dummy"
 # The first evaluation of a task compiles its torch.compile baseline: allow for it.
 CPU_OPTIMIZE_MS = 240_000
@@ -335,7 +300,7 @@ def real_cpu_optimize(nvim: str, tmp_path: Path, answer: str, trigger: str) -> t
     expected = tmp_path / "expected.py"
     expected.write_text(CPU_FASTER)
     line = CPU_TASK.splitlines().index("class ModelNew(nn.Module):") + 3  # inside forward
-    llm = start([f"The row loop is slow; one matrix-vector product.\n\n```python\n{CPU_FASTER}```\n"])
+    llm = start([fenced("The row loop is slow; one matrix-vector product.", CPU_FASTER)])
     settings = {"agent": {"model": "scripted-model", "baseUrl": llm.base_url, "budget": 3},
                 "proposer": "llm", "timeout": 120}
     cache = os.path.join(os.environ.get("TMPDIR", "/tmp"), "kernel-lsp-test-cache")

@@ -131,49 +131,13 @@ EOF
 shoot nvim-diagnostics "$WORK/diagnostics.lua"
 
 # -- 2. Optimize on the CPU: the verified candidate in a diff split, before Apply ------------
-cat > "$WORK/ws/rowsum.py" <<'EOF'
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        return x.sum(dim=1)
-
-
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        ones = torch.ones(x.shape[1], dtype=x.dtype)
-        out = torch.empty(x.shape[0], dtype=x.dtype)
-        for i in range(x.shape[0]):
-            out[i] = torch.dot(x[i], ones)
-        return out
-
-
-def get_inputs():
-    return [torch.randn(384, 256)]
-
-
-def get_init_inputs():
-    return []
-EOF
+(cd "$ROOT" && "$PY" -c 'import sys; from tests.cpu_task import TASK; open(sys.argv[1], "w").write(TASK)' "$WORK/ws/rowsum.py")
 # The local OpenAI-compatible endpoint: its one scripted answer is the torch.mv version.
 (cd "$ROOT" && exec "$PY" - "$WORK/ws/rowsum.py" "$WORK/llm_url" <<'EOF'
 import sys, time
 from tests.agent.openai_server import start
-task = open(sys.argv[1]).read()
-loop = ("        out = torch.empty(x.shape[0], dtype=x.dtype)\n"
-        "        for i in range(x.shape[0]):\n"
-        "            out[i] = torch.dot(x[i], ones)\n")
-faster = task.replace(loop, "        out = torch.mv(x, ones)\n")
-assert faster != task
-server = start([f"The row loop is slow; one matrix-vector product.\n\n```python\n{faster}```\n"])
+from tests.cpu_task import FASTER, fenced
+server = start([fenced("The row loop is slow; one matrix-vector product.", FASTER)])
 open(sys.argv[2], "w").write(server.base_url)
 time.sleep(900)
 EOF
