@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from kernel_lsp.check import compile_document, kernel_resources, resource_warnings
+from kernel_lsp.analysis import compile_document, kernel_resources, resource_warnings
 from kernel_lsp.model import CompileResult
 from kernel_lsp.server.app import KernelLanguageServer, is_cuda
 

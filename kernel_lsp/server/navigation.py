@@ -6,7 +6,7 @@ from lsprotocol import types
 
 from kernel_lsp.model import Target, TargetKind
 from kernel_lsp.server.app import KernelLanguageServer
-from kernel_lsp.check import describe
+from kernel_lsp.analysis import describe
 from kernel_lsp.server import evaluations
 
 _SYMBOL_KIND = {

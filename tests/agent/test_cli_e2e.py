@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from kernel_lsp.agent.agent_cli import optimize_main, report_main
+from kernel_lsp.cli.optimize import optimize_main, report_main
 from kernel_lsp.store import Store
 
 from .openai_server import start

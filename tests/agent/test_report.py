@@ -1,7 +1,7 @@
 import argparse
 import re
 
-from kernel_lsp.agent.agent_cli import report_main
+from kernel_lsp.cli.optimize import report_main
 from kernel_lsp.agent.budget import Budget
 from kernel_lsp.agent.proposer import Proposal
 from kernel_lsp.agent.report import render_report, speedup_series

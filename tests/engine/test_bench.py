@@ -169,13 +169,13 @@ def test_cli_bench_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     # End to end through the real Worker process: a KernelBench pair foo.py + foo_new.py.
     import json
 
-    from kernel_lsp.engine import engine_cli
+    from kernel_lsp.cli import bench as bench_cli
 
     (tmp_path / "lin.py").write_text((CHEATS / "ref_linear.py").read_text())
     (tmp_path / "lin_new.py").write_text((CHEATS / "mismatch.py").read_text())
     ns = argparse.Namespace(paths=[str(tmp_path / "lin_new.py")], json=True, timeout=240.0,
                             compile_mode="default")
-    rc = engine_cli.bench_main(ns)
+    rc = bench_cli.bench_main(ns)
     doc = json.loads(capsys.readouterr().out)
     assert rc == 1  # the candidate is wrong
     (target,) = doc["targets"]

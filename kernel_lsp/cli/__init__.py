@@ -80,14 +80,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def console(stderr: bool = False, **kwargs):
-    """A rich Console for tables: its own width on a terminal, 160 columns when piped."""
-    from rich.console import Console
-
-    stream = sys.stderr if stderr else sys.stdout
-    return Console(stderr=stderr, width=None if stream.isatty() else 160, highlight=False, **kwargs)
-
-
 def _serve(ns: argparse.Namespace) -> int:
     handler: logging.Handler = (logging.FileHandler(ns.log_file) if ns.log_file
                                 else logging.StreamHandler(sys.stderr))  # never stdout: the LSP channel
@@ -105,28 +97,26 @@ def _serve(ns: argparse.Namespace) -> int:
 
 
 def _check(ns: argparse.Namespace) -> int:
-    from kernel_lsp.check import check_main
+    from kernel_lsp.cli.check import check_main
 
     return check_main(ns)
 
 
 def _engine_command(name: str):
     def run(ns: argparse.Namespace) -> int:
-        from kernel_lsp.engine import engine_cli
+        from kernel_lsp.cli import bench
 
-        return getattr(engine_cli, name)(ns)
+        return getattr(bench, name)(ns)
 
     return run
 
 
 def _agent_command(name: str):
     def run(ns: argparse.Namespace) -> int:
-        from kernel_lsp.agent import agent_cli
+        from kernel_lsp.cli import optimize
 
-        return getattr(agent_cli, name)(ns)
+        return getattr(optimize, name)(ns)
 
     return run
 
 
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,4 @@
-"""`kernel-lsp optimize` and `kernel-lsp report` (kernel_lsp/cli.py wires the parsers).
+"""`kernel-lsp optimize` and `kernel-lsp report` (kernel_lsp/cli/__init__.py wires the parsers).
 
 optimize: live progress on stderr (rich), the final table on stdout; `--json` prints one
 JSON document on stdout and nothing else there. `--out`/`--apply` write only when the
@@ -17,8 +17,8 @@ from typing import Any
 
 from kernel_lsp.model import Candidate
 
-from .budget import Budget
-from .search import Search, SearchEvent, SearchOptions, SearchResult
+from kernel_lsp.agent.budget import Budget
+from kernel_lsp.agent.search import Search, SearchEvent, SearchOptions, SearchResult
 
 
 def _split_target(spec: str) -> tuple[str, str | None]:
@@ -39,7 +39,7 @@ def _settings(root: str) -> Any:
 
 
 def _make_proposer(ns: argparse.Namespace, settings: Any) -> Any:
-    from .tuner import TunerProposer
+    from kernel_lsp.agent.tuner import TunerProposer
 
     model = getattr(ns, "model", None) or (settings.agent_model if settings else None)
     kind = getattr(ns, "proposer", None)
@@ -51,7 +51,7 @@ def _make_proposer(ns: argparse.Namespace, settings: Any) -> Any:
             kind = "llm" if os.environ.get("KERNEL_LSP_MODEL") else "tuner"
     if kind == "tuner":
         return TunerProposer()
-    from .llm import LLMConfig, LLMProposer
+    from kernel_lsp.agent.llm import LLMConfig, LLMProposer
 
     base_url = getattr(ns, "base_url", None) or (settings.agent_base_url if settings else None)
     return LLMProposer(LLMConfig.from_env(model=model, base_url=base_url))
@@ -66,7 +66,7 @@ class _Live:
         self.task_id: Any = None
         self.budget = budget
         if enabled:
-            from kernel_lsp.cli import console as make_console
+            from kernel_lsp.cli.console import console as make_console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
             self.console = make_console(stderr=True)
@@ -100,7 +100,7 @@ class _Live:
 
 
 def _table(result: SearchResult) -> None:
-    from kernel_lsp.cli import console as make_console
+    from kernel_lsp.cli.console import console as make_console
     from rich.table import Table
 
     console = make_console()
@@ -202,7 +202,7 @@ def optimize_main(ns: argparse.Namespace) -> int:
 def report_main(ns: argparse.Namespace) -> int:
     from kernel_lsp.store import Store, store_path
 
-    from .report import render_report
+    from kernel_lsp.agent.report import render_report
 
     root = getattr(ns, "root", None) or "."
     if not store_path(root).exists():

@@ -1,4 +1,4 @@
-"""`kernel-lsp bench PATH...` and `kernel-lsp profile PATH...` (wired in kernel_lsp/cli.py).
+"""`kernel-lsp bench PATH...` and `kernel-lsp profile PATH...` (wired in kernel_lsp/cli/__init__.py).
 
 Caller side: no torch here; everything runs in a Worker through `Engine`. A file with only
 a reference (no ModelNew, no .cu) is timed alone (eager and torch.compile). Without a GPU the
@@ -120,7 +120,7 @@ def bench_main(ns: argparse.Namespace) -> int:
 
 
 def _bench_table(evs: list[Evaluation], info: dict[str, Any], names: list[str], out: TextIO) -> None:
-    from kernel_lsp.cli import console as make_console
+    from kernel_lsp.cli.console import console as make_console
     from rich.table import Table
 
     console = make_console(file=out)
@@ -189,7 +189,7 @@ def profile_main(ns: argparse.Namespace) -> int:
 
 
 def _profile_tables(results: list[dict[str, Any]], out: TextIO) -> None:
-    from kernel_lsp.cli import console as make_console
+    from kernel_lsp.cli.console import console as make_console
     from rich.table import Table
 
     console = make_console(file=out)
