@@ -30,6 +30,7 @@ VERDICTS = (
     "compile_error",     # the candidate did not build
     "error",             # it raised, or the harness could not run it
     "not_run",           # nothing could run (no GPU for a CUDA task, execution off)
+    "sandbox_violation",  # the sandbox stopped it (process or file size limit, network, a write)
 )
 
 
@@ -201,6 +202,7 @@ class Evaluation(_Record):
     device: dict[str, Any] | None = None  # name, sm_count, capability, clocks, memory bandwidth
     versions: dict[str, str] = field(default_factory=dict)
     wall_seconds: float = 0.0
+    sandboxed: bool = False              # whether its Worker ran in the sandbox (engine/sandbox.py)
 
     @property
     def speedup_eager(self) -> float | None:
@@ -227,6 +229,7 @@ class Evaluation(_Record):
             "speedup_compile": self.speedup_compile,
             "spread_pct": self.time.spread_pct if self.time else None,
             "device": self.device,
+            "sandboxed": self.sandboxed,
         }
 
 

@@ -1,13 +1,12 @@
 """The caller side of the Worker: ``Engine`` (no torch here, never blocks the loop).
 
-The Engine starts a Worker subprocess on demand (``python -m kernel_lsp.engine.worker``),
-keeps it warm, and sends it one request at a time. A request past its deadline, a
-Worker that dies, or a cancelled caller ends that Worker (its whole process group:
-it may be mid-kernel or mid-nvcc); the next request starts a fresh one. Candidate
-faults come back as Evaluations, never as exceptions.
-
-The Worker's environment is an allowlist minus anything that looks secret, so an
-``OPENAI_API_KEY`` in the server's environment never reaches candidate code.
+The Engine starts a Worker subprocess on demand (``python -m kernel_lsp.engine.worker``,
+through ``process.WorkerProcess``: allowlisted environment, sandbox), keeps it warm, and
+sends it one request at a time. A request past its deadline, a Worker that dies, or a
+cancelled caller ends that Worker (its whole process group and sandbox: it may be
+mid-kernel or mid-nvcc); the next request starts a fresh one. Candidate faults come back
+as Evaluations, never as exceptions; ``sandbox.SandboxUnavailable`` (``sandbox =
+"required"`` where none can run) is raised, as no candidate may run then.
 """
 
 from __future__ import annotations
@@ -17,212 +16,33 @@ import contextlib
 import inspect
 import logging
 import os
-import signal
-import sys
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from kernel_lsp.engine import protocol
-from kernel_lsp.model import Candidate, CompileResult, Diagnostic, Evaluation, Span, Task
+from kernel_lsp.engine import sandbox as sandboxing
+from kernel_lsp.engine.pool import BuildPool
+from kernel_lsp.engine.process import (  # noqa: F401 - re-exported: callers import them from here
+    ENV_ALLOW_EXACT,
+    ENV_ALLOW_PREFIX,
+    SECRET_WORDS,
+    EngineTimeout,
+    WorkerDied,
+    WorkerProcess,
+    WorkerRaised,
+    compile_failure,
+    default_python,
+    looks_secret,
+    worker_environment,
+)
+from kernel_lsp.model import Candidate, CompileResult, Evaluation, Task
 
 if TYPE_CHECKING:
-    from kernel_lsp.engine.pool import BuildPool
     from kernel_lsp.store import Store
 
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str], Any]
-
-ENV_ALLOW_EXACT = frozenset({
-    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR", "TEMP", "TMP",
-    "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHASHSEED", "XDG_CACHE_HOME", "CC", "CXX", "CPATH",
-    "LIBRARY_PATH", "MAX_JOBS", "VIRTUAL_ENV", "CONDA_PREFIX", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-})
-ENV_ALLOW_PREFIX = ("LC_", "CUDA_", "NVIDIA_", "NVCC_", "TORCH_", "TORCHINDUCTOR_", "PYTORCH_", "TRITON_",
-                    "KERNEL_LSP_", "NCCL_", "CUBLAS_", "CUDNN_")
-SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "PRIVATE", "AUTH")
-STDERR_TAIL_BYTES = 64 * 1024
-LINE_LIMIT = 256 * 1024 * 1024  # an Evaluation with a profile can be large
-
-
-def looks_secret(name: str) -> bool:
-    upper = name.upper()
-    return any(word in upper for word in SECRET_WORDS)
-
-
-def worker_environment(
-    device: int | str | None = None,
-    extra: dict[str, str] | None = None,
-    base: dict[str, str] | None = None,
-) -> dict[str, str]:
-    """The allowlisted environment a Worker gets (``extra`` is filtered the same way)."""
-    source = dict(os.environ if base is None else base)
-    env = {
-        k: v for k, v in source.items()
-        if (k in ENV_ALLOW_EXACT or k.startswith(ENV_ALLOW_PREFIX)) and not looks_secret(k)
-    }
-    for k, v in (extra or {}).items():
-        if not looks_secret(k):
-            env[k] = v
-    # The Worker must import this kernel_lsp even under another interpreter.
-    root = str(Path(__file__).resolve().parents[2])
-    parts = [root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]
-    env["PYTHONPATH"] = os.pathsep.join(parts)
-    env["PYTHONUNBUFFERED"] = "1"
-    if device is not None:
-        env["CUDA_VISIBLE_DEVICES"] = str(device)
-    return env
-
-
-def default_python() -> str:
-    return os.environ.get("KERNEL_LSP_PYTHON") or sys.executable
-
-
-class WorkerDied(Exception):
-    def __init__(self, returncode: int | None, stderr_tail: str) -> None:
-        super().__init__(protocol.describe_exit(returncode))
-        self.returncode = returncode
-        self.stderr_tail = stderr_tail
-
-
-class WorkerRaised(Exception):
-    """The op raised inside the Worker; the Worker itself is alive unless ``fatal``."""
-
-    def __init__(self, error: dict[str, Any], fatal: bool) -> None:
-        super().__init__(f"{error.get('type')}: {error.get('message')}")
-        self.error = error
-        self.fatal = fatal
-
-
-class EngineTimeout(Exception):
-    pass
-
-
-class WorkerProcess:
-    """One Worker subprocess in its own process group, with its stderr tail."""
-
-    def __init__(self, python: str, env: dict[str, str], cwd: str | None = None,
-                 stderr_limit: int = STDERR_TAIL_BYTES) -> None:
-        self.python = python
-        self.env = env
-        self.cwd = cwd
-        self.stderr_limit = stderr_limit
-        self.proc: asyncio.subprocess.Process | None = None
-        self.ready: dict[str, Any] = {}
-        self._stderr = bytearray()
-        self._stderr_task: asyncio.Task[None] | None = None
-        self._next_id = 0
-        self.warm: dict[str, Any] | None = None
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc else None
-
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.returncode is None
-
-    def stderr_tail(self, limit: int | None = None) -> str:
-        data = bytes(self._stderr[-(limit or self.stderr_limit):])
-        return data.decode("utf-8", "replace")
-
-    async def start(self, timeout: float) -> dict[str, Any]:
-        self.proc = await asyncio.create_subprocess_exec(
-            self.python, "-m", "kernel_lsp.engine.worker",
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            env=self.env, cwd=self.cwd, start_new_session=True, limit=LINE_LIMIT,
-        )
-        self._stderr_task = asyncio.create_task(self._drain_stderr())
-        try:
-            message = await asyncio.wait_for(self._read_message(), timeout)
-        except asyncio.TimeoutError:
-            self.kill()
-            raise EngineTimeout(f"the Worker did not start within {timeout:.0f} s") from None
-        except BaseException:
-            self.kill()
-            raise
-        self.ready = message.get("ready") or {}
-        return self.ready
-
-    async def _drain_stderr(self) -> None:
-        assert self.proc is not None and self.proc.stderr is not None
-        while True:
-            chunk = await self.proc.stderr.read(65536)
-            if not chunk:
-                return
-            self._stderr += chunk
-            if len(self._stderr) > 2 * self.stderr_limit:
-                del self._stderr[: len(self._stderr) - self.stderr_limit]
-
-    async def _read_message(self) -> dict[str, Any]:
-        assert self.proc is not None and self.proc.stdout is not None
-        line = await self.proc.stdout.readline()
-        if not line:
-            raise await self._death()
-        return protocol.decode(line)
-
-    async def _death(self) -> WorkerDied:
-        assert self.proc is not None
-        try:
-            await asyncio.wait_for(self.proc.wait(), 5.0)
-        except asyncio.TimeoutError:
-            self.kill()
-        if self._stderr_task is not None:
-            with contextlib.suppress(asyncio.TimeoutError, Exception):
-                await asyncio.wait_for(asyncio.shield(self._stderr_task), 1.0)
-        return WorkerDied(self.proc.returncode, self.stderr_tail())
-
-    async def call(self, op: str, params: dict[str, Any] | None = None) -> tuple[Any, bool]:
-        """(result, fatal). Raises WorkerRaised, WorkerDied."""
-        if not self.alive or self.proc is None or self.proc.stdin is None:
-            raise WorkerDied(self.proc.returncode if self.proc else None, self.stderr_tail())
-        self._next_id += 1
-        req_id = self._next_id
-        try:
-            self.proc.stdin.write(protocol.encode(protocol.request(req_id, op, params)))
-            await self.proc.stdin.drain()
-        except (BrokenPipeError, ConnectionResetError):
-            raise await self._death() from None
-        while True:
-            message = await self._read_message()
-            if message.get("id") == req_id:
-                break
-            # An answer to an older, abandoned request cannot happen (we kill on abandon); skip it.
-        fatal = bool(message.get("fatal"))
-        if "error" in message:
-            raise WorkerRaised(message["error"], fatal)
-        return message.get("result"), fatal
-
-    def kill(self) -> None:
-        """SIGKILL the whole process group now (synchronous: safe inside cancellation)."""
-        if self.proc is None or self.proc.returncode is not None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.kill()
-
-    async def reap(self) -> None:
-        if self.proc is None:
-            return
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.proc.wait(), 10.0)
-        if self._stderr_task is not None:
-            self._stderr_task.cancel()
-            with contextlib.suppress(BaseException):
-                await self._stderr_task
-
-    async def close(self, grace: float = 2.0) -> None:
-        if self.alive:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.call("shutdown"), grace)
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.proc.wait(), grace)  # type: ignore[union-attr]
-        self.kill()
-        await self.reap()
-
 
 class Engine:
     """Runs Candidates in a Worker that owns one GPU (docs/architecture.md)."""
@@ -241,6 +61,7 @@ class Engine:
         pool: "BuildPool | None" = None,
         options: dict[str, Any] | None = None,
         prebuild: bool = True,
+        sandbox: "str | sandboxing.Sandbox | None" = "auto",
     ) -> None:
         self.store = store
         self.python = python or default_python()
@@ -262,6 +83,12 @@ class Engine:
         self._device_info: dict[str, Any] | None = None
         self.restarts = 0
         self.last_stderr = ""
+        # The sandbox setting, resolved at the first Worker start (required: raises there).
+        self.sandbox_mode = sandbox
+        self._sandbox: sandboxing.Sandbox | None = None
+        self._sandbox_resolved = False
+        self._readable: list[str] = []   # task folders the Workers must read (a workspace in HOME)
+        self.sandboxed = False           # whether the latest Worker ran sandboxed
 
     # -- the Worker -------------------------------------------------------------
 
@@ -274,15 +101,20 @@ class Engine:
         if w is not None and not w.alive:
             self._discard(w)
             w = None
+        if w is not None and w.sandbox is not None and not set(self._readable) <= set(w.sandbox.readable):
+            self._discard(w)  # a task from a folder this Worker's sandbox does not show
+            w = None
         if w is None:
             await _report(progress, "starting worker")
-            w = WorkerProcess(self.python, worker_environment(self.device, self.extra_env), self.cwd)
+            w = WorkerProcess(self.python, worker_environment(self.device, self.extra_env), self.cwd,
+                              sandbox=self._sandbox_spec())
             try:
                 await w.start(self.start_timeout)
             except WorkerDied as exc:
                 self.last_stderr = exc.stderr_tail
                 raise
             self._worker = w
+        self.sandboxed = w.sandboxed
         if warm and w.warm is None:
             await _report(progress, "warming worker")
             try:
@@ -326,8 +158,10 @@ class Engine:
             try:
                 result, fatal = await asyncio.wait_for(w.call(op, params), deadline)
             except asyncio.TimeoutError:
+                fence = w.fence_report()
                 self._discard(w)
-                raise EngineTimeout(f"{op} ran past its {deadline:g} s deadline; the Worker was restarted") from None
+                message = f"{op} ran past its {deadline:g} s deadline; the Worker was restarted"
+                raise EngineTimeout(f"{fence}: {message}" if fence else message, fence=fence) from None
             except WorkerDied:
                 self._discard(w)
                 raise
@@ -359,6 +193,7 @@ class Engine:
         """Evaluate a Candidate; every candidate fault is an Evaluation, not an exception."""
         t0 = time.monotonic()
         deadline = self.timeout if timeout is None else timeout
+        self._see(task)
         params = {
             "task": task.to_dict(), "candidate": candidate.to_dict(), "checks": list(checks),
             "options": {**self.options, **(options or {})},
@@ -367,7 +202,7 @@ class Engine:
         def failed(verdict: str, message: str, **extra: Any) -> Evaluation:
             return Evaluation(task=task.name, candidate=candidate.id, verdict=verdict, correct=None,
                               message=message, device=dict(self._device_info) if self._device_info else None,
-                              **extra)
+                              sandboxed=self.sandboxed, **extra)
 
         try:
             if self.auto_prebuild and needs_build(candidate):
@@ -379,21 +214,24 @@ class Engine:
             await _report(progress, "evaluating")
             data, fatal = await self._call("evaluate", params, timeout=deadline, warm=self.warm, progress=progress)
             ev = Evaluation.from_dict(data)
-            if fatal and ev.verdict not in ("crashed", "oom", "timeout"):
+            ev.sandboxed = self.sandboxed  # the caller's word, not the Worker's
+            if fatal and ev.verdict not in ("crashed", "oom", "timeout", sandboxing.VIOLATION):
                 # The candidate left a sticky CUDA error: the context died with it.
                 ev.verdict, ev.correct = "crashed", None
                 if protocol.is_illegal_access(ev.message):
                     ev.message = "illegal memory access: " + ev.message
         except EngineTimeout as exc:
-            ev = failed("timeout", str(exc))
+            ev = failed(sandboxing.VIOLATION if exc.fence else "timeout", str(exc))
         except WorkerDied as exc:
-            verdict, message = protocol.classify_death(exc.returncode, exc.stderr_tail)
+            verdict, message = protocol.classify_death(exc.returncode, exc.stderr_tail, sandboxed=self.sandboxed)
             ev = failed(verdict, _with_tail(message, exc.stderr_tail), evidence={"stderr": exc.stderr_tail[-4000:]})
         except OSError as exc:  # no interpreter, no fork: nothing could run
             ev = failed("not_run", f"cannot start the Worker ({self.python}): {exc}")
         except WorkerRaised as exc:
             err = exc.error
-            if protocol.is_oom_error(err):
+            if err.get("fence"):
+                ev = failed(sandboxing.VIOLATION, f"{err['fence']}: {err.get('type')}: {err.get('message')}"[:2000])
+            elif protocol.is_oom_error(err):
                 ev = failed("oom", f"out of memory: {err.get('message', '')}"[:2000])
             elif exc.fatal:
                 msg = str(err.get("message", ""))
@@ -433,14 +271,15 @@ class Engine:
     ) -> dict[str, Any]:
         """A profile of the candidate (or of the reference). Faults come back as
         ``{"error": ..., "verdict": ...}``."""
+        self._see(task)
         params = {"task": task.to_dict(), "candidate": candidate.to_dict() if candidate else None,
                   "options": {**self.options, **(options or {})}}
         try:
             result = await self.request("profile", params, timeout=timeout, warm=self.warm)
         except EngineTimeout as exc:
-            return {"verdict": "timeout", "error": str(exc)}
+            return {"verdict": sandboxing.VIOLATION if exc.fence else "timeout", "error": str(exc)}
         except WorkerDied as exc:
-            verdict, message = protocol.classify_death(exc.returncode, exc.stderr_tail)
+            verdict, message = protocol.classify_death(exc.returncode, exc.stderr_tail, sandboxed=self.sandboxed)
             return {"verdict": verdict, "error": _with_tail(message, exc.stderr_tail)}
         except WorkerRaised as exc:
             return {"verdict": "oom" if protocol.is_oom_error(exc.error) else "error",
@@ -469,10 +308,10 @@ class Engine:
         """Compile a Candidate in the CPU build pool (not on the GPU Worker), so that
         its later evaluate finds the build in the cache. Its result is advisory: a
         candidate that touches the GPU at import fails here but may run on the Worker."""
-        from kernel_lsp.engine.pool import BuildPool  # noqa: PLC0415 - only when prebuilding
-
+        self._see(task)
         if self._pool is None:
-            self._pool = BuildPool(python=self.python, env=self.extra_env, cwd=self.cwd)
+            self._pool = BuildPool(python=self.python, env=self.extra_env, cwd=self.cwd,
+                                   sandbox=self._sandbox_spec())
         opts = {**self.options, **(options or {})}
         if "arch" not in opts:
             arch = self._arch()
@@ -491,7 +330,28 @@ class Engine:
             filename = task.cuda_path or ref.replace(".py", ".cu")
         else:
             filename = ref.replace(".py", "_candidate.py")
-        return await self._pool.build(candidate.kind, candidate.source, filename, opts, timeout=timeout)
+        return await self._pool.build(candidate.kind, candidate.source, filename, opts, timeout=timeout,
+                                      readable=self._readable)
+
+    # -- the sandbox --------------------------------------------------------------
+
+    def _sandbox_spec(self) -> "sandboxing.Sandbox | str":
+        """The resolved sandbox with the task folders Workers must read; "off" for none.
+        Raises SandboxUnavailable for ``required`` where no sandbox can run."""
+        if not self._sandbox_resolved:
+            self._sandbox = sandboxing.resolve(self.sandbox_mode)
+            self._sandbox_resolved = True
+        if self._sandbox is None:
+            return "off"
+        return self._sandbox.with_readable(*self._readable)
+
+    def _see(self, task: Task) -> None:
+        """Remember the folders of a task's files: a sandboxed Worker gets them read-only."""
+        for path in (task.reference_path, task.cuda_path):
+            if path and os.path.isabs(path):
+                folder = os.path.dirname(path)
+                if folder not in self._readable and sandboxing.hidden(folder, {**os.environ, **self.extra_env}):
+                    self._readable.append(folder)
 
     async def restart(self) -> None:
         async with self._lock:
@@ -541,7 +401,3 @@ async def _report(progress: Progress | None, phase: str) -> None:
     except Exception:  # noqa: BLE001 - a broken progress callback must not stop an evaluation
         log.debug("progress callback failed", exc_info=True)
 
-
-def compile_failure(message: str, path: str | None = None) -> CompileResult:
-    return CompileResult(ok=False, log=message, diagnostics=[
-        Diagnostic(Span(0, 0, 0, 1), "error", message, source="kernel-lsp", path=path)])

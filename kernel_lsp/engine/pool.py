@@ -1,7 +1,8 @@
 """The CPU build pool: compiles the next Candidates while the GPU Worker times this one.
 
 Each slot is a Worker process started with no GPU (``CUDA_VISIBLE_DEVICES=""``) and
-the same allowlisted environment as the GPU Worker, and answers ``build`` ops
+the same allowlisted environment and sandbox (``sandbox.py``) as the GPU Worker, and
+answers ``build`` ops
 (``build.build_cuda`` / ``build.build_python``). Builds land in the shared
 content-hash cache, so the GPU Worker's later ``load_cuda`` / ``load_python`` is
 a cache hit.
@@ -21,7 +22,8 @@ import os
 from typing import Any
 
 from kernel_lsp.engine import protocol
-from kernel_lsp.engine.client import (
+from kernel_lsp.engine import sandbox as sandboxing
+from kernel_lsp.engine.process import (
     EngineTimeout,
     WorkerDied,
     WorkerProcess,
@@ -42,6 +44,7 @@ class BuildPool:
         cwd: str | None = None,
         timeout: float = 900.0,
         start_timeout: float = 120.0,
+        sandbox: "str | sandboxing.Sandbox | None" = "auto",
     ) -> None:
         self.size = max(1, size or os.cpu_count() or 1)
         self.python = python or default_python()
@@ -53,34 +56,41 @@ class BuildPool:
         self._busy: set[WorkerProcess] = set()
         self._slots = asyncio.Semaphore(self.size)
         self._closed = False
+        self.sandbox_mode = sandbox  # each slot resolves it (see process.WorkerProcess)
 
     def _env(self) -> dict[str, str]:
         # device="" hides every GPU: a build needs nvcc, not a device. Nothing is timed
         # here, so the bench preload (and its torch import) is skipped.
         return worker_environment(device="", extra={"KERNEL_LSP_WORKER_PRELOAD": "", **self.extra_env})
 
-    async def _acquire(self) -> WorkerProcess:
+    async def _acquire(self, readable: list[str]) -> WorkerProcess:
         while self._idle:
             w = self._idle.pop()
-            if w.alive:
+            if w.alive and (w.sandbox is None or set(readable) <= set(w.sandbox.readable)):
                 return w
+            w.kill()  # dead, or its sandbox does not show this task's folder
             await w.reap()
-        w = WorkerProcess(self.python, self._env(), self.cwd)
+        mode = self.sandbox_mode
+        if readable and mode != "off":
+            spec = mode if isinstance(mode, sandboxing.Sandbox) else sandboxing.resolve(mode)
+            mode = spec.with_readable(*readable) if spec is not None else "off"
+        w = WorkerProcess(self.python, self._env(), self.cwd, sandbox=mode)
         await w.start(self.start_timeout)
         return w
 
     async def build(
         self, kind: str, source: str, filename: str, options: dict[str, Any] | None = None,
-        timeout: float | None = None,
+        timeout: float | None = None, readable: list[str] | None = None,
     ) -> CompileResult:
-        """Build one Candidate's source ("cuda" for a .cu, "python" for a .py)."""
+        """Build one Candidate's source ("cuda" for a .cu, "python" for a .py).
+        ``readable``: folders a sandboxed slot must be able to read (the task's)."""
         if self._closed:
             raise RuntimeError("the build pool is closed")
         deadline = self.timeout if timeout is None else timeout
         async with self._slots:
             w: WorkerProcess | None = None
             try:
-                w = await self._acquire()
+                w = await self._acquire(list(readable or []))
                 self._busy.add(w)
                 params = {"kind": kind, "source": source, "filename": filename, "options": options or {}}
                 result, _ = await asyncio.wait_for(w.call("build", params), deadline)
@@ -92,9 +102,10 @@ class BuildPool:
             except EngineTimeout as exc:
                 return compile_failure(str(exc), filename)
             except WorkerDied as exc:
+                sandboxed = w is not None and w.sandboxed
                 self._drop(w)
                 w = None
-                _, message = protocol.classify_death(exc.returncode, exc.stderr_tail)
+                _, message = protocol.classify_death(exc.returncode, exc.stderr_tail, sandboxed)
                 return compile_failure(f"the build process crashed: {message}", filename)
             except WorkerRaised as exc:
                 if exc.fatal:

@@ -101,10 +101,12 @@ def describe_exit(returncode: int | None) -> str:
     return f"the Worker exited with status {returncode}"
 
 
-def classify_death(returncode: int | None, stderr_tail: str) -> tuple[str, str]:
+def classify_death(returncode: int | None, stderr_tail: str, sandboxed: bool = False) -> tuple[str, str]:
     """(verdict, message) for a Worker that died mid-request."""
     low = stderr_tail.lower()
     how = describe_exit(returncode)
+    if sandboxed and returncode == -signal.SIGXFSZ:
+        return "sandbox_violation", f"the candidate exceeded the file size limit: {how}"
     if is_illegal_access(low):
         return "crashed", f"illegal memory access: {how}"
     if any(m in low for m in OOM_MARKERS):
@@ -118,7 +120,3 @@ def classify_death(returncode: int | None, stderr_tail: str) -> tuple[str, str]:
         return "crashed", f"{how} (abort)"
     return "crashed", how
 
-
-def last_line(text: str, limit: int = 300) -> str:
-    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-    return lines[-1][:limit] if lines else ""

@@ -21,7 +21,7 @@ import sys
 import time
 from typing import Any, BinaryIO, Callable
 
-from kernel_lsp.engine import build, protocol
+from kernel_lsp.engine import build, protocol, sandbox
 from kernel_lsp.model import Candidate, Task
 
 Handler = Callable[[dict[str, Any]], Any]
@@ -53,14 +53,10 @@ class Worker:
             "evaluate": self.op_evaluate,
             "profile": self.op_profile,
             "build": self.op_build,
-            "environ": self.op_environ,
-            "run_python": self.op_run_python,
-            "sleep": self.op_sleep,
-            "crash": self.op_crash,
-            "echo": self.op_echo,
-            "raise": self.op_raise,
             "shutdown": self.op_shutdown,
         }
+        self.pid = os.getpid()  # a candidate's forked child must never answer on the protocol
+        self.sandbox = sandbox.inside()
         self.started = time.time()
         self.preloaded: list[str] = []
         self.requests = 0
@@ -110,6 +106,7 @@ class Worker:
         options = dict(params.get("options") or {})
         ev = run.evaluate(task, candidate, checks, options, build)
         data = ev.to_dict() if hasattr(ev, "to_dict") else dict(ev)
+        self._name_fence(data)
         reason = _cuda_unhealthy(str(data.get("message", "")) + " " + str(data.get("evidence") or ""))
         if reason:
             self.stop = self.fatal = True
@@ -148,39 +145,20 @@ class Worker:
             result = build.build_python(source, filename)
         return result.to_dict()
 
-    def op_environ(self, params: dict[str, Any]) -> dict[str, Any]:
-        return {"keys": sorted(os.environ), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
-
-    def op_run_python(self, params: dict[str, Any]) -> dict[str, Any]:
-        """Load a source with build.load_python and optionally call one of its functions."""
-        module, result = build.load_python(params["source"], params.get("filename") or "<candidate>")
-        value = None
-        if module is not None and params.get("call"):
-            value = getattr(module, params["call"])(*params.get("args", []))
-        return {"compile": result.to_dict(), "value": value}
-
-    def op_sleep(self, params: dict[str, Any]) -> dict[str, Any]:
-        time.sleep(float(params.get("seconds", 1.0)))
-        return {"slept": params.get("seconds", 1.0)}
-
-    def op_crash(self, params: dict[str, Any]) -> None:
-        how = params.get("how", "abort")
-        if how == "segfault":
-            ctypes.string_at(0)
-        elif how == "exit":
-            os._exit(int(params.get("code", 3)))
-        os.abort()
-
-    def op_echo(self, params: dict[str, Any]) -> dict[str, Any]:
-        # Writes to stdout on purpose: it must not reach the protocol channel.
-        print(params.get("print", "noise on stdout"), flush=True)
-        os.write(1, b"raw fd 1 noise\n")
-        return params
-
-    def op_raise(self, params: dict[str, Any]) -> None:
-        kinds: dict[str, type[BaseException]] = {"MemoryError": MemoryError, "ValueError": ValueError,
-                                                 "RuntimeError": RuntimeError}
-        raise kinds.get(params.get("type", "RuntimeError"), RuntimeError)(params.get("message", "raised on request"))
+    def _name_fence(self, data: dict[str, Any]) -> None:
+        """A failed Evaluation that ran into a sandbox limit says so (and this Worker goes:
+        a fork bomb's children or a full /tmp must not outlive the request)."""
+        if self.sandbox is None or data.get("verdict") in ("correct", None):
+            return
+        compile_log = (data.get("compile") or {}).get("log", "") if isinstance(data.get("compile"), dict) else ""
+        text = f"{data.get('message', '')} {data.get('evidence') or ''} {compile_log}"
+        fence = sandbox.explain(text, self.sandbox)
+        if fence is None and sandbox.process_limit_hit():
+            fence = f"the candidate exceeded the process limit ({self.sandbox.get('processes')})"
+        if fence:
+            data["verdict"], data["correct"] = sandbox.VIOLATION, None
+            data["message"] = f"{fence}: {data.get('message', '')}".strip()[:4000]
+            self.stop = self.fatal = True
 
     def op_shutdown(self, params: dict[str, Any]) -> dict[str, Any]:
         self.stop = True
@@ -197,17 +175,30 @@ class Worker:
             return {"id": req_id, "error": {"type": "UnknownOp", "message": f"unknown op {op!r}", "traceback": ""}}
         try:
             result = handler(message.get("params") or {})
+            self._forked_child_exits()
             return {"id": req_id, "result": result, "fatal": self.fatal}
         except FatalWorkerError as exc:
+            self._forked_child_exits()
             self.stop = True
             return {"id": req_id, "error": protocol.error_payload(exc), "fatal": True}
         except BaseException as exc:  # noqa: BLE001 - every fault becomes an answer
+            self._forked_child_exits()
             if isinstance(exc, KeyboardInterrupt):
                 raise
+            error = protocol.error_payload(exc)
             fatal = _cuda_unhealthy(str(exc)) is not None
+            fence = sandbox.explain(f"{error['message']} {error['traceback'][-4000:]}", self.sandbox) \
+                if self.sandbox is not None else None
+            if fence:
+                error["fence"] = fence
+                fatal = True
             if fatal:
                 self.stop = True
-            return {"id": req_id, "error": protocol.error_payload(exc), "fatal": fatal}
+            return {"id": req_id, "error": error, "fatal": fatal}
+
+    def _forked_child_exits(self) -> None:
+        if os.getpid() != self.pid:
+            os._exit(0)
 
 
 def _cuda_unhealthy(text: str) -> str | None:
@@ -266,12 +257,15 @@ def _die_with_parent() -> None:
         libc.prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
     except (OSError, AttributeError):
         return
-    if os.getppid() == 1:  # the parent died before prctl: nobody is left to answer
+    # The parent died before prctl: nobody is left to answer. (In a sandbox the parent is
+    # the pid namespace's init, pid 1, which bwrap's --die-with-parent ends with the client.)
+    if os.getppid() == 1 and sandbox.inside() is None:
         os._exit(0)
 
 
 def main() -> int:
     _die_with_parent()
+    sandbox.apply_limits()  # before any import a candidate could have planted, before any request
     proto_in, proto_out = _take_channel()
     faulthandler.enable(file=sys.stderr)  # a segfault leaves a Python stack in the crash report
     # The timer must be captured before any candidate can patch it (DESIGN: cheat 7).
@@ -289,6 +283,9 @@ def main() -> int:
     build.install_hooks()
     worker = Worker()
     worker.preloaded = preloaded
+    extra = os.environ.get("KERNEL_LSP_WORKER_TEST_OPS")
+    if extra:  # tests only: ops that crash, sleep or echo on request (tests/engine/worker_ops.py)
+        importlib.import_module(extra).register(worker)
     proto_out.write(protocol.encode({"id": None, "ready": {"pid": os.getpid(), "python": sys.executable}}))
     proto_out.flush()
     while not worker.stop:

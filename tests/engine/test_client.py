@@ -12,12 +12,20 @@ import pytest
 
 from kernel_lsp.engine import Engine
 from kernel_lsp.engine.client import EngineTimeout, WorkerDied, looks_secret, worker_environment
+from kernel_lsp.engine.sandbox import Sandbox
+from kernel_lsp.engine.sandbox import status as sandbox_status
 from kernel_lsp.model import Candidate, Task
 from kernel_lsp.store import Store
 
 # The stand-in run module, and no torch preload: these Workers start in a fraction of a second.
-FAKE = {"KERNEL_LSP_RUN_MODULE": "tests.engine.fake_run", "KERNEL_LSP_WORKER_PRELOAD": ""}
+FAKE = {"KERNEL_LSP_RUN_MODULE": "tests.engine.fake_run", "KERNEL_LSP_WORKER_PRELOAD": "",
+        "KERNEL_LSP_WORKER_TEST_OPS": "tests.engine.worker_ops"}
 TASK = Task(name="toy", reference_path="toy.py", reference_source="# reference\n")
+
+
+def writable(path) -> Sandbox | str:
+    """The sandbox where one runs, with ``path`` writable (these candidates report through files)."""
+    return Sandbox(writable=(str(path),)) if sandbox_status().available else "off"
 
 
 def cand(body: str) -> Candidate:
@@ -115,12 +123,14 @@ async def test_cancelling_the_caller_kills_the_worker_within_a_second(engine):
     assert (await engine.evaluate(TASK, cand("def run():\n    return 5\n"))).verdict == "correct"
 
 
-async def test_requests_are_serialized(engine, tmp_path):
+async def test_requests_are_serialized(tmp_path):
+    engine = Engine(timeout=20.0, warm=False, env=FAKE, sandbox=writable(tmp_path))
     log = tmp_path / "log"
     body = (f"def run():\n    t0 = time.time(); time.sleep(0.4)\n"
             f"    open({str(log)!r}, 'a').write(f'{{t0}} {{time.time()}}\\n')\n")
     evs = await asyncio.gather(*(engine.evaluate(TASK, cand(body + f"# {i}\n")) for i in range(3)))
     assert [e.verdict for e in evs] == ["correct"] * 3
+    await engine.aclose()
     spans = sorted(tuple(map(float, ln.split())) for ln in log.read_text().splitlines())
     assert len(spans) == 3
     assert all(prev[1] <= nxt[0] for prev, nxt in zip(spans, spans[1:]))  # never overlapping
@@ -133,7 +143,7 @@ async def test_secrets_never_reach_the_worker(monkeypatch, tmp_path):
     out = tmp_path / "env.json"
     body = (f"def run():\n    open({str(out)!r}, 'w').write(__import__('json').dumps("
             "[dict(os.environ), open('/proc/self/environ', 'rb').read().decode('utf-8', 'replace')]))\n")
-    e = Engine(timeout=20.0, warm=False, device=3, env={**FAKE, "MY_SECRET": "x"})
+    e = Engine(timeout=20.0, warm=False, device=3, env={**FAKE, "MY_SECRET": "x"}, sandbox=writable(tmp_path))
     try:
         assert (await e.evaluate(TASK, cand(body))).verdict == "correct"
     finally:

@@ -18,7 +18,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def start(preload: str | None = "") -> subprocess.Popen:
     # preload "": skip importing bench (and torch) so these protocol tests start fast.
-    extra = {} if preload is None else {"KERNEL_LSP_WORKER_PRELOAD": preload}
+    extra = {"KERNEL_LSP_WORKER_TEST_OPS": "tests.engine.worker_ops"}
+    if preload is not None:
+        extra["KERNEL_LSP_WORKER_PRELOAD"] = preload
     proc = subprocess.Popen(
         [sys.executable, "-m", "kernel_lsp.engine.worker"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
