@@ -17,6 +17,7 @@ from typing import Any
 
 CHECKS = ("compile", "verify", "bench")
 PROPOSERS = ("auto", "llm", "tuner")
+SANDBOX_MODES = ("required", "auto", "off")  # engine/sandbox.py; docs/sandbox.md
 
 
 class SettingsError(ValueError):
@@ -40,6 +41,7 @@ class Settings:
     agent_base_url: str | None = None
     agent_budget: int = 8                   # proposals per Search
     slow_share: float = 0.3                 # a hot op above this share of forward gets a note
+    sandbox: str = "auto"                   # required | auto | off: fence the Workers that run candidates
 
     def merged(self, raw: dict[str, Any] | None) -> "Settings":
         """A copy with `raw` (any supported spelling) laid over this one."""
@@ -122,6 +124,8 @@ def _coerce(name: str, value: Any, current: Any) -> Any:
         return number
     if name == "proposer" and value not in PROPOSERS:
         raise SettingsError(f"setting 'proposer' accepts {', '.join(PROPOSERS)}; got {value!r}")
+    if name == "sandbox" and value not in SANDBOX_MODES:
+        raise SettingsError(f"setting 'sandbox' accepts {', '.join(SANDBOX_MODES)}; got {value!r}")
     if name == "arch" and value and not re.fullmatch(r"(sm|compute)_\d+[af]?", str(value)):
         raise SettingsError(f"setting 'arch' must look like sm_90, got {value!r}")
     return str(value) if value != "" else (None if name in _OPTIONAL else current)

@@ -19,7 +19,13 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(ns, "command", None):
         parser.print_help(sys.stderr)
         return 2
-    return int(ns.run(ns) or 0)
+    from kernel_lsp.engine.sandbox import SandboxUnavailable
+
+    try:
+        return int(ns.run(ns) or 0)
+    except SandboxUnavailable as exc:  # sandbox = "required" and none can run: could not run
+        print(f"kernel-lsp: {exc}", file=sys.stderr)
+        return 2
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -61,7 +61,7 @@ class Engine:
         pool: "BuildPool | None" = None,
         options: dict[str, Any] | None = None,
         prebuild: bool = True,
-        sandbox: "str | sandboxing.Sandbox | None" = "auto",
+        sandbox: "str | sandboxing.Sandbox | None" = None,
     ) -> None:
         self.store = store
         self.python = python or default_python()
@@ -83,7 +83,8 @@ class Engine:
         self._device_info: dict[str, Any] | None = None
         self.restarts = 0
         self.last_stderr = ""
-        # The sandbox setting, resolved at the first Worker start (required: raises there).
+        # The sandbox setting (None: the workspace's, from pyproject.toml, else auto), resolved
+        # at the first Worker start: "required" without a sandbox raises SandboxUnavailable there.
         self.sandbox_mode = sandbox
         self._sandbox: sandboxing.Sandbox | None = None
         self._sandbox_resolved = False
@@ -339,7 +340,8 @@ class Engine:
         """The resolved sandbox with the task folders Workers must read; "off" for none.
         Raises SandboxUnavailable for ``required`` where no sandbox can run."""
         if not self._sandbox_resolved:
-            self._sandbox = sandboxing.resolve(self.sandbox_mode)
+            mode = self.sandbox_mode if self.sandbox_mode is not None else sandboxing.configured_mode(self.cwd)
+            self._sandbox = sandboxing.resolve(mode)
             self._sandbox_resolved = True
         if self._sandbox is None:
             return "off"

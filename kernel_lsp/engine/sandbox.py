@@ -157,6 +157,17 @@ def resolve(mode: "str | Sandbox | None") -> Sandbox | None:
     return None
 
 
+def configured_mode(root: str | None = None) -> str:
+    """The ``sandbox`` setting of the workspace at ``root`` (default: the current folder):
+    ``[tool.kernel-lsp] sandbox`` in the nearest pyproject.toml, else ``auto``."""
+    from kernel_lsp.config import SettingsError, load_settings  # noqa: PLC0415 - caller side only
+
+    try:
+        return load_settings(root or os.getcwd()).sandbox
+    except SettingsError as exc:
+        raise SandboxUnavailable(f"cannot read the sandbox setting: {exc}") from exc
+
+
 def warn_once(st: Status | None = None) -> str | None:
     """Log, once per process, that candidates run without a sandbox; the message, or None
     when already said (or a sandbox is available)."""

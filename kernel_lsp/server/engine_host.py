@@ -51,7 +51,7 @@ class EngineHost:
             raise ExecutionDisabled(
                 "running kernels is off (kernelLsp.execution.enabled is false, or the workspace is "
                 "not trusted); compile checks still run")
-        key = (settings.python, settings.device, settings.timeout, settings.effective_arch)
+        key = (settings.python, settings.device, settings.timeout, settings.effective_arch, settings.sandbox)
         if self._engine is not None and key != self._engine_key:
             old, self._engine = self._engine, None
             asyncio.get_running_loop().create_task(old.aclose())
@@ -59,7 +59,7 @@ class EngineHost:
             from kernel_lsp.engine import Engine
 
             self._engine = Engine(store=self.store(), python=settings.python, device=settings.device,
-                                  timeout=settings.timeout, cwd=self.root,
+                                  timeout=settings.timeout, cwd=self.root, sandbox=settings.sandbox,
                                   options={"arch": settings.effective_arch})
             self._engine_key = key
         return self._engine
