@@ -20,6 +20,7 @@ import os
 import shutil
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +115,8 @@ class WorkerProcess:
         self.sandbox: "sandboxing.Sandbox | None" = None
         self.sandbox_pid: int | None = None   # the sandbox's first process (host pid), for its limits
         self.fences: dict[str, str] = {}       # how each limit is enforced, for docs and reports
+        self.sandbox_ms: dict[str, float] = {}  # spawn -> sandbox ready ("setup"), pid cap ("pid_limit")
+        self._t_spawn = 0.0
         self.proc: asyncio.subprocess.Process | None = None
         self.ready: dict[str, Any] = {}
         self._stderr = bytearray()
@@ -157,6 +160,7 @@ class WorkerProcess:
 
     async def start(self, timeout: float) -> dict[str, Any]:
         argv, env, info_fd = self.command()
+        self._t_spawn = time.perf_counter()
         try:
             self.proc = await asyncio.create_subprocess_exec(
                 *argv,
@@ -193,6 +197,7 @@ class WorkerProcess:
             data = await asyncio.to_thread(_read_to_eof, rfd)
         finally:
             os.close(rfd)
+        self.sandbox_ms["setup"] = (time.perf_counter() - self._t_spawn) * 1000.0
         try:
             self.sandbox_pid = int(json.loads(data or b"{}").get("child-pid"))
         except (ValueError, TypeError):
@@ -212,6 +217,7 @@ class WorkerProcess:
                     log.debug("pid_max in the sandbox: %s", err.decode(errors="replace").strip())
             except OSError:
                 log.debug("nsenter failed", exc_info=True)
+        self.sandbox_ms["pid_limit"] = (time.perf_counter() - self._t_spawn) * 1000.0 - self.sandbox_ms["setup"]
         if ok:
             self.fences["processes"] = f"pid namespace limit ({limit})"
         elif os.geteuid() != 0:
