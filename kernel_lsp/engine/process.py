@@ -19,6 +19,7 @@ import logging
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -208,14 +209,12 @@ class WorkerProcess:
         ok = False
         if cmd is not None:
             try:
-                proc = await asyncio.create_subprocess_exec(
-                    *cmd, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.PIPE)
-                out, err = await proc.communicate()
-                ok = proc.returncode == 0
+                done = await asyncio.to_thread(subprocess.run, cmd, stdin=subprocess.DEVNULL,
+                                               capture_output=True, text=True, timeout=10)
+                ok = done.returncode == 0
                 if not ok:
-                    log.debug("pid_max in the sandbox: %s", err.decode(errors="replace").strip())
-            except OSError:
+                    log.debug("pid_max in the sandbox: %s", done.stderr.strip())
+            except (OSError, subprocess.SubprocessError):
                 log.debug("nsenter failed", exc_info=True)
         self.sandbox_ms["pid_limit"] = (time.perf_counter() - self._t_spawn) * 1000.0 - self.sandbox_ms["setup"]
         if ok:

@@ -244,6 +244,13 @@ def _python_roots(python: str) -> list[str]:
 
 
 def gpu_nodes() -> list[str]:
+    """The GPU device nodes to pass through. The driver makes /dev/nvidia-uvm on first use
+    through the setuid ``nvidia-modprobe``, which cannot run inside: make it first."""
+    if glob.glob("/dev/nvidia[0-9]*") and not os.path.exists("/dev/nvidia-uvm") and shutil.which("nvidia-modprobe"):
+        try:
+            subprocess.run(["nvidia-modprobe", "-u", "-c=0"], capture_output=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            pass
     return sorted(glob.glob("/dev/nvidia*")) + (["/dev/dri"] if os.path.isdir("/dev/dri") else [])
 
 
