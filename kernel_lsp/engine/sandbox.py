@@ -202,10 +202,11 @@ def hidden_roots(env: dict[str, str]) -> list[str]:
 
 
 def hidden(path: str, env: dict[str, str] | None = None) -> bool:
-    """Is ``path`` invisible in a sandbox unless bound in (under HOME or /tmp)?"""
+    """Is ``path`` invisible in a sandbox unless bound in: strictly inside HOME or /tmp?
+    (HOME or /tmp itself is never bound back: that would undo the hiding.)"""
     q = _abs(path)
     roots = hidden_roots(dict(os.environ) if env is None else env)
-    return any(_under(p, h) for p in {q, os.path.realpath(q)} for h in roots)
+    return any(_under(p, h) and p != h for p in {q, os.path.realpath(q)} for h in roots)
 
 
 def cache_paths(env: dict[str, str]) -> dict[str, str]:
@@ -290,10 +291,12 @@ def wrap(argv: list[str], env: dict[str, str], cwd: str | None, sandbox: Sandbox
     wanted: dict[str, str] = {}
     for p in readable:
         for q in {_abs(p), os.path.realpath(_abs(p))}:
-            if any(_under(q, h) for h in hidden) and os.path.exists(q):
+            if any(_under(q, h) and q != h for h in hidden) and os.path.exists(q):
                 wanted.setdefault(q, "ro")
     for p in writable:
         q = _abs(p)
+        if any(_under(h, q) for h in hidden):
+            continue  # a hidden folder itself (or one above it) is never bound back
         try:
             os.makedirs(q, exist_ok=True)
         except OSError:

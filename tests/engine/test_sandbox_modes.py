@@ -182,3 +182,13 @@ def test_evaluation_carries_sandboxed():
     assert Evaluation.from_dict(ev.to_dict()).sandboxed is True and ev.summary()["sandboxed"] is True
     assert Evaluation.from_dict({"task": "t", "candidate": "c"}).sandboxed is False  # older records
     assert "sandbox_violation" in __import__("kernel_lsp.model", fromlist=["VERDICTS"]).VERDICTS
+
+
+def test_a_hidden_folder_itself_is_never_bound_back(outside_tmp):
+    env = {"HOME": str(outside_tmp), "PATH": "/usr/bin"}
+    assert sb.hidden("/tmp/x/y.py", env) and sb.hidden(str(outside_tmp / "proj"), env)
+    assert not sb.hidden("/tmp", env) and not sb.hidden(str(outside_tmp), env) and not sb.hidden("/usr", env)
+    if sb.find_bwrap():
+        launch = sb.wrap(["python"], env, None, sb.Sandbox(readable=("/tmp", str(outside_tmp)), writable=("/",)))
+        bound = [q for q, _ in launch.binds]
+        assert "/tmp" not in bound and str(outside_tmp) not in bound and "/" not in bound
