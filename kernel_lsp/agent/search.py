@@ -141,7 +141,14 @@ class SearchResult:
             "candidates_evaluated": self.candidates_evaluated,
             "tokens": self.tokens, "cost": round(self.cost, 6), "usage": self.usage,
             "ranking": self.ranking, "failed_steps": [s for s in self.steps if s.get("failed")],
+            "sandboxed": _sandboxed(self.start_evaluation, self.best_evaluation),
         }
+
+
+def _sandboxed(*evs: Evaluation | None) -> bool | None:
+    """Whether the start and the best ran in the sandbox (engine/sandbox.py); None: nothing ran."""
+    ran = [ev for ev in evs if ev is not None]
+    return all(ev.sandboxed for ev in ran) if ran else None
 
 
 def _ms(ev: Evaluation | None) -> float | None:
