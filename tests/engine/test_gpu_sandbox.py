@@ -56,11 +56,12 @@ async def test_a_gpu_candidate_still_meets_the_fences():
         server.bind(("127.0.0.1", 0))
         server.listen(1)
         port = server.getsockname()[1]
-        hostile = cand.source.replace(
+        head, new = cand.source.split("class ModelNew", 1)
+        hostile = head + "class ModelNew" + new.replace(
             "super().__init__()",
-            f"super().__init__()\n        import socket, torch\n        torch.ones(1, device='cuda')\n"
+            f"super().__init__()\n        import socket\n        torch.ones(1, device='cuda')\n"
             f"        socket.create_connection(('127.0.0.1', {port}), timeout=5)", 1)
-        assert hostile != cand.source
+        assert hostile.count("create_connection") == 1
         async with Engine(timeout=900.0, sandbox="required") as engine:
             ev = await engine.evaluate(task, Candidate(source=hostile, kind="python"), checks=("compile", "verify"))
         server.settimeout(0.1)
