@@ -379,11 +379,24 @@ def apply_limits() -> dict[str, Any] | None:
         cap(resource.RLIMIT_FSIZE, int(conf["file_mb"]) * MIB)
         # EFBIG ("File too large") instead of death by SIGXFSZ: the Evaluation can say why.
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    if conf.get("processes"):
-        cap(resource.RLIMIT_NPROC, int(conf["processes"]))  # binds non-root users; root: pid_max
+    if conf.get("processes") and _kernel() >= (5, 14):
+        # Binds non-root users, counted in the sandbox's own user namespace since 5.14 (before,
+        # it counted every process of the user: a browser's threads would starve the Worker).
+        # Root is bound by the pid namespace's pid_max instead (process.py).
+        cap(resource.RLIMIT_NPROC, int(conf["processes"]))
     if conf.get("address_space_mb"):
         cap(resource.RLIMIT_AS, int(conf["address_space_mb"]) * MIB)
     return conf
+
+
+def _kernel() -> tuple[int, int]:
+    import platform
+
+    try:
+        major, minor = platform.release().split(".")[:2]
+        return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+    except ValueError:
+        return (0, 0)
 
 
 def _count_tasks() -> int:
