@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from kernel_lsp.engine.client import Engine, EngineTimeout, WorkerDied, WorkerRaised
     from kernel_lsp.engine.pool import BuildPool
+    from kernel_lsp.engine.process import WorkerProcess, worker_environment
+    from kernel_lsp.engine.sandbox import SandboxUnavailable
     from kernel_lsp.engine.tasks import find_task
 
 _LAZY = {
@@ -19,7 +21,9 @@ _LAZY = {
     "EngineTimeout": "kernel_lsp.engine.client",
     "WorkerDied": "kernel_lsp.engine.client",
     "WorkerRaised": "kernel_lsp.engine.client",
-    "worker_environment": "kernel_lsp.engine.client",
+    "worker_environment": "kernel_lsp.engine.process",
+    "WorkerProcess": "kernel_lsp.engine.process",
+    "SandboxUnavailable": "kernel_lsp.engine.sandbox",
     "BuildPool": "kernel_lsp.engine.pool",
     "find_task": "kernel_lsp.engine.tasks",
 }

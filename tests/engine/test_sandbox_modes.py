@@ -192,3 +192,10 @@ def test_a_hidden_folder_itself_is_never_bound_back(outside_tmp):
         launch = sb.wrap(["python"], env, None, sb.Sandbox(readable=("/tmp", str(outside_tmp)), writable=("/",)))
         bound = [q for q, _ in launch.binds]
         assert "/tmp" not in bound and str(outside_tmp) not in bound and "/" not in bound
+
+
+def test_no_import_cycle_between_client_and_pool():
+    code = ("import sys, kernel_lsp.engine.pool, kernel_lsp.engine.worker\n"
+            "assert 'kernel_lsp.engine.client' not in sys.modules, 'pool or worker imports the client'\n"
+            "import kernel_lsp.engine.client\n")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=str(ROOT), env={**os.environ, "PYTHONPATH": str(ROOT)})
