@@ -309,6 +309,12 @@ class WorkerProcess:
             self._stderr_task.cancel()
             with contextlib.suppress(BaseException):
                 await self._stderr_task
+        # Close the pipes now: a transport left to the garbage collector after its loop
+        # closed raises "Event loop is closed" (a fork bomb's children can hold them open).
+        transport = getattr(self.proc, "_transport", None)
+        if transport is not None:
+            with contextlib.suppress(Exception):
+                transport.close()
 
     async def close(self, grace: float = 2.0) -> None:
         if self.alive:

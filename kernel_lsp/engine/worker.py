@@ -105,6 +105,7 @@ class Worker:
         checks = list(params.get("checks") or ["compile", "verify", "bench"])
         options = dict(params.get("options") or {})
         ev = run.evaluate(task, candidate, checks, options, build)
+        self._forked_child_exits()  # a fork bomb's children stop here, not after the judgement
         data = ev.to_dict() if hasattr(ev, "to_dict") else dict(ev)
         self._name_fence(data)
         reason = _cuda_unhealthy(str(data.get("message", "")) + " " + str(data.get("evidence") or ""))
