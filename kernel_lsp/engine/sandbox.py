@@ -283,8 +283,10 @@ def wrap(argv: list[str], env: dict[str, str], cwd: str | None, sandbox: Sandbox
     env[ENV] = json.dumps({"processes": lim.processes, "file_mb": lim.file_mb, "tmp_mb": lim.tmp_mb,
                            "address_space_mb": 0 if gpu else lim.address_space_mb, "home": home})
 
-    readable = [*_python_roots(argv[0]), str(Path(__file__).resolve().parents[2]),
-                *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p],
+    # Search paths too: a ninja or nvcc in ~/.local/bin, CUDA libraries in a conda env.
+    searched = [p for var in ("PYTHONPATH", "PATH", "LD_LIBRARY_PATH", "CPATH", "LIBRARY_PATH")
+                for p in env.get(var, "").split(os.pathsep) if p]
+    readable = [*_python_roots(argv[0]), str(Path(__file__).resolve().parents[2]), *searched,
                 *[env[v] for v in ("CUDA_HOME", "CUDA_PATH", "VIRTUAL_ENV", "CONDA_PREFIX") if env.get(v)],
                 os.path.join(home, ".local", "lib"), *(p for p in [cwd] if p), *sandbox.readable]
     writable = [*caches.values(), *sandbox.writable]

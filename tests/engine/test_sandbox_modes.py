@@ -130,7 +130,8 @@ def test_command_line_fences(outside_tmp):
     python.symlink_to(sys.executable)
     ws = home / "project"
     ws.mkdir()
-    env = {"HOME": str(home), "PATH": "/usr/bin", "USER": "me", "CUDA_VISIBLE_DEVICES": "0"}
+    (home / ".local" / "bin").mkdir(parents=True)
+    env = {"HOME": str(home), "PATH": f"{home}/.local/bin:/usr/bin", "USER": "me", "CUDA_VISIBLE_DEVICES": "0"}
     launch = sb.wrap([str(python), "-m", "kernel_lsp.engine.worker"], env, str(ws),
                      sb.Sandbox(readable=(str(ws),)))
     argv = launch.argv
@@ -138,6 +139,7 @@ def test_command_line_fences(outside_tmp):
     assert "--unshare-all" in argv and "--die-with-parent" in argv and "--share-net" not in argv
     binds = dict(launch.binds)
     assert binds[str(home / "venv")] == "ro" and binds[str(ws)] == "ro"       # the env and the workspace
+    assert binds[str(home / ".local" / "bin")] == "ro"                         # tools on PATH (ninja)
     assert binds[str(home / ".cache" / "kernel-lsp")] == "rw"                 # the build caches
     assert binds[str(home / ".cache" / "torch_extensions")] == "rw"
     assert binds[str(home / ".triton" / "cache")] == "rw"
