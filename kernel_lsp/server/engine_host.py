@@ -56,7 +56,12 @@ class EngineHost:
             old, self._engine = self._engine, None
             asyncio.get_running_loop().create_task(old.aclose())
         if self._engine is None:
-            from kernel_lsp.engine import Engine
+            from kernel_lsp.engine import Engine, sandbox
+
+            try:  # required without a sandbox: no candidate runs, and the user is told why
+                sandbox.resolve(settings.sandbox)
+            except sandbox.SandboxUnavailable as exc:
+                raise ExecutionDisabled(str(exc)) from None
 
             self._engine = Engine(store=self.store(), python=settings.python, device=settings.device,
                                   timeout=settings.timeout, cwd=self.root, sandbox=settings.sandbox,

@@ -201,3 +201,18 @@ def test_no_import_cycle_between_client_and_pool():
             "assert 'kernel_lsp.engine.client' not in sys.modules, 'pool or worker imports the client'\n"
             "import kernel_lsp.engine.client\n")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=str(ROOT), env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_server_required_without_bwrap_is_execution_disabled_with_the_hint(no_bwrap, tmp_path):
+    pytest.importorskip("pygls")
+    from kernel_lsp.server.engine_host import EngineHost, ExecutionDisabled
+
+    class Server:  # the two attributes EngineHost reads
+        settings = Settings(sandbox="required")
+        root = str(tmp_path)
+
+    host = EngineHost(Server())  # type: ignore[arg-type]
+    with pytest.raises(ExecutionDisabled, match="apt-get install bubblewrap"):
+        host.engine()
+    Server.settings = Settings(sandbox="off")
+    assert host.engine().sandbox_mode == "off"
