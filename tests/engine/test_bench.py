@@ -181,3 +181,6 @@ def test_cli_bench_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     (target,) = doc["targets"]
     assert target["target"] == "lin" and target["verdict"] == "mismatch"
     assert target["evidence"]["where"] == [3, 7]
+    from kernel_lsp.engine import sandbox
+
+    assert target["sandboxed"] is sandbox.status().available  # auto: in bubblewrap wherever it runs
