@@ -184,6 +184,13 @@ class WorkerProcess:
         except asyncio.TimeoutError:
             self.kill()
             raise EngineTimeout(f"the Worker did not start within {timeout:.0f} s") from None
+        except WorkerDied as exc:
+            self.kill()
+            failed = [ln for ln in exc.stderr_tail.splitlines() if ln.startswith("bwrap:")]
+            if self.sandbox is not None and failed:
+                # Nothing ran and it is not the candidate's fault: the Engine reports "not_run".
+                raise OSError(f"the sandbox could not start: {failed[-1]}") from None
+            raise
         except BaseException:
             self.kill()
             raise
@@ -202,7 +209,16 @@ class WorkerProcess:
         try:
             self.sandbox_pid = int(json.loads(data or b"{}").get("child-pid"))
         except (ValueError, TypeError):
-            return  # bwrap failed before the sandbox existed: its stderr says why
+            # bwrap failed before the sandbox existed: nothing ran, and it is not the candidate's
+            # fault (an OSError: the Engine reports "not_run").
+            assert self.proc is not None
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.proc.wait(), 5.0)
+            if self._stderr_task is not None:
+                with contextlib.suppress(asyncio.TimeoutError, Exception):
+                    await asyncio.wait_for(asyncio.shield(self._stderr_task), 1.0)
+            tail = self.stderr_tail().strip().splitlines()
+            raise OSError(f"the sandbox could not start: {tail[-1] if tail else 'bwrap exited early'}")
         assert self.sandbox is not None
         limit = self.sandbox.limits.processes
         cmd = sandboxing.pid_limit_command(self.sandbox_pid, limit)

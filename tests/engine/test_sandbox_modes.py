@@ -216,3 +216,20 @@ def test_server_required_without_bwrap_is_execution_disabled_with_the_hint(no_bw
         host.engine()
     Server.settings = Settings(sandbox="off")
     assert host.engine().sandbox_mode == "off"
+
+
+@pytest.mark.skipif(not HAVE_BWRAP, reason="bubblewrap is not available here")
+async def test_a_sandbox_that_cannot_start_is_not_run_not_a_crash(monkeypatch):
+    real = sb.wrap
+
+    def broken(*args, **kwargs):
+        launch = real(*args, **kwargs)
+        cut = launch.argv.index("--")
+        launch.argv[cut:cut] = ["--ro-bind", "/nonexistent-klsp", "/nonexistent-klsp"]
+        return launch
+
+    monkeypatch.setattr(sb, "wrap", broken)
+    async with Engine(timeout=20.0, warm=False, env=FAKE, sandbox="required") as engine:
+        ev = await engine.evaluate(TASK, CAND)
+    assert ev.verdict == "not_run" and "the sandbox could not start" in ev.message, ev.message
+    assert "nonexistent-klsp" in ev.message
