@@ -458,7 +458,7 @@ def anchor_target(doc: "Document") -> Target | None:
         new = _first(doc, TargetKind.CANDIDATE_MODEL)
         if new is not None:
             return new
-        if doc.task is not None and doc.task.is_reference():
+        if doc.task is not None and doc.task.is_reference:
             return _first(doc, TargetKind.TASK_MODEL)
         return None
     if not doc.path.endswith(".cu") or not os.path.exists(os.path.splitext(doc.path)[0] + ".py"):
