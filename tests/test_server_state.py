@@ -124,6 +124,7 @@ async def test_apply_is_measured_again_and_every_view_agrees(client: EditorClien
     assert result["speedup_eager"] is not None and "speedup_compile" in result
     # The Apply prompt gives the verified speedup against both baselines.
     prompt = client.message_requests[-1].message
+    print("Apply prompt:", prompt)
     assert "faster than your code, verified" in prompt and "x PyTorch eager" in prompt, prompt
     assert "torch.compile" in prompt, prompt
 
@@ -148,6 +149,7 @@ async def test_apply_is_measured_again_and_every_view_agrees(client: EditorClien
 async def test_a_plain_model_shows_eager_and_compile_times(client: EditorClient):
     uri = open_and_save(client, "reference.py", REFERENCE)
     lens = await first_lens(client, uri, "eager ")
+    print("plain Model lens:", lens)
     assert "torch.compile" in lens and ("ms" in lens or "us" in lens), lens
     titles = await lens_titles(client, uri)
     assert "Benchmark" in titles and "Optimize" in titles, titles

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 APPLY, PREVIEW, KEEP = "Apply", "Show diff", "Keep for later"
+CANDIDATE_NOTIFICATION = "kernel-lsp/candidate"  # {uri, search, candidate, gain, message}
 
 
 def candidate_path(ls: "KernelLanguageServer", run: "SearchRun", candidate) -> str:
@@ -46,6 +47,13 @@ def preview(ls: "KernelLanguageServer", run: "SearchRun", candidate) -> str:
 async def ask(ls: "KernelLanguageServer", run: "SearchRun", message: str) -> bool:
     """Show the preview; ask Apply / Keep for later where the editor plugin does not ask itself.
     True when the user chose Apply here."""
+    # Editor plugins that ask themselves put the gain (both baselines) in their prompt.
+    try:
+        ls.protocol.notify(CANDIDATE_NOTIFICATION, {
+            "uri": run.uri, "search": run.search_id, "candidate": run.best.id if run.best else None,
+            "gain": run.gain, "message": message})
+    except Exception:  # noqa: BLE001 - a client that ignores it loses nothing
+        log.debug("candidate notification not sent", exc_info=True)
     preview(ls, run, run.best)
     experimental = ls.client_capabilities.experimental
     if isinstance(experimental, dict) and experimental.get("kernelLsp", {}).get("candidatePreview"):

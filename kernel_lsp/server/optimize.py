@@ -342,6 +342,8 @@ def describe_gain(result: "SearchResult", store: Any = None) -> str:
     b = baseline_speedups(result, store)
     if b["speedup_eager"] is not None:
         parts.append(f"{b['speedup_eager']:.2f}x PyTorch eager")
+        if b["speedup_eager"] < 1.0:
+            parts.append("the reference run eagerly is faster still")
     if b["speedup_compile"] is not None:
         parts.append(f"{b['speedup_compile']:.2f}x torch.compile")
         if b["speedup_compile"] < 1.0:
