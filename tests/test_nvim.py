@@ -347,7 +347,7 @@ def assert_previewed_before_edit(result: dict, source: Path, requests: list[dict
     # Real workDoneProgress from the Search, through LspProgress, begin to end.
     kinds = [p.get("kind") for p in result["progress"]]
     assert kinds[0] == "begin" and "report" in kinds and kinds[-1] == "end", context
-    assert "faster, verified" in result["progress"][-1].get("message", ""), context
+    assert "faster than your code, verified" in result["progress"][-1].get("message", ""), context
     # The job showed in the status line while it ran, with its best speedup, then left it.
     assert result["statuses"][0]["jobs"] == 1, context
     assert result["statuses"][0]["line"].startswith("kernel-lsp Optimize rowsum.py"), context

@@ -19,7 +19,7 @@ from kernel_lsp.model import Candidate, Evaluation, Task, TargetKind
 from kernel_lsp.server import handback
 from kernel_lsp.server.commands import CommandError, DocumentArgs, JobArgs, OptimizeArgs, SearchArgs, parse_args
 from kernel_lsp.server.engine_host import ExecutionDisabled
-from kernel_lsp.server.evaluation import REWRITE, anchor_target, fmt_ms, is_rewrite, reference_candidate
+from kernel_lsp.server.evaluation import NOISY_SPREAD, REWRITE, anchor_target, fmt_ms, is_rewrite, reference_candidate
 from kernel_lsp.server.feature import LanguageFeature
 from kernel_lsp.server.progress import WorkProgress
 from kernel_lsp.server.state import DocumentState
@@ -351,6 +351,8 @@ def describe_gain(result: "SearchResult", store: Any = None) -> str:
     best = result.best_evaluation
     if best is not None and best.time is not None:
         parts.append(f"{fmt_ms(best.time.median_ms)} ±{best.time.spread_pct:.1f}%")
+        if best.time.spread_pct > NOISY_SPREAD:
+            parts.append("noisy timing: the confirmation passed the guard, the ratios are rough")
     if b["custom_kernel"] is False:
         parts.append(REWRITE)
     return " · ".join(parts)
