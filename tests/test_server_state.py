@@ -168,3 +168,38 @@ async def test_benchmark_that_cannot_run_says_why(client: EditorClient, tmp_path
         command="kernel-lsp.benchmark", arguments=[{"nouri": 1}])), timeout=30)
     assert "needs {uri}" in bad["error"], bad
     await wait_for(lambda: any("needs {uri}" in m.message for m in client.messages), what="the argument error")
+
+
+KERNEL = """\
+#include <cuda_runtime.h>
+
+__global__ void scale_kernel(const float* x, float* y, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i];
+}
+
+extern "C" void scale(const float* x, float* y, float a, int n) {
+    scale_kernel<<<(n + 255) / 256, 256>>>(x, y, a, n);
+}
+"""
+
+
+async def test_fix_compile_error_without_a_harness(client: EditorClient):
+    """A compile error needs no harness: the compiler is the test."""
+    broken = KERNEL.replace("y[i] = a * x[i];", "y[i] = scale * x[i];")
+    uri = open_and_save(client, "scale.cu", broken, language="cuda")
+    errors = await wait_for(lambda: [d for d in client.diagnostics.get(uri, []) if d.source == "nvcc"
+                                     and d.severity == types.DiagnosticSeverity.Error], what="the nvcc error")
+    actions = await client.text_document_code_action_async(types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), range=errors[0].range,
+        context=types.CodeActionContext(diagnostics=errors)))
+    fix = next(a for a in actions if a.title == "Fix this compile error with the agent")
+    assert list(fix.command.arguments) == [{"uri": uri}] and not fix.is_preferred
+    SERVER.add(fenced("`scale` is not defined; the factor is `a`.", KERNEL).replace("```python", "```cuda"))
+    client.show_message_answer = "Apply"
+    result = await asyncio.wait_for(client.workspace_execute_command_async(types.ExecuteCommandParams(
+        command=fix.command.command, arguments=fix.command.arguments)), timeout=120)
+    assert result["improved"] is True and result["apply"]["applied"] is True, result
+    assert "repaired" in client.message_requests[-1].message, client.message_requests[-1].message
+    edit = client.applied_edits[-1].edit.document_changes[0]
+    assert edit.text_document.version == 1 and edit.edits[0].new_text.strip() == "a", edit
