@@ -58,8 +58,7 @@ class EvaluationFeature(LanguageFeature):
         if m is None:
             return
         stale = not m.fresh_for(state.text)
-        if stale != getattr(m, "_shown_stale", False):  # only on a transition: no work per keystroke
-            setattr(m, "_shown_stale", stale)
+        if stale != m.shown_stale:  # only on a transition: no work per keystroke
             self.publish(state)
 
     def did_save(self, state: DocumentState) -> None:
@@ -167,8 +166,9 @@ class EvaluationFeature(LanguageFeature):
 
     def _load(self, state: DocumentState) -> None:
         """The last stored Evaluation of the document's Task, fresh only if it measured this text."""
-        if state.measurement is not None or self.anchor(state) is None:
+        if state.measurement is not None or state.store_read or self.anchor(state) is None:
             return
+        state.store_read = True
         try:
             task, candidate = self.server.host.task_for(state.path, state.text)
             ev = self.server.host.store().latest(task.name)
@@ -181,8 +181,7 @@ class EvaluationFeature(LanguageFeature):
         same = ev.candidate == current.id
         state.measurement = Measurement(evaluation=ev, version=state.version if same else None,
                                         text=state.text if same else None, reference_only=reference_only,
-                                        sandboxed=getattr(ev, "sandboxed", None))
-        setattr(state.measurement, "_shown_stale", not same)
+                                        sandboxed=getattr(ev, "sandboxed", None), shown_stale=not same)
 
     # -- what is shown ----------------------------------------------------------------------
 
@@ -205,6 +204,7 @@ class EvaluationFeature(LanguageFeature):
             span = target.name_span if target else Span(0, 0, 0, 0)
             positions = ls.positions(state)
             stale = not m.fresh_for(state.text)
+            m.shown_stale = stale
             prefix = f"edited since measured ({version_words(m)}): " if stale else ""
             ev = m.evaluation
 

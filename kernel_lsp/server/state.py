@@ -44,6 +44,7 @@ class Measurement:
     reference_only: bool = False
     hot_ops: list[dict[str, Any]] = field(default_factory=list)
     sandboxed: bool | None = None
+    shown_stale: bool = False  # what the published diagnostics say: republish only on a change
 
     def fresh_for(self, text: str) -> bool:
         return self.text is not None and self.text == text
@@ -62,6 +63,7 @@ class DocumentState:
     diagnostics: dict[str, list[types.Diagnostic]] = field(default_factory=dict)
     # The text an Apply wrote: when the buffer holds it, it is measured again.
     remeasure_text: str | None = None
+    store_read: bool = False  # the store's last Evaluation was looked up (once per open)
     _parsing: asyncio.Future[None] | None = field(default=None, repr=False)
     _positions: tuple[str, Positions] | None = field(default=None, repr=False)
     _symbols: tuple[Document, list[dict[str, Any]]] | None = field(default=None, repr=False)
