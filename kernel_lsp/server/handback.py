@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 from lsprotocol import types
 
 if TYPE_CHECKING:
-    from kernel_lsp.agent import SearchResult
     from kernel_lsp.server.app import KernelLanguageServer
     from kernel_lsp.server.optimize import SearchRun
 
