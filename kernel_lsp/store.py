@@ -19,7 +19,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from kernel_lsp.model import Candidate, Evaluation, Task
 
@@ -300,6 +300,13 @@ class Store:
             )
             return int(cur.lastrowid or 0)
 
+    def record(self, task: Task, candidate: Candidate, evaluation: Evaluation) -> int:
+        """The one call that records what running a Candidate gave: its Task, its text and the
+        Evaluation (each write is idempotent or append-only). Every entry point (engine, agent,
+        server, CLI) should record through here, once per Evaluation."""
+        self.add_task(task)
+        return self.add_evaluation(task.name, evaluation, candidate)
+
     def evaluations(
         self, task_name: str, candidate: str | None = None, limit: int | None = None
     ) -> list[Evaluation]:
@@ -481,10 +488,6 @@ class Store:
         out["nodes"] = list(nodes.values())
         out["tree"] = roots[0] if len(roots) == 1 else {"candidate": None, "children": roots}
         return out
-
-    def iter_nodes(self, search_id: int) -> Iterator[dict[str, Any]]:
-        s = self.search(search_id)
-        yield from (s["nodes"] if s else [])
 
 
 def _candidate(row: sqlite3.Row) -> Candidate:

@@ -17,7 +17,7 @@ from typing import Any, Union
 from lsprotocol import types
 from lsprotocol.converters import get_converter
 from pytest_lsp import ClientServerConfig, LanguageClient
-from pytest_lsp.client import register_lsp_features
+from pytest_lsp.client import DEFAULT_CLIENT_FEATURES, register_lsp_features
 
 SERVER = [sys.executable, "-m", "kernel_lsp.cli", "serve"]
 
@@ -44,11 +44,19 @@ class EditorClient(LanguageClient):
         self.statuses: list[dict[str, Any]] = []
         self.message_requests: list[types.ShowMessageRequestParams] = []
         self.show_message_answer: str | None = None  # the action title to pick, None: dismiss
+        self.publishes: list[types.PublishDiagnosticsParams] = []  # every publish, in order
+        self.lens_refreshes = 0
+
+
+def _publish_diagnostics(client: EditorClient, params: types.PublishDiagnosticsParams) -> None:
+    client.publishes.append(params)
+    client.diagnostics[params.uri] = params.diagnostics
 
 
 def make_client() -> EditorClient:
     client = EditorClient()
-    register_lsp_features(client)
+    register_lsp_features(client, {**DEFAULT_CLIENT_FEATURES,
+                                   types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS: _publish_diagnostics})
 
     @client.feature(types.WORKSPACE_APPLY_EDIT)
     def apply_edit(ls: EditorClient, params: types.ApplyWorkspaceEditParams):
@@ -70,6 +78,7 @@ def make_client() -> EditorClient:
 
     @client.feature(types.WORKSPACE_CODE_LENS_REFRESH)
     def lens_refresh(ls: EditorClient, params: None):
+        ls.lens_refreshes += 1
         return None
 
     return client

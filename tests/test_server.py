@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -140,3 +141,14 @@ async def test_missing_nvcc_is_one_clear_diagnostic(client_without_nvcc: EditorC
     uri = open_doc(client, client.workspace_root / "k.cu", SOFTMAX)
     found = await wait_for(lambda: errors(client, uri), what="missing-nvcc diagnostic")
     assert len(found) == 1 and "nvcc" in found[0].message.lower(), found
+
+
+async def test_one_publish_per_save_with_its_version(client: EditorClient):
+    path = client.workspace_root / "softmax.cu"
+    uri = open_doc(client, path, SOFTMAX)
+    await wait_for(lambda: [p for p in client.publishes if p.uri == uri], what="the first publish")
+    save_doc(client, uri, path, BROKEN, version=2)
+    await wait_for(lambda: errors(client, uri), what="the planted error")
+    await asyncio.sleep(1.0)  # a second publish for the same save would arrive meanwhile
+    mine = [p for p in client.publishes if p.uri == uri]
+    assert [p.version for p in mine] == [1, 2], [(p.version, len(p.diagnostics)) for p in mine]

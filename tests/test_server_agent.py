@@ -79,7 +79,7 @@ async def test_save_shows_lens_and_hover_history(client: EditorClient):
         range=types.Range(start=types.Position(line=line, character=0), end=types.Position(line=line, character=0)),
         context=types.CodeActionContext(diagnostics=[])))
     titles = {a.title: a for a in actions}
-    optimize = next(a for t, a in titles.items() if t.startswith("Optimize this kernel"))
+    optimize = next(a for t, a in titles.items() if t.startswith("Optimize this module"))
     assert not optimize.is_preferred and list(optimize.tags) == [types.CodeActionTag.LlmGenerated]
     assert "Benchmark now" in titles
 
@@ -90,7 +90,8 @@ async def test_save_shows_lens_and_hover_history(client: EditorClient):
     actions = await client.text_document_code_action_async(types.CodeActionParams(
         text_document=types.TextDocumentIdentifier(uri=uri), range=hot[0].range,
         context=types.CodeActionContext(diagnostics=hot)))
-    assert any(a.title == "Optimize this module (hot op)" for a in actions)
+    hot_action = next(a for a in actions if a.title.startswith("Optimize this module, starting with its hot op"))
+    assert hot_action.command.arguments[0] == {"uri": uri, "op": hot[0].data["op"]}
 
 
 async def test_optimize_previews_then_applies_a_versioned_edit(client: EditorClient):
@@ -147,7 +148,7 @@ async def test_cancel_stops_the_search_and_the_server_keeps_working(client: Edit
     result = await asyncio.wait_for(run, timeout=10)
     elapsed = asyncio.get_running_loop().time() - started
     print(f"cancel to result: {elapsed:.3f} s")
-    assert result == {"improved": False, "cancelled": True}
+    assert result["improved"] is False and result["cancelled"] is True and "cancelled" in result["reason"]
     assert elapsed < 2.0  # "within a second" on an idle machine; slack for a loaded CI box
     await wait_for(lambda: client.statuses and not client.statuses[-1]["jobs"], what="no jobs running")
     store = client.workspace_root / ".kernel-lsp" / "store.sqlite"

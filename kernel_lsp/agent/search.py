@@ -255,7 +255,9 @@ class Search:
         t.add_done_callback(self._tasks.discard)
 
     def _qualifies(self, ev: Evaluation | None) -> bool:
-        if ev is None or ev.verdict != "correct" or ev.correct is not True or ev.time is None:
+        if ev is None or ev.verdict != "correct" or ev.correct is not True:
+            return False
+        if ev.time is None and "bench" in self.options.checks:  # a compile-only repair has no time
             return False
         return not (set(ev.flags) & self.options.bad_flags)
 

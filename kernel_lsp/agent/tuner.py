@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kernel_lsp.intexpr import eval_int
 from kernel_lsp.model import Candidate
 
 from .proposer import Proposal, ProposalRequest
@@ -121,22 +122,11 @@ def _neighbours(t: Tunable) -> list[int]:
 _BOUNDS_EXPR = re.compile(r"__launch_bounds__\s*\(\s*([^,()]+(?:\([^()]*\)[^,()]*)*)")
 _LAUNCH_EXPR = re.compile(r"<<<\s*[^,<>]+?,\s*([^,<>]+?)\s*(?:,|>>>)")
 _DIM3_ANY = re.compile(r"\bdim3\s+([A-Za-z_]\w*)\s*[({]([^(){};]*)[)}]")
-_ARITH = re.compile(r"^[\w\s*+\-/()]+$")
 
 
 def _value(expr: str, names: dict[str, int]) -> int | None:
-    """An integer expression of literals and known constants, or None if it has anything else."""
-    expr = expr.strip()
-    if not expr or not _ARITH.match(expr):
-        return None
-    tokens = re.findall(r"[A-Za-z_]\w*", expr)
-    if any(t not in names for t in tokens):
-        return None
-    py = re.sub(r"[A-Za-z_]\w*", lambda m: str(names[m.group(0)]), expr).replace("/", "//")
-    try:
-        return int(eval(py, {"__builtins__": {}}, {}))  # digits and + - * // ( ) only
-    except Exception:
-        return None
+    """An integer expression of literals and known constants (kernel_lsp.intexpr), or None."""
+    return eval_int(expr, names)
 
 
 def threads_ok(source: str, kind: str = "cuda") -> bool:

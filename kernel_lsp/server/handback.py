@@ -14,47 +14,23 @@ from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 
-from kernel_lsp.server.app import KernelLanguageServer
-
 if TYPE_CHECKING:
-    from kernel_lsp.agent import SearchResult
-    from kernel_lsp.server.actions import SearchRun
+    from kernel_lsp.server.app import KernelLanguageServer
+    from kernel_lsp.server.optimize import SearchRun
 
 log = logging.getLogger(__name__)
 
 APPLY, PREVIEW, KEEP = "Apply", "Show diff", "Keep for later"
+CANDIDATE_NOTIFICATION = "kernel-lsp/candidate"  # {uri, search, candidate, gain, message}
 
 
-def register(server: KernelLanguageServer) -> None:
-    @server.command("kernel-lsp.previewCandidate")
-    def preview_command(ls: KernelLanguageServer, args: dict[str, Any] | None = None) -> dict:
-        run, candidate = _pending(ls, args)
-        uri = preview(ls, run, candidate)
-        return {"uri": uri}
-
-    @server.command("kernel-lsp.applyCandidate")
-    async def apply_command(ls: KernelLanguageServer, args: dict[str, Any] | None = None) -> dict:
-        run, candidate = _pending(ls, args)
-        return await apply(ls, run, candidate)
-
-
-def _pending(ls: KernelLanguageServer, args: Any):
-    search = args.get("search") if isinstance(args, dict) else None
-    if search is None and ls.search_runs:
-        search = max(ls.search_runs)
-    if search is None or int(search) not in ls.search_runs:
-        raise ValueError("no verified, faster result is waiting for this Search; run Optimize first")
-    run = ls.search_runs[int(search)]
-    return run, run.best
-
-
-def candidate_path(ls: KernelLanguageServer, run: "SearchRun", candidate) -> str:
+def candidate_path(ls: "KernelLanguageServer", run: "SearchRun", candidate) -> str:
     ext = ".cu" if candidate.kind == "cuda" else ".py"
-    stem = os.path.splitext(os.path.basename(ls.path(run.uri)))[0]
+    stem = os.path.splitext(os.path.basename(ls.state(run.uri).path))[0]
     return os.path.join(ls.host.root, ".kernel-lsp", "candidates", f"{stem}-{candidate.id}{ext}")
 
 
-def preview(ls: KernelLanguageServer, run: "SearchRun", candidate) -> str:
+def preview(ls: "KernelLanguageServer", run: "SearchRun", candidate) -> str:
     """Write the candidate where the editor can open it beside the file, and show it."""
     path = candidate_path(ls, run, candidate)
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -67,38 +43,42 @@ def preview(ls: KernelLanguageServer, run: "SearchRun", candidate) -> str:
     return uri
 
 
-async def offer(ls: KernelLanguageServer, run: "SearchRun", result: "SearchResult") -> None:
-    run.best = result.best
-    run.search_id = result.search_id
-    preview(ls, run, result.best)
-    gain = (f"{result.speedup:.2f}x faster than your" if result.speedup is not None
-            else "that fixes your")
-    message = (f"kernel-lsp: a version {gain} {os.path.basename(ls.path(run.uri))} passed verification "
-               f"(Search {result.search_id}).")
+async def ask(ls: "KernelLanguageServer", run: "SearchRun", message: str) -> bool:
+    """Show the preview; ask Apply / Keep for later where the editor plugin does not ask itself.
+    True when the user chose Apply here."""
+    # Editor plugins that ask themselves put the gain (both baselines) in their prompt.
+    try:
+        ls.protocol.notify(CANDIDATE_NOTIFICATION, {
+            "uri": run.uri, "search": run.search_id, "candidate": run.best.id if run.best else None,
+            "gain": run.gain, "message": message})
+    except Exception:  # noqa: BLE001 - a client that ignores it loses nothing
+        log.debug("candidate notification not sent", exc_info=True)
+    preview(ls, run, run.best)
     experimental = ls.client_capabilities.experimental
     if isinstance(experimental, dict) and experimental.get("kernelLsp", {}).get("candidatePreview"):
-        return  # the editor plugin shows the diff and calls kernel-lsp.applyCandidate itself
+        return False  # the editor plugin shows the diff and calls kernel-lsp.applyCandidate itself
     try:
         choice = await ls.window_show_message_request_async(types.ShowMessageRequestParams(
             type=types.MessageType.Info, message=message,
             actions=[types.MessageActionItem(title=APPLY), types.MessageActionItem(title=KEEP)]))
     except Exception as exc:  # no answer: the result waits for kernel-lsp.applyCandidate
         log.info("showMessageRequest failed: %s", exc)
-        return
-    if choice is not None and choice.title == APPLY:
-        await apply(ls, run, result.best)
+        return False
+    return choice is not None and choice.title == APPLY
 
 
-async def apply(ls: KernelLanguageServer, run: "SearchRun", candidate) -> dict:
-    document = ls.workspace.get_text_document(run.uri)
-    if document.version != run.version or document.source != run.text:
+async def apply(ls: "KernelLanguageServer", run: "SearchRun") -> dict[str, Any]:
+    """A versioned edit from the Search's start text to its winner; refused if the text moved."""
+    candidate = run.best
+    state = ls.state(run.uri)
+    if state.version != run.version or state.text != run.text:
         message = ("kernel-lsp: the file changed while the Search ran, so its result was not applied; "
                    f"it is kept in the store (Search {run.search_id}): run Optimize again to start "
                    "from your current text, or `kernel-lsp report` to see it.")
-        ls.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=message))
-        return {"applied": False, "reason": "stale"}
+        ls.show(message, types.MessageType.Warning)
+        return {"applied": False, "reason": "the file changed since the Search started"}
     start, end, new = minimal_change(run.text, candidate.source)
-    positions = ls.positions(run.uri)
+    positions = ls.positions(state)
     edit_range = types.Range(start=positions.position(*_line_col(run.text, start)),
                              end=positions.position(*_line_col(run.text, end)))
     support = _annotations_supported(ls)
@@ -115,9 +95,10 @@ async def apply(ls: KernelLanguageServer, run: "SearchRun", candidate) -> dict:
             description="Review the diff before applying")} if support else None,
     )
     result = await ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(edit=edit, label=label))
-    if result.applied:
-        ls.search_runs.pop(run.search_id, None)
-    return {"applied": bool(result.applied), "reason": result.failure_reason}
+    out: dict[str, Any] = {"applied": bool(result.applied)}
+    if not result.applied:
+        out["reason"] = result.failure_reason or "the editor did not apply the edit"
+    return out
 
 
 def minimal_change(old: str, new: str) -> tuple[int, int, str]:
@@ -141,7 +122,7 @@ def _line_col(text: str, offset: int) -> tuple[int, int]:
     return line, offset - (text.rfind("\n", 0, offset) + 1)
 
 
-def _annotations_supported(ls: KernelLanguageServer) -> bool:
+def _annotations_supported(ls: "KernelLanguageServer") -> bool:
     workspace = ls.client_capabilities.workspace
     edit = workspace.workspace_edit if workspace else None
     return bool(edit and edit.change_annotation_support and edit.document_changes)

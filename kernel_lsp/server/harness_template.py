@@ -32,13 +32,14 @@ def harness_for(doc: Document) -> str:
     args = []
     for p in params:
         name, ptype = p.get("name", "arg"), p.get("type", "int")
+        # The comma goes before the comment: after it, it would be part of the comment.
         if "cudaStream_t" in ptype:
-            args.append("ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)")
+            args.append("ctypes.c_void_p(torch.cuda.current_stream().cuda_stream),")
         elif "*" in ptype:
-            args.append(f"ctypes.c_void_p({name}.data_ptr())  # {ptype} {name}")
+            args.append(f"ctypes.c_void_p({name}.data_ptr()),  # {ptype} {name}")
         else:
-            args.append(f"{_ctype(ptype)}({name})  # {ptype} {name}")
-    call = (",\n        ".join(args)) if args else ""
+            args.append(f"{_ctype(ptype)}({name}),  # {ptype} {name}")
+    call = ("\n        ".join(args)) if args else ""
     return f'''"""KernelBench harness for {stem}.cu: the reference, its inputs, and how {entry} stands in
 for Model.forward. Written by kernel-lsp; fill in the TODOs."""
 

@@ -26,10 +26,13 @@ class Job:
     message: str = ""
     best_speedup: float | None = None
     visible: bool = True  # shown in kernel-lsp/status and cancelled by a bare kernel-lsp.cancel
+    reason: str | None = None  # why it ended without a result (said to the user)
 
     def status(self) -> dict[str, Any]:
-        return {"id": self.id, "title": self.title, "uri": self.uri,
-                "message": self.message, "bestSpeedup": self.best_speedup}
+        # bestSpeedup is the Search's progress, unconfirmed: editors drop it when the job ends
+        # and show the document's confirmed measurement (status "documents") instead.
+        return {"id": self.id, "title": self.title, "uri": self.uri, "message": self.message,
+                "bestSpeedup": self.best_speedup, "unconfirmed": self.best_speedup is not None}
 
 
 class Jobs:

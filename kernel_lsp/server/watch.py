@@ -23,14 +23,14 @@ def dependents(ls: "KernelLanguageServer", changed: str) -> list[str]:
     """Open documents whose checks depend on `changed` (not the file itself)."""
     changed = os.path.abspath(changed)
     out = []
-    for uri, doc in list(ls.documents.items()):
-        path = os.path.abspath(doc.path)
+    for uri, state in list(ls.states.items()):
+        path = os.path.abspath(state.path)
         if path == changed:
             continue
         stem = os.path.splitext(path)[0]
         harness = stem + ".py" if path.endswith(".cu") else None
         includes = {os.path.abspath(os.path.join(os.path.dirname(path), inc))
-                    for inc in INCLUDE.findall(doc.text)}
+                    for inc in INCLUDE.findall(state.text)}
         if changed == harness or changed in includes or changed == stem + ".cu":
             out.append(uri)
     return out
@@ -73,10 +73,8 @@ class Watcher:
 
 
 def changed_on_disk(ls: "KernelLanguageServer", path: str) -> None:
-    from kernel_lsp.server import compiling, evaluations
-
     for uri in dependents(ls, path):
-        log.info("%s changed: re-checking %s", path, uri)
-        ls.evaluations.pop(uri, None)
-        compiling.schedule(ls, uri)
-        evaluations.on_save(ls, uri)
+        state = ls.states.get(uri)
+        if state is not None:
+            log.info("%s changed: re-checking %s", path, uri)
+            ls.dispatch("dependency_changed", state, path)

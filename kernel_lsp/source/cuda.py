@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from tree_sitter import Language, Node
 
 from kernel_lsp.model import Span, Target, TargetKind
-from kernel_lsp.source.intexpr import eval_int, strip_comments
+from kernel_lsp.intexpr import eval_int, strip_comments
 from kernel_lsp.source.records import Constant, Define, Export, HostFunction, Launch
 from kernel_lsp.source.text import LineIndex, span_dict
 

@@ -99,9 +99,6 @@ class Document:
     def kernels(self) -> list[Target]:
         return [t for t in self.targets if t.kind is TargetKind.CUDA_KERNEL]
 
-    def targets_of(self, *kinds: TargetKind) -> list[Target]:
-        return [t for t in self.targets if t.kind in kinds]
-
     def target(self, name: str, kind: TargetKind | None = None) -> Target | None:
         """The first Target with this name (and kind)."""
         for t in self.targets:

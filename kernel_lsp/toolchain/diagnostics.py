@@ -7,11 +7,11 @@ compile.py maps them through `line_map` for sources embedded in another document
 
 from __future__ import annotations
 
-import ast
 import os
 import re
 from dataclasses import dataclass, field
 
+from kernel_lsp.intexpr import LazyNames, eval_int
 from kernel_lsp.model import Diagnostic, Span
 
 # cudafe / nvcc front end: `file(12): error #20-D: identifier "x" is undefined`
@@ -233,50 +233,10 @@ def _named_values(source: str) -> dict[str, str]:
     return values
 
 
-def _constant(source: str, expr: str, depth: int = 0, values: dict[str, str] | None = None) -> int | None:
-    """Evaluate a launch-bounds expression made of integers, + - * / and simple
-    `#define NAME value` / `constexpr int NAME = value;` constants."""
-    if depth > 8:
-        return None
-    if values is None:
-        values = _named_values(source)
-
-    def value_of(m: re.Match) -> str:
-        found = values.get(m.group(0))
-        sub = None if found is None else _constant(source, found, depth + 1, values)
-        if sub is None:
-            raise LookupError(m.group(0))
-        return str(sub)
-
-    try:
-        text = re.sub(r"[A-Za-z_]\w*", value_of, expr)
-    except LookupError:
-        return None
-    text = re.sub(r"(\d+)[uUlL]+", r"\1", text)
-    if not re.fullmatch(r"[\d\s+\-*/()]+", text):
-        return None
-    try:
-        tree = ast.parse(text.replace("/", "//"), mode="eval")
-    except SyntaxError:
-        return None
-    return _eval(tree.body)
-
-
-def _eval(node: ast.AST) -> int | None:
-    if isinstance(node, ast.Constant) and isinstance(node.value, int):
-        return node.value
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        v = _eval(node.operand)
-        return None if v is None else -v
-    if isinstance(node, ast.BinOp):
-        a, b = _eval(node.left), _eval(node.right)
-        if a is None or b is None:
-            return None
-        ops = {ast.Add: lambda: a + b, ast.Sub: lambda: a - b, ast.Mult: lambda: a * b,
-               ast.FloorDiv: lambda: a // b if b else None}
-        fn = ops.get(type(node.op))
-        return fn() if fn else None
-    return None
+def _constant(source: str, expr: str, values: dict[str, str] | None = None) -> int | None:
+    """Evaluate a launch-bounds expression with the file's `#define NAME value` and
+    `constexpr int NAME = value;` constants (kernel_lsp.intexpr: the one C evaluator)."""
+    return eval_int(expr, LazyNames(values if values is not None else _named_values(source)))
 
 
 @dataclass

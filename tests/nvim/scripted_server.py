@@ -1,5 +1,5 @@
 """A scripted language server that plays kernel-lsp's side of the optimize flow as
-kernel_lsp/server (actions.py, handback.py) does it: progress, `kernel-lsp/status`, the
+kernel_lsp/server (optimize.py, handback.py) does it: progress, `kernel-lsp/status`, the
 winner written to `.kernel-lsp/candidates/<stem>-<candidate id><ext>` and shown with
 `window/showDocument` *before* the command answers `{search, best, improved, speedup}`,
 then `workspace/applyEdit` on `kernel-lsp.applyCandidate`.
@@ -49,7 +49,7 @@ def code_action(ls: LanguageServer, params: types.CodeActionParams):
         title="Optimize scale_kernel (kernel-lsp)",
         kind=types.CodeActionKind.Source + ".kernelLsp.optimize",
         command=types.Command(title="Optimize", command="kernel-lsp.optimize",
-                              arguments=[{"uri": uri, "target": "scale_kernel"}]),
+                              arguments=[{"uri": uri}]),
     )]
 
 

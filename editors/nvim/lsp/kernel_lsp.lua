@@ -19,5 +19,11 @@ return {
     ['window/showDocument'] = function(...)
       return require('kernel_lsp').on_show_document(...)
     end,
+    ['kernel-lsp/candidate'] = function(...)
+      return require('kernel_lsp').on_candidate(...)
+    end,
+    ['window/showMessage'] = function(...)
+      return require('kernel_lsp').on_show_message(...)
+    end,
   },
 }

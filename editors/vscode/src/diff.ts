@@ -17,6 +17,16 @@ export interface PreviewHints {
   lastUri?: string;
   /** arguments of the last kernel-lsp.previewCandidate, or the result of the last search */
   lastPreview?: CandidateRef;
+  /** the verified gain in words, both baselines (kernel-lsp/candidate) */
+  gain?: string;
+}
+
+/** kernel-lsp/candidate: sent just before the server shows a verified winner. */
+export const CANDIDATE_NOTIFICATION = "kernel-lsp/candidate";
+
+/** The question next to the diff: the gain against your code and both baselines. */
+export function applyPrompt(name: string, gain?: string): string {
+  return `kernel-lsp: apply this verified candidate to ${name}?${gain ? ` ${gain}` : ""}`;
 }
 
 export function isCandidate(uri: string): boolean {
@@ -70,6 +80,7 @@ export async function showCandidateDiff(
   params: ShowDocumentParamsLike,
   hints: PreviewHints,
   apply: (ref: CandidateRef) => Thenable<unknown>,
+  discard: () => Thenable<unknown> = async () => undefined,
 ): Promise<{ success: boolean } | undefined> {
   if (params.external || !isCandidate(params.uri)) return undefined;
   const candidate = vscode.Uri.parse(params.uri);
@@ -79,14 +90,18 @@ export async function showCandidateDiff(
     vscode.workspace.textDocuments.map((d) => d.uri),
   );
   if (!original) return undefined; // nothing to compare with: let it open as a plain file
-  const title = `${path.basename(original.fsPath)} ↔ candidate`;
+  const title = `${path.basename(original.fsPath)} ↔ verified candidate`;
   await vscode.commands.executeCommand("vscode.diff", original, candidate, title, {
     preview: true,
     preserveFocus: params.takeFocus === false,
   });
+  // Apply / Discard in the diff's title bar (package.json menus) and in the palette.
+  await vscode.commands.executeCommand("setContext", "kernelLsp.candidateDiffOpen", true);
+  await vscode.commands.executeCommand("setContext", "kernelLsp.candidatePending", true);
   void vscode.window
-    .showInformationMessage(`kernel-lsp: apply this candidate to ${path.basename(original.fsPath)}?`, "Apply", "Discard")
+    .showInformationMessage(applyPrompt(path.basename(original.fsPath), hints.gain), "Apply", "Discard")
     .then((choice) => {
+      if (choice === "Discard") return discard();
       if (choice !== "Apply") return undefined;
       // Read at answer time: the server shows the preview before its command returns the
       // search id. Ids from the last previewCandidate / search result beat the path's.

@@ -10,17 +10,26 @@ import {
   TransportKind,
 } from "vscode-languageclient/node";
 import { SECTION, configurationItem, serverSettings } from "./config";
-import { CandidateRef, PreviewHints, isCandidate, showCandidateDiff } from "./diff";
+import { CANDIDATE_NOTIFICATION, CandidateRef, PreviewHints, isCandidate, showCandidateDiff } from "./diff";
 import {
   API_KEY_SECRET,
+  Probe,
   PythonApi,
   SERVE_ARGS,
   apiKey,
   chooseInterpreter,
+  installCommand,
+  probeInterpreter,
   pythonExtensionApi,
   serverEnv,
 } from "./server";
-import { STATUS_NOTIFICATION, StatusBar, StatusParams } from "./status";
+import { STATUS_NOTIFICATION, StatusBar, StatusParams, isServed } from "./status";
+
+/** Replaceable in tests: whether an interpreter can run the server. */
+export const runtime = { probe: probeInterpreter as (python: string) => Promise<Probe> };
+
+/** Settings that need a new server process; every other one is pushed to the running server. */
+export const RESTART_SETTINGS = ["python", "serverArgs"];
 
 /** Server commands (docs/architecture.md). */
 export const SERVER_COMMANDS = {
@@ -41,6 +50,9 @@ export class Controller implements vscode.Disposable {
   private starting?: Promise<void>;
   private restartTimer?: NodeJS.Timeout;
   private python?: PythonApi;
+  /** Why the server is not running, when it could not start (not installed, untrusted...). */
+  missing?: { python: string; reason: string };
+  private askedInstall = false;
 
   constructor(
     private readonly context: vscode.ExtensionContext,
@@ -71,6 +83,17 @@ export class Controller implements vscode.Disposable {
     this.python ??= await pythonExtensionApi();
     const folder = this.workspaceFolder();
     const interpreter = chooseInterpreter(this.config().get<string>("python"), this.python, folder?.uri, folder?.uri.fsPath);
+    // Start only an interpreter that has kernel-lsp: a Python project that does not use it
+    // gets no server, no crash loop and no error popup.
+    const probe = await runtime.probe(interpreter.path);
+    if (!probe.ok) {
+      this.missing = { python: interpreter.path, reason: probe.reason };
+      this.output.appendLine(`[kernel-lsp] not started: ${probe.reason}`);
+      this.status.offline(probe.reason, "kernelLsp.installServer");
+      if (this.servesOpenCuda()) void this.offerInstall();
+      return;
+    }
+    this.missing = undefined;
     const extra = (this.config().get<string[]>("serverArgs") ?? []).filter((a) => typeof a === "string");
     const key = await apiKey(this.context.secrets, process.env);
     const serverOptions: ServerOptions = {
@@ -111,7 +134,7 @@ export class Controller implements vscode.Disposable {
         window: {
           // The client calls `next` with params only, despite its declared type.
           showDocument: async (params, next) =>
-            (await showCandidateDiff(params, this.hints, (ref) => this.apply(ref))) ??
+            (await this.showDiff(params)) ??
             ((await next(params, undefined as never)) as { success: boolean }),
         },
         // Code lenses and code actions run server commands through here: remember
@@ -140,6 +163,13 @@ export class Controller implements vscode.Disposable {
       void this.startFailed(interpreter.path, err);
       return;
     }
+    client.onNotification(CANDIDATE_NOTIFICATION, (params: { uri?: string; gain?: string; search?: number; candidate?: string }) => {
+      this.hints.gain = typeof params?.gain === "string" ? params.gain : undefined;
+      if (typeof params?.uri === "string" && !isCandidate(params.uri)) this.hints.lastUri = params.uri;
+      if (params?.search !== undefined && params.search !== null) {
+        this.hints.lastPreview = { search: params.search, candidate: params.candidate ?? undefined };
+      }
+    });
     client.onNotification(STATUS_NOTIFICATION, (params: StatusParams) => {
       this.status.update(params);
       // A job's document is the file its later preview belongs to.
@@ -147,6 +177,41 @@ export class Controller implements vscode.Disposable {
       if (job?.uri) this.hints.lastUri = job.uri;
     });
     this.status.update({ jobs: [] });
+  }
+
+  private async showDiff(params: { uri: string; external?: boolean; takeFocus?: boolean }) {
+    const shown = await showCandidateDiff(params, this.hints, (ref) => this.apply(ref), () => this.discard());
+    if (shown) this.diffOpen = true;
+    return shown;
+  }
+
+  /** A .cu/.cuh is open: the user expects kernel-lsp here, so say why it is not running. */
+  private servesOpenCuda(): boolean {
+    return vscode.workspace.textDocuments.some((d) => /\.(cu|cuh)$/i.test(d.uri.toString()) && !isCandidate(d.uri.toString()));
+  }
+
+  /** Once per session (or when a command needs the server): what to do about a missing server. */
+  async offerInstall(force = false): Promise<void> {
+    if (!this.missing || (this.askedInstall && !force)) return;
+    this.askedInstall = true;
+    const untrusted = !vscode.workspace.isTrusted;
+    const why = untrusted
+      ? `${this.missing.reason}. This workspace is not trusted, so kernelLsp.python is ignored and ${this.missing.python} is used.`
+      : `${this.missing.reason}.`;
+    const actions = untrusted ? ["Manage Workspace Trust", "Install…"] : ["Install…", "Choose Interpreter", "Show Log"];
+    const choice = await vscode.window.showInformationMessage(`kernel-lsp: ${why}`, ...actions);
+    if (choice === "Install…") await vscode.commands.executeCommand("kernelLsp.installServer");
+    if (choice === "Choose Interpreter") await vscode.commands.executeCommand("workbench.action.openSettings", "kernelLsp.python");
+    if (choice === "Manage Workspace Trust") await vscode.commands.executeCommand("workbench.trust.manage");
+    if (choice === "Show Log") this.output.show();
+  }
+
+  /** Settings changed: push them to the running server (a Search keeps running). */
+  pushSettings(): void {
+    if (!this.client) return;
+    void this.client.sendNotification("workspace/didChangeConfiguration", {
+      settings: { [SECTION]: serverSettings(this.config(), vscode.workspace.isTrusted) },
+    });
   }
 
   private async startFailed(python: string, err: unknown): Promise<void> {
@@ -215,7 +280,13 @@ export class Controller implements vscode.Disposable {
   /** workspace/executeCommand on the server (starting it first if needed). */
   async exec(command: string, arg: Args): Promise<unknown> {
     await this.start();
-    if (!this.client) throw new Error("kernel-lsp is not running");
+    if (!this.client) {
+      if (this.missing) {
+        void this.offerInstall(true);
+        return undefined; // said why, with what to do
+      }
+      throw new Error("kernel-lsp is not running");
+    }
     this.remember(command, arg);
     const result = await this.client.sendRequest("workspace/executeCommand", { command, arguments: [arg] });
     this.rememberResult(result);
@@ -225,9 +296,32 @@ export class Controller implements vscode.Disposable {
   apply(ref: CandidateRef): Thenable<unknown> {
     const arg: Args = {};
     if (ref.search !== undefined) arg.search = ref.search;
-    if (ref.candidate !== undefined) arg.candidate = ref.candidate;
-    return this.exec(SERVER_COMMANDS.applyCandidate, arg).then(undefined, (err) => report(err));
+    return this.exec(SERVER_COMMANDS.applyCandidate, arg).then(async (result) => {
+      await this.closeDiff();
+      const r = (result ?? {}) as Args;
+      if (r.applied === true) {
+        await vscode.commands.executeCommand("setContext", "kernelLsp.candidatePending", false);
+      } else if (typeof r.reason === "string" || typeof r.error === "string") {
+        void vscode.window.showWarningMessage(`kernel-lsp: not applied: ${String(r.reason ?? r.error)}`);
+      }
+      return result;
+    }, (err) => report(err));
   }
+
+  /** Discard: close the diff; the result stays in the store and in Apply Last Candidate. */
+  async discard(): Promise<void> {
+    await this.closeDiff();
+  }
+
+  private async closeDiff(): Promise<void> {
+    if (!this.diffOpen) return;
+    this.diffOpen = false;
+    await vscode.commands.executeCommand("setContext", "kernelLsp.candidateDiffOpen", false);
+    const tab = vscode.window.activeTextEditor?.document.uri.toString();
+    if (tab && isCandidate(tab)) await vscode.commands.executeCommand("workbench.action.closeActiveEditor");
+  }
+
+  diffOpen = false;
 
   dispose(): void {
     if (this.restartTimer) clearTimeout(this.restartTimer);
@@ -240,44 +334,17 @@ function report(err: unknown): void {
   void vscode.window.showErrorMessage(`kernel-lsp: ${msg}`);
 }
 
-function rangeContains(r: vscode.Range, p: vscode.Position): boolean {
-  return r.start.isBeforeOrEqual(p) && r.end.isAfterOrEqual(p);
-}
-
-/** The innermost symbol under the cursor (the server's documentSymbol names the Targets). */
-export async function targetAt(uri: vscode.Uri, position: vscode.Position): Promise<string | undefined> {
-  let symbols: (vscode.DocumentSymbol | vscode.SymbolInformation)[] | undefined;
-  try {
-    symbols = await vscode.commands.executeCommand("vscode.executeDocumentSymbolProvider", uri);
-  } catch {
-    return undefined;
-  }
-  let best: string | undefined;
-  const visit = (list: (vscode.DocumentSymbol | vscode.SymbolInformation)[] | undefined): void => {
-    for (const s of list ?? []) {
-      const range = "range" in s ? s.range : s.location.range;
-      if (!rangeContains(range, position)) continue;
-      best = s.name;
-      if ("children" in s) visit(s.children);
-    }
-  };
-  visit(symbols);
-  return best;
-}
-
-/** `{uri, target?}` from explicit arguments (code lens) or the active editor. */
+/** `{uri}` from explicit arguments (code lens) or the active editor: a document has one
+ * Task, which the server finds itself. */
 export async function documentArgs(arg: unknown): Promise<Args | undefined> {
   if (arg && typeof arg === "object" && typeof (arg as Args).uri === "string") return arg as Args;
   if (arg instanceof vscode.Uri) return { uri: arg.toString() };
   const editor = vscode.window.activeTextEditor;
-  if (!editor) {
+  if (!editor || !isServed(editor.document)) {
     void vscode.window.showWarningMessage("kernel-lsp: open a .cu or .py file first");
     return undefined;
   }
-  const out: Args = { uri: editor.document.uri.toString() };
-  const target = await targetAt(editor.document.uri, editor.selection.active);
-  if (target) out.target = target;
-  return out;
+  return { uri: editor.document.uri.toString() };
 }
 
 export async function activate(context: vscode.ExtensionContext): Promise<Controller> {
@@ -328,7 +395,27 @@ export async function activate(context: vscode.ExtensionContext): Promise<Contro
         report(err);
       }
     }),
-    vscode.commands.registerCommand("kernelLsp.applyCandidate", (arg?: CandidateRef) => ctl.apply(arg ?? ctl.hints.lastPreview ?? {})),
+    vscode.commands.registerCommand("kernelLsp.applyCandidate", (arg?: CandidateRef) =>
+      ctl.apply(arg && typeof arg === "object" && "search" in arg ? arg : (ctl.hints.lastPreview ?? {})),
+    ),
+    vscode.commands.registerCommand("kernelLsp.discardCandidate", () => ctl.discard()),
+    vscode.commands.registerCommand("kernelLsp.showLog", () => output.show()),
+    vscode.commands.registerCommand("kernelLsp.installServer", async () => {
+      const python = ctl.missing?.python ?? "python3";
+      const picked = await vscode.window.showOpenDialog({
+        canSelectFolders: true,
+        canSelectFiles: false,
+        openLabel: "Install from this kernel-lsp checkout",
+        title: `Install kernel-lsp into ${python}`,
+      });
+      const folder = picked?.[0]?.fsPath;
+      if (!folder) return;
+      const terminal = vscode.window.createTerminal({ name: "kernel-lsp install" });
+      terminal.show();
+      terminal.sendText(installCommand(python, folder));
+      output.appendLine(`[kernel-lsp] install: ${installCommand(python, folder)}; then run kernel-lsp: Restart Server`);
+    }),
+    vscode.window.onDidChangeActiveTextEditor(() => status.render()),
     vscode.commands.registerCommand("kernelLsp.restart", () => ctl.restart()),
     vscode.commands.registerCommand("kernelLsp.setApiKey", async () => {
       const key = await vscode.window.showInputBox({
@@ -343,7 +430,11 @@ export async function activate(context: vscode.ExtensionContext): Promise<Contro
       await ctl.restart();
     }),
     vscode.workspace.onDidChangeConfiguration((e) => {
-      if (e.affectsConfiguration(SECTION)) ctl.restartSoon();
+      if (!e.affectsConfiguration(SECTION)) return;
+      // A new interpreter or server arguments need a new process; everything else is pushed
+      // with workspace/didChangeConfiguration, so a running Search is not killed.
+      if (RESTART_SETTINGS.some((k) => e.affectsConfiguration(`${SECTION}.${k}`)) || !ctl.client) ctl.restartSoon();
+      else ctl.pushSettings();
     }),
     vscode.workspace.onDidGrantWorkspaceTrust(() => void ctl.restart()),
   );

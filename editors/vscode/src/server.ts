@@ -1,4 +1,5 @@
 // How the server process is chosen and started: interpreter, arguments, environment.
+import * as childProcess from "child_process";
 import * as os from "os";
 import * as vscode from "vscode";
 
@@ -80,3 +81,28 @@ export async function apiKey(
 }
 
 export const API_KEY_SECRET = "kernelLsp.apiKey";
+
+
+/** What `probe` found: the server's version in that interpreter, or why it cannot run there. */
+export type Probe = { ok: true; version: string } | { ok: false; reason: string };
+
+const PROBE_CODE = "import kernel_lsp; print(kernel_lsp.__version__)";
+
+/** Whether `python` can run the server (kernel_lsp importable), without starting it. */
+export function probeInterpreter(python: string, timeoutMs = 20000): Promise<Probe> {
+  return new Promise((resolve) => {
+    childProcess.execFile(python, ["-c", PROBE_CODE], { timeout: timeoutMs }, (err, stdout, stderr) => {
+      if (!err) return resolve({ ok: true, version: String(stdout).trim() });
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code === "ENOENT") return resolve({ ok: false, reason: `${python} was not found` });
+      const last = String(stderr).trim().split("\n").pop() ?? "";
+      resolve({ ok: false, reason: /No module named/.test(last) ? `kernel-lsp is not installed in ${python}` : last || err.message });
+    });
+  });
+}
+
+/** The command a user runs to install the server from a checkout into `python`. */
+export function installCommand(python: string, checkout: string): string {
+  const q = (s: string) => (/^[\w@%+=:,./-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`);
+  return `${q(python)} -m pip install -e ${q(checkout)}`;
+}

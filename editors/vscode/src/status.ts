@@ -1,5 +1,7 @@
-// Status bar fed by the server's `kernel-lsp/status` notification
-// ({jobs: [{id, title, uri, message, bestSpeedup}]}, see docs/architecture.md).
+// Status bar fed by the server's `kernel-lsp/status` notification (docs/architecture.md):
+// {jobs: [{id, title, uri, message, bestSpeedup, unconfirmed}], documents: [{uri, version,
+// stale, summary, ...}]}. While a job runs it shows the job; otherwise the measurement of the
+// active file, in the lens' words. A Search's unconfirmed best leaves with its job.
 import * as vscode from "vscode";
 
 export const STATUS_NOTIFICATION = "kernel-lsp/status";
@@ -10,11 +12,19 @@ export interface StatusJob {
   uri?: string;
   message?: string;
   bestSpeedup?: number | null;
-  search?: string | number;
+  unconfirmed?: boolean;
+}
+
+export interface StatusDocument {
+  uri: string;
+  version?: number | null;
+  stale?: boolean;
+  summary?: string;
 }
 
 export interface StatusParams {
   jobs?: StatusJob[];
+  documents?: StatusDocument[];
 }
 
 export interface StatusView {
@@ -27,15 +37,17 @@ function speedup(x: number | null | undefined): string | undefined {
   return typeof x === "number" && Number.isFinite(x) ? `${x.toFixed(2)}x` : undefined;
 }
 
-/** What the status bar shows for one notification; `lastBest` is remembered across jobs. */
-export function statusView(params: StatusParams, lastBest?: number): StatusView {
+/** What the status bar shows: the running jobs, else `doc`'s measurement. */
+export function statusView(params: StatusParams, doc?: StatusDocument): StatusView {
   const jobs = Array.isArray(params?.jobs) ? params.jobs : [];
   if (jobs.length === 0) {
-    const best = speedup(lastBest);
+    const summary = typeof doc?.summary === "string" ? doc.summary : undefined;
     return {
-      text: best ? `$(zap) kernel-lsp ${best}` : "$(zap) kernel-lsp",
-      tooltip: best ? `kernel-lsp: idle; best speedup so far ${best}` : "kernel-lsp: idle",
-      command: "kernelLsp.showReport",
+      text: summary ? `$(zap) ${summary.length > 60 ? summary.slice(0, 59) + "…" : summary}` : "$(zap) kernel-lsp",
+      tooltip: summary
+        ? `kernel-lsp: ${summary}${typeof doc?.version === "number" ? ` (measured on version ${doc.version})` : ""}`
+        : "kernel-lsp: idle",
+      command: "kernelLsp.showLog",
     };
   }
   const bests = jobs.map((j) => j.bestSpeedup).filter((x): x is number => typeof x === "number");
@@ -43,44 +55,68 @@ export function statusView(params: StatusParams, lastBest?: number): StatusView 
   const first = jobs[0];
   const label = jobs.length === 1 ? first.title || "job" : `${jobs.length} jobs`;
   const detail = jobs.length === 1 && first.message ? `: ${first.message}` : "";
-  const text = `$(sync~spin) ${label}${detail}${best ? ` · best ${best}` : ""}`;
+  const said = detail.includes("best ") ? "" : best ? ` · best ${best} (unconfirmed)` : "";
+  const text = `$(sync~spin) ${label}${detail}${said}`;
   const tooltip = jobs
-    .map((j) => `${j.title || j.id}${j.message ? `: ${j.message}` : ""}${speedup(j.bestSpeedup) ? ` (best ${speedup(j.bestSpeedup)})` : ""}`)
+    .map((j) => `${j.title || j.id}${j.message ? `: ${j.message}` : ""}${speedup(j.bestSpeedup) ? ` (best ${speedup(j.bestSpeedup)}, unconfirmed)` : ""}`)
     .join("\n");
   return { text, tooltip: `${tooltip}\nClick to cancel`, command: "kernelLsp.cancel" };
+}
+
+/** Files the server serves: the status item shows only on these. */
+export function isServed(doc: { uri: { toString(): string }; languageId?: string } | undefined): boolean {
+  if (!doc) return false;
+  return /\.(cu|cuh|py)$/i.test(doc.uri.toString()) || doc.languageId === "cuda-cpp";
 }
 
 /** Owns the status bar item; remembers the running jobs for the Cancel picker. */
 export class StatusBar implements vscode.Disposable {
   readonly item: vscode.StatusBarItem;
   jobs: StatusJob[] = [];
-  private best?: number;
+  documents = new Map<string, StatusDocument>();
+  private last: StatusParams = { jobs: [] };
+  private online = true;
 
   constructor() {
     this.item = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Left, 50);
     this.update({ jobs: [] });
-    this.item.show();
   }
 
   update(params: StatusParams): void {
+    this.last = params ?? { jobs: [] };
+    this.online = true;
     this.jobs = Array.isArray(params?.jobs) ? params.jobs : [];
-    for (const j of this.jobs) {
-      if (typeof j.bestSpeedup === "number" && (this.best === undefined || j.bestSpeedup > this.best)) {
-        this.best = j.bestSpeedup;
-      }
-    }
-    const view = statusView(params, this.best);
+    this.documents = new Map(
+      (Array.isArray(params?.documents) ? params.documents : []).filter((d) => typeof d?.uri === "string").map((d) => [d.uri, d]),
+    );
+    // Cancel is offered (command palette) only while something runs.
+    void vscode.commands.executeCommand("setContext", "kernelLsp.jobsRunning", this.jobs.length > 0);
+    this.render();
+  }
+
+  /** Re-render for the active editor: shown on served files only. */
+  render(): void {
+    if (!this.online) return;
+    const editor = vscode.window.activeTextEditor;
+    const uri = editor?.document.uri.toString();
+    const view = statusView(this.last, uri ? this.documents.get(uri) : undefined);
     this.item.text = view.text;
     this.item.tooltip = view.tooltip;
     this.item.command = view.command;
+    if (isServed(editor?.document) || this.jobs.length > 0) this.item.show();
+    else this.item.hide();
   }
 
-  /** Shown while no server runs (starting, crashed, stopped). */
-  offline(reason: string): void {
+  /** Shown while no server runs (starting, crashed, stopped, not installed). */
+  offline(reason: string, command = "kernelLsp.restart"): void {
+    this.online = false;
     this.jobs = [];
+    void vscode.commands.executeCommand("setContext", "kernelLsp.jobsRunning", false);
     this.item.text = "$(circle-slash) kernel-lsp";
-    this.item.tooltip = `kernel-lsp: ${reason}\nClick to restart`;
-    this.item.command = "kernelLsp.restart";
+    this.item.tooltip = `kernel-lsp: ${reason}\nClick to ${command === "kernelLsp.restart" ? "restart" : "fix"}`;
+    this.item.command = command;
+    if (isServed(vscode.window.activeTextEditor?.document)) this.item.show();
+    else this.item.hide();
   }
 
   dispose(): void {

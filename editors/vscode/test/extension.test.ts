@@ -1,7 +1,7 @@
 // activate() end to end against the mocked vscode and a recording LanguageClient.
 import assert = require("node:assert/strict");
 import { beforeEach, test } from "node:test";
-import { activate } from "../src/extension";
+import { activate, runtime } from "../src/extension";
 import * as lc from "./languageclient-mock";
 import * as vscode from "./vscode-mock";
 
@@ -24,6 +24,7 @@ const SECRET = "sk-test-do-not-leak";
 beforeEach(() => {
   vscode.reset();
   lc.resetClients();
+  runtime.probe = async () => ({ ok: true, version: "0.1.0" });
   vscode.state.workspaceFolders = [{ uri: vscode.Uri.file("/ws"), name: "ws", index: 0 }];
   vscode.state.settings = {
     "kernelLsp.python": "/venv/bin/python",
@@ -92,7 +93,7 @@ test("granting trust restarts the server with execution on", async () => {
 test("a changed interpreter setting restarts the server with the new interpreter", async () => {
   const { ctl, client } = await started();
   vscode.state.settings["kernelLsp.python"] = "/other/python";
-  vscode.state.configChanged.fire({ affectsConfiguration: (s: string) => s === "kernelLsp" });
+  vscode.state.configChanged.fire({ affectsConfiguration: (s: string) => s === "kernelLsp" || s === "kernelLsp.python" });
   ctl.restartSoon(0); // skip the debounce wait
   await new Promise((r) => setTimeout(r, 20));
   assert.equal(client.stopped, true);
@@ -103,10 +104,10 @@ test("kernel-lsp/status notifications drive the status bar", async () => {
   const { client } = await started();
   const item = vscode.state.statusItems[0];
   client.notifications.get("kernel-lsp/status")!({ jobs: [{ id: 4, title: "optimize softmax_kernel", message: "evaluating 2/20", bestSpeedup: 1.42 }] });
-  assert.equal(item.text, "$(sync~spin) optimize softmax_kernel: evaluating 2/20 · best 1.42x");
+  assert.equal(item.text, "$(sync~spin) optimize softmax_kernel: evaluating 2/20 · best 1.42x (unconfirmed)");
 });
 
-test("Optimize sends {uri, target} with the symbol under the cursor", async () => {
+test("Optimize sends {uri}: the server finds the document's Task", async () => {
   const { client } = await started();
   vscode.state.activeTextEditor = { document: { uri: DOC }, selection: { active: new vscode.Position(12, 4) } };
   const range = (a: number, b: number) => new vscode.Range(new vscode.Position(a, 0), new vscode.Position(b, 0));
@@ -118,7 +119,7 @@ test("Optimize sends {uri, target} with the symbol under the cursor", async () =
   await vscode.commands.executeCommand("kernelLsp.optimize");
   assert.deepEqual(client.requests.at(-1), {
     method: "workspace/executeCommand",
-    params: { command: "kernel-lsp.optimize", arguments: [{ uri: DOC.toString(), target: "softmax_kernel" }] },
+    params: { command: "kernel-lsp.optimize", arguments: [{ uri: DOC.toString() }] },
   });
 });
 
@@ -140,7 +141,7 @@ test("the server's showDocument for a candidate opens a diff, and Apply calls ap
   assert.equal((diff.args[0] as vscode.Uri).fsPath, DOC.fsPath);
   assert.equal((diff.args[1] as vscode.Uri).fsPath, candidate.fsPath);
   await new Promise((r) => setTimeout(r, 10));
-  assert.deepEqual(client.requests.at(-1)!.params, { command: "kernel-lsp.applyCandidate", arguments: [{ search: 3, candidate: "17" }] });
+  assert.deepEqual(client.requests.at(-1)!.params, { command: "kernel-lsp.applyCandidate", arguments: [{ search: 3 }] });
 });
 
 test("Cancel with one running job cancels that job", async () => {
@@ -206,7 +207,7 @@ test("a preview shown before the search's result is applied with the result's id
   assert.equal((diff.args[0] as vscode.Uri).fsPath, DOC.fsPath);
   answer("Apply");
   await new Promise((r) => setTimeout(r, 10));
-  assert.deepEqual(client.requests.at(-1)!.params, { command: "kernel-lsp.applyCandidate", arguments: [{ search: 12, candidate: "c9" }] });
+  assert.deepEqual(client.requests.at(-1)!.params, { command: "kernel-lsp.applyCandidate", arguments: [{ search: 12 }] });
 });
 
 test("the original is found from a server-style candidate name when no command named it", async () => {
@@ -238,4 +239,118 @@ test("without kernelLsp.python the Python extension's environment is used, and f
   await new Promise((r) => setTimeout(r, 700)); // restartSoon's debounce
   assert.equal(client.stopped, true);
   assert.equal(lc.clients.at(-1)!.serverOptions.command, "/venv2/bin/python");
+});
+
+
+// -- issue 14: native behaviour ------------------------------------------------------------
+
+const CU = { uri: vscode.Uri.file("/ws/softmax.cu"), languageId: "cuda-cpp" };
+const PY = { uri: vscode.Uri.file("/ws/train.py"), languageId: "python" };
+const MD = { uri: vscode.Uri.file("/ws/README.md"), languageId: "markdown" };
+const missing = async (python: string) => ({ ok: false as const, reason: `kernel-lsp is not installed in ${python}` });
+
+test("a Python workspace without kernel-lsp gets no server and no popup", async () => {
+  runtime.probe = missing;
+  vscode.state.textDocuments = [PY];
+  vscode.state.activeTextEditor = { document: PY, selection: { active: new vscode.Position(0, 0) } };
+  await activate(context() as never);
+  await new Promise((r) => setTimeout(r, 10));
+  assert.equal(lc.clients.length, 0);
+  const popups = vscode.state.calls.filter((c) => /^show(Error|Warning|Information)Message$/.test(c.name));
+  assert.deepEqual(popups, []);
+  assert.match(vscode.state.output.join("\n"), /not started: kernel-lsp is not installed in \/venv\/bin\/python/);
+});
+
+test("with a .cu open, a missing server is one message that offers to install it", async () => {
+  runtime.probe = missing;
+  vscode.state.textDocuments = [CU];
+  vscode.state.messageChoice = "Install…";
+  vscode.state.openDialog = [vscode.Uri.file("/src/kernel-lsp")];
+  await activate(context() as never);
+  await new Promise((r) => setTimeout(r, 10));
+  const asked = vscode.state.calls.filter((c) => c.name === "showInformationMessage");
+  assert.equal(asked.length, 1);
+  assert.match(String(asked[0].args[0]), /kernel-lsp is not installed in \/venv\/bin\/python/);
+  assert.deepEqual(asked[0].args.slice(1), ["Install…", "Choose Interpreter", "Show Log"]);
+  assert.deepEqual(vscode.state.terminals[0].sent, ["/venv/bin/python -m pip install -e /src/kernel-lsp"]);
+  assert.equal(vscode.state.statusItems[0].command, "kernelLsp.installServer");
+  // A command that needs the server asks again instead of failing with an error.
+  vscode.state.messageChoice = undefined;
+  vscode.state.activeTextEditor = { document: CU, selection: { active: new vscode.Position(0, 0) } };
+  await vscode.commands.executeCommand("kernelLsp.optimize");
+  assert.equal(vscode.state.calls.filter((c) => c.name === "showInformationMessage").length, 2);
+  assert.equal(vscode.state.calls.filter((c) => c.name === "showErrorMessage").length, 0);
+});
+
+test("in an untrusted workspace the message says why the interpreter setting was not used", async () => {
+  runtime.probe = missing;
+  vscode.state.trusted = false;
+  vscode.state.textDocuments = [CU];
+  await activate(context() as never);
+  await new Promise((r) => setTimeout(r, 10));
+  const asked = vscode.state.calls.find((c) => c.name === "showInformationMessage")!;
+  assert.match(String(asked.args[0]), /not trusted, so kernelLsp.python is ignored/);
+  assert.equal(asked.args[1], "Manage Workspace Trust");
+});
+
+test("setting changes are pushed to the running server, not a restart", async () => {
+  const { ctl, client } = await started();
+  vscode.state.settings["kernelLsp.arch"] = "sm_80";
+  vscode.state.configChanged.fire({ affectsConfiguration: (s: string) => s === "kernelLsp" || s === "kernelLsp.arch" });
+  await new Promise((r) => setTimeout(r, 20));
+  assert.equal(client.stopped, false);
+  assert.equal(lc.clients.length, 1);
+  const push = client.sent.at(-1)! as { method: string; params: any };
+  assert.equal(push.method, "workspace/didChangeConfiguration");
+  assert.equal(push.params.settings.kernelLsp.arch, "sm_80");
+  assert.ok(ctl.client);
+});
+
+test("the candidate diff has Apply and Discard, and the prompt gives the verified gain", async () => {
+  const { client } = await started();
+  vscode.state.activeTextEditor = { document: CU, selection: { active: new vscode.Position(0, 0) } };
+  client.notifications.get("kernel-lsp/candidate")!({
+    uri: DOC.toString(), search: 5, candidate: "c9",
+    gain: "2.31x faster than your code, verified · 5.20x PyTorch eager · 0.61x torch.compile",
+  });
+  await client.clientOptions.middleware.window.showDocument(
+    { uri: vscode.Uri.file("/ws/.kernel-lsp/candidates/softmax-c9.cu").toString() }, async () => ({ success: false }));
+  assert.equal(vscode.state.contexts["kernelLsp.candidateDiffOpen"], true);
+  assert.equal(vscode.state.contexts["kernelLsp.candidatePending"], true);
+  const asked = vscode.state.calls.find((c) => c.name === "showInformationMessage")!;
+  assert.equal(asked.args[0], "kernel-lsp: apply this verified candidate to softmax.cu? 2.31x faster than your code, verified · 5.20x PyTorch eager · 0.61x torch.compile");
+  await vscode.commands.executeCommand("kernelLsp.discardCandidate");
+  assert.equal(vscode.state.contexts["kernelLsp.candidateDiffOpen"], false);
+  assert.equal(client.requests.filter((r) => (r.params as any).command === "kernel-lsp.applyCandidate").length, 0);
+  // Apply Last Candidate still applies it later.
+  lc.behaviour.executeResult = { applied: true };
+  await vscode.commands.executeCommand("kernelLsp.applyCandidate");
+  assert.deepEqual(client.requests.at(-1)!.params, { command: "kernel-lsp.applyCandidate", arguments: [{ search: 5 }] });
+  assert.equal(vscode.state.contexts["kernelLsp.candidatePending"], false);
+});
+
+test("Cancel is offered only while a job runs; the status shows only on served files", async () => {
+  const { client } = await started();
+  const item = vscode.state.statusItems[0];
+  const status = client.notifications.get("kernel-lsp/status")!;
+  vscode.state.activeTextEditor = { document: MD, selection: { active: new vscode.Position(0, 0) } };
+  status({ jobs: [], documents: [] });
+  assert.equal(vscode.state.contexts["kernelLsp.jobsRunning"], false);
+  assert.equal(item.visible, false);
+  status({ jobs: [{ id: "job-1", title: "Optimize softmax.cu" }] });
+  assert.equal(vscode.state.contexts["kernelLsp.jobsRunning"], true);
+  vscode.state.activeTextEditor = { document: CU, selection: { active: new vscode.Position(0, 0) } };
+  status({ jobs: [], documents: [{ uri: CU.uri.toString(), version: 3, stale: false, summary: "correct · 1.84x eager · 0.97x torch.compile · 41.2 us ±1.2%" }] });
+  assert.equal(item.visible, true);
+  assert.equal(item.text, "$(zap) correct · 1.84x eager · 0.97x torch.compile · 41.2 us ±1.2%");
+  assert.match(String(item.tooltip), /measured on version 3/);
+  vscode.state.activeTextEditor = { document: MD, selection: { active: new vscode.Position(0, 0) } };
+  vscode.state.activeEditorChanged.fire(undefined);
+  assert.equal(item.visible, false);
+});
+
+test("Show Log opens the output channel", async () => {
+  await started();
+  await vscode.commands.executeCommand("kernelLsp.showLog");
+  assert.ok(vscode.state.commands.has("kernelLsp.showLog"));
 });

@@ -20,6 +20,7 @@ export function resetClients(): void {
 export class LanguageClient {
   notifications = new Map<string, (params: unknown) => void>();
   requests: { method: string; params: unknown }[] = [];
+  sent: { method: string; params: unknown }[] = [];
   running = false;
   stopped = false;
   features: { fillClientCapabilities(c: object): void }[] = [];
@@ -57,6 +58,10 @@ export class LanguageClient {
   onNotification(method: string, handler: (params: unknown) => void) {
     this.notifications.set(method, handler);
     return { dispose: () => this.notifications.delete(method) };
+  }
+
+  async sendNotification(method: string, params: unknown): Promise<void> {
+    this.sent.push({ method, params });
   }
 
   async sendRequest(method: string, params: unknown): Promise<unknown> {

@@ -4,7 +4,7 @@ import * as fs from "fs";
 import Module = require("module");
 import * as path from "path";
 import { beforeEach, test } from "node:test";
-import { activate } from "../src/extension";
+import { activate, runtime } from "../src/extension";
 import * as lc from "./languageclient-mock";
 import * as vscode from "./vscode-mock";
 
@@ -14,13 +14,14 @@ const pkg = JSON.parse(fs.readFileSync(path.join(ROOT, "package.json"), "utf8"))
 beforeEach(() => {
   vscode.reset();
   lc.resetClients();
+  runtime.probe = async () => ({ ok: true, version: "0.1.0" });
 });
 
 test("every contributed command is registered by activate, and the other way round", async () => {
   const ctx = { subscriptions: [], secrets: { get: async () => undefined } };
   await activate(ctx as never);
   const contributed = pkg.contributes.commands.map((c: { command: string }) => c.command).sort();
-  const registered = [...vscode.state.commands.keys()].filter((c) => c !== "kernelLsp.applyCandidate").sort();
+  const registered = [...vscode.state.commands.keys()].sort();
   assert.deepEqual(registered, contributed);
 });
 
@@ -43,6 +44,7 @@ test("every setting the server reads is contributed", () => {
     "kernelLsp.serverArgs",
     "kernelLsp.slowShare",
     "kernelLsp.timeout",
+    "kernelLsp.trace.server",
     "kernelLsp.workerPython",
   ]);
   assert.equal(pkg.capabilities.untrustedWorkspaces.supported, "limited");
@@ -68,4 +70,34 @@ test("the bundle VS Code loads (dist/extension.js) resolves all its modules", ()
   } finally {
     M._load = load;
   }
+});
+
+
+test("integer settings are integers and every enum value is described", () => {
+  const props = pkg.contributes.configuration.properties;
+  assert.equal(props["kernelLsp.agent.budget"].type, "integer");
+  assert.equal(props["kernelLsp.timeout"].type, "integer");
+  for (const [name, p] of Object.entries<any>(props)) {
+    const spec = p.items?.enum ? p.items : p;
+    if (spec.enum) assert.equal(spec.enumDescriptions?.length, spec.enum.length, name);
+  }
+  assert.deepEqual(props["kernelLsp.trace.server"].enum, ["off", "messages", "verbose"]);
+});
+
+test("activation on the files it serves; Cancel, Apply and Discard only when they can act", () => {
+  assert.ok(pkg.activationEvents.includes("workspaceContains:**/*.cu"));
+  const palette = Object.fromEntries(pkg.contributes.menus.commandPalette.map((m: any) => [m.command, m.when]));
+  assert.equal(palette["kernelLsp.cancel"], "kernelLsp.jobsRunning");
+  assert.equal(palette["kernelLsp.applyCandidate"], "kernelLsp.candidatePending");
+  const title = pkg.contributes.menus["editor/title"].map((m: any) => m.command);
+  assert.deepEqual(title, ["kernelLsp.applyCandidate", "kernelLsp.discardCandidate"]);
+});
+
+test("a walkthrough whose media exist, and no placeholder repository", () => {
+  const steps = pkg.contributes.walkthroughs[0].steps;
+  assert.ok(steps.length >= 3);
+  for (const step of steps) assert.ok(fs.existsSync(path.join(ROOT, step.media.markdown)), step.media.markdown);
+  assert.ok(fs.readFileSync(path.join(ROOT, ".vscodeignore"), "utf8").includes("!walkthrough/*.md"), "walkthrough not packaged");
+  assert.equal(pkg.repository, undefined);
+  assert.ok(!/pip install kernel-lsp\b/.test(fs.readFileSync(path.join(ROOT, "README.md"), "utf8")));
 });

@@ -1,37 +1,52 @@
 import assert = require("node:assert/strict");
 import { beforeEach, test } from "node:test";
-import { StatusBar, statusView } from "../src/status";
+import { StatusBar, isServed, statusView } from "../src/status";
 import * as vscode from "./vscode-mock";
 
 beforeEach(() => vscode.reset());
 
-test("idle, with and without a best speedup", () => {
+const CU = { uri: vscode.Uri.file("/ws/a.cu"), languageId: "cuda-cpp" };
+
+test("idle: the active file's measurement in the lens' words, else the name", () => {
   assert.equal(statusView({ jobs: [] }).text, "$(zap) kernel-lsp");
-  assert.equal(statusView({ jobs: [] }, 1.5).text, "$(zap) kernel-lsp 1.50x");
-  assert.equal(statusView({ jobs: [] }).command, "kernelLsp.showReport");
+  const doc = { uri: "file:///ws/a.cu", version: 2, stale: false, summary: "correct · 1.50x eager · 0.90x torch.compile · 10.0 us ±1.0%" };
+  assert.equal(statusView({ jobs: [] }, doc).text, "$(zap) correct · 1.50x eager · 0.90x torch.compile · 10.0 us ±1.0%");
+  assert.match(statusView({ jobs: [] }, doc).tooltip, /measured on version 2/);
+  assert.equal(statusView({ jobs: [] }).command, "kernelLsp.showLog");
 });
 
-test("one running job shows its title, message and best speedup; click cancels", () => {
+test("one running job shows its title, message and unconfirmed best speedup; click cancels", () => {
   const v = statusView({ jobs: [{ id: 1, title: "optimize softmax", uri: "file:///a.cu", message: "candidate 3/20", bestSpeedup: 1.234 }] });
-  assert.equal(v.text, "$(sync~spin) optimize softmax: candidate 3/20 · best 1.23x");
+  assert.equal(v.text, "$(sync~spin) optimize softmax: candidate 3/20 · best 1.23x (unconfirmed)");
   assert.equal(v.command, "kernelLsp.cancel");
+  // The server's own message already says "best": not twice.
+  const said = statusView({ jobs: [{ id: 1, title: "Optimize a.py", message: "round 2 · best 3.10x (unconfirmed)", bestSpeedup: 3.1 }] });
+  assert.equal(said.text, "$(sync~spin) Optimize a.py: round 2 · best 3.10x (unconfirmed)");
 });
 
 test("several jobs show a count and the best of them", () => {
   const v = statusView({ jobs: [{ id: 1, title: "a", bestSpeedup: 1.1 }, { id: 2, title: "b", bestSpeedup: 2 }, { id: 3, title: "c", bestSpeedup: null }] });
-  assert.equal(v.text, "$(sync~spin) 3 jobs · best 2.00x");
-  assert.match(v.tooltip, /^a \(best 1\.10x\)\nb \(best 2\.00x\)\nc\n/);
+  assert.equal(v.text, "$(sync~spin) 3 jobs · best 2.00x (unconfirmed)");
+  assert.match(v.tooltip, /^a \(best 1\.10x, unconfirmed\)\nb \(best 2\.00x, unconfirmed\)\nc\n/);
 });
 
-test("the status bar item follows notifications and keeps the best speedup after jobs end", () => {
+test("a Search's progress speedup leaves with its job: never kept after it ends", () => {
   const bar = new StatusBar();
   const item = vscode.state.statusItems[0];
-  assert.equal(item.visible, true);
-  bar.update({ jobs: [{ id: "j1", title: "tune", message: "variant 2", bestSpeedup: 1.8 }] });
-  assert.equal(item.text, "$(sync~spin) tune: variant 2 · best 1.80x");
+  vscode.state.activeTextEditor = { document: CU, selection: { active: new vscode.Position(0, 0) } };
+  bar.update({ jobs: [{ id: "j1", title: "tune", message: "variant 2", bestSpeedup: 72.75 }] });
+  assert.equal(item.text, "$(sync~spin) tune: variant 2 · best 72.75x (unconfirmed)");
   assert.equal(bar.jobs.length, 1);
-  bar.update({ jobs: [] });
-  assert.equal(item.text, "$(zap) kernel-lsp 1.80x");
+  bar.update({ jobs: [], documents: [{ uri: CU.uri.toString(), version: 4, stale: false, summary: "correct · 84.49x eager" }] });
+  assert.equal(item.text, "$(zap) correct · 84.49x eager");
   bar.update({} as never); // a malformed notification must not break the bar
-  assert.equal(item.text, "$(zap) kernel-lsp 1.80x");
+  assert.equal(item.text, "$(zap) kernel-lsp");
+  assert.equal(item.visible, true);
+});
+
+test("served files", () => {
+  assert.equal(isServed(CU), true);
+  assert.equal(isServed({ uri: vscode.Uri.file("/ws/m.py"), languageId: "python" }), true);
+  assert.equal(isServed({ uri: vscode.Uri.file("/ws/README.md"), languageId: "markdown" }), false);
+  assert.equal(isServed(undefined), false);
 });

@@ -74,7 +74,7 @@ export const state = {
   trusted: true,
   workspaceFolders: [] as { uri: Uri; name: string; index: number }[],
   textDocuments: [] as { uri: Uri }[],
-  activeTextEditor: undefined as undefined | { document: { uri: Uri }; selection: { active: Position } },
+  activeTextEditor: undefined as undefined | { document: { uri: Uri; languageId?: string }; selection: { active: Position } },
   extensions: {} as Record<string, unknown>,
   calls: [] as Call[],
   commands: new Map<string, (...args: unknown[]) => unknown>(),
@@ -86,6 +86,10 @@ export const state = {
   output: [] as string[],
   configChanged: new EventEmitter<{ affectsConfiguration(s: string): boolean }>(),
   trustGranted: new EventEmitter<void>(),
+  activeEditorChanged: new EventEmitter<unknown>(),
+  contexts: {} as Record<string, unknown>,
+  openDialog: undefined as undefined | Uri[],
+  terminals: [] as { name: string; sent: string[] }[],
 };
 
 export function reset(): void {
@@ -105,6 +109,10 @@ export function reset(): void {
   state.output = [];
   state.configChanged = new EventEmitter();
   state.trustGranted = new EventEmitter();
+  state.activeEditorChanged = new EventEmitter();
+  state.contexts = {};
+  state.openDialog = undefined;
+  state.terminals = [];
 }
 
 function record(name: string, args: unknown[]): void {
@@ -160,6 +168,16 @@ export const window = {
     record("showInputBox", [options]);
     return state.inputBox;
   },
+  async showOpenDialog(options: unknown) {
+    record("showOpenDialog", [options]);
+    return state.openDialog;
+  },
+  createTerminal(options: { name: string }) {
+    const t = { name: options.name, sent: [] as string[] };
+    state.terminals.push(t);
+    return { show: () => undefined, sendText: (s: string) => void t.sent.push(s), dispose: () => undefined };
+  },
+  onDidChangeActiveTextEditor: (l: Listener<unknown>) => state.activeEditorChanged.event(l),
   async showQuickPick(items: unknown[], options: unknown) {
     record("showQuickPick", [items, options]);
     return state.quickPick?.(items);
@@ -198,6 +216,10 @@ export const commands = {
     return { dispose: () => state.commands.delete(name) };
   },
   async executeCommand(name: string, ...args: unknown[]) {
+    if (name === "setContext") {
+      state.contexts[args[0] as string] = args[1];
+      return undefined;
+    }
     record(name, args);
     const handler = state.commands.get(name);
     if (handler) return handler(...args);

@@ -12,6 +12,8 @@ M.config = {
   cmd_env = nil, -- e.g. { OPENAI_API_KEY = os.getenv('MY_KEY') }; never put keys in settings
   settings = {}, -- kernelLsp settings: nvcc, arch, extraFlags, ... (see :help kernel_lsp-settings)
   progress = true, -- echo workDoneProgress of kernel-lsp jobs
+  codelens = true, -- keep code lenses (measured numbers, Benchmark, Optimize) up to date
+  inlay_hints = true, -- registers, spills and occupancy after kernel names
   -- How to ask before applying a candidate: function(prompt, callback(apply: boolean)).
   confirm = nil,
 }
@@ -19,7 +21,9 @@ M.config = {
 -- What the plugin saw; tests and statuslines read it.
 M.state = {
   jobs = {}, -- from kernel-lsp/status
-  best = nil, -- best speedup seen
+  documents = {}, -- uri -> the server's measurement of that document (kernel-lsp/status)
+  candidate = nil, -- the last verified candidate offered (kernel-lsp/candidate): its gain in words
+  messages = {}, -- every server message in full (a long one is echoed cut: no hit-enter prompt)
   progress = {}, -- recent kernel-lsp progress values
   last_uri = nil, -- document of the last command
   last_preview = nil, -- { search =, candidate = } of the last search / preview
@@ -28,8 +32,27 @@ M.state = {
 
 local has_011 = vim.fn.has('nvim-0.11') == 1
 
+--- One line that fits the command line: a longer echo stops Neovim at "Press ENTER".
+function M.fit(line, width)
+  line = (line or ''):gsub('%s*\n%s*', ' ')
+  if width and width > 1 and vim.fn.strdisplaywidth(line) > width then
+    local cut = vim.fn.strcharpart(line, 0, width - 1)
+    while vim.fn.strdisplaywidth(cut) > width - 1 do
+      cut = vim.fn.strcharpart(cut, 0, vim.fn.strchars(cut) - 1)
+    end
+    line = cut .. '…'
+  end
+  return line
+end
+
 local function notify(msg, level)
-  vim.notify('kernel-lsp: ' .. msg, level or vim.log.levels.INFO)
+  msg = msg:gsub('^kernel%-lsp: ', '')
+  table.insert(M.state.messages, msg)
+  if #M.state.messages > 200 then
+    table.remove(M.state.messages, 1)
+  end
+  local width = #vim.api.nvim_list_uis() > 0 and vim.v.echospace or nil
+  vim.notify(M.fit('kernel-lsp: ' .. msg, width), level or vim.log.levels.INFO)
 end
 
 local function get_clients(filter)
@@ -157,12 +180,10 @@ function M.target_at_cursor(bufnr, timeout)
   return best
 end
 
---- {uri, target?} for the current buffer and cursor.
+--- {uri} of the current buffer: a document has one Task, which the server finds itself.
 function M.document_args(bufnr)
   bufnr = bufnr or vim.api.nvim_get_current_buf()
-  local arg = { uri = vim.uri_from_bufnr(bufnr) }
-  arg.target = M.target_at_cursor(bufnr)
-  return arg
+  return { uri = vim.uri_from_bufnr(bufnr) }
 end
 
 local function num(v)
@@ -184,8 +205,12 @@ function M.benchmark_summary(r)
   if num(r.speedup_compile) then
     table.insert(parts, string.format('%.2fx vs torch.compile', r.speedup_compile))
   end
-  if type(r.message) == 'string' and r.message ~= '' then
-    table.insert(parts, r.message)
+  if num(r.spread_pct) then
+    table.insert(parts, string.format('±%.1f%%', r.spread_pct))
+  end
+  local why = type(r.reason) == 'string' and r.reason or (type(r.message) == 'string' and r.message or '')
+  if why ~= '' then
+    table.insert(parts, why)
   end
   return table.concat(parts, ' · ')
 end
@@ -209,7 +234,9 @@ local COMMANDS = {
            desc = 'kernel-lsp: optimize the kernel under the cursor [llm|tuner]' } },
   KernelLspTune = { document_command('kernel-lsp.tune'), { desc = 'kernel-lsp: tune (no LLM)' } },
   KernelLspBenchmark = { document_command('kernel-lsp.benchmark', nil, function(err, result)
-    local text = not err and M.benchmark_summary(result)
+    -- A run that did nothing: the server says why itself (window/showMessage); not twice.
+    if err or type(result) ~= 'table' or result.error then return end
+    local text = M.benchmark_summary(result)
     if text then notify(text) end
   end), { desc = 'kernel-lsp: verify and time' } },
   KernelLspCancel = { function(o)
@@ -233,6 +260,11 @@ local COMMANDS = {
   KernelLspApply = { function()
     M.apply(M.state.last_preview or {})
   end, { desc = 'kernel-lsp: apply the last previewed candidate' } },
+  KernelLspMessages = { function()
+    vim.cmd('new')
+    vim.bo.buftype, vim.bo.bufhidden, vim.bo.swapfile = 'nofile', 'wipe', false
+    vim.api.nvim_buf_set_lines(0, 0, -1, false, #M.state.messages > 0 and M.state.messages or { '(no kernel-lsp messages)' })
+  end, { desc = 'kernel-lsp: every server message in full' } },
 }
 
 function M.create_commands()
@@ -250,7 +282,9 @@ function M.statusline()
     return type(v) == 'number' and string.format('%.2fx', v) or nil
   end
   if #jobs == 0 then
-    return M.state.best and ('kernel-lsp ' .. x(M.state.best)) or ''
+    -- The measurement of the current file, in the lens' words (never a Search's unconfirmed best).
+    local doc = M.state.documents[vim.uri_from_bufnr(0)]
+    return doc and type(doc.summary) == 'string' and ('kernel-lsp ' .. doc.summary) or ''
   end
   local best
   for _, j in ipairs(jobs) do
@@ -265,20 +299,55 @@ function M.statusline()
   return 'kernel-lsp ' .. label .. say_best
 end
 
+--- Re-ask the server for the lenses of every buffer it serves (Neovim has no handler for
+--- workspace/codeLens/refresh: the status notification that follows each measurement is ours).
+function M.refresh_lenses()
+  if not M.config.codelens or not (vim.lsp.codelens and vim.lsp.codelens.refresh) then
+    return
+  end
+  for _, client in ipairs(get_clients({ name = NAME })) do
+    for bufnr in pairs(client.attached_buffers or {}) do
+      if vim.api.nvim_buf_is_loaded(bufnr) then
+        pcall(vim.lsp.codelens.refresh, { bufnr = bufnr })
+      end
+    end
+  end
+end
+
 function M.on_status(_, params, _, _)
   M.state.jobs = type(params) == 'table' and type(params.jobs) == 'table' and params.jobs or {}
+  M.state.documents = {}
+  for _, d in ipairs(type(params) == 'table' and type(params.documents) == 'table' and params.documents or {}) do
+    if type(d.uri) == 'string' then
+      M.state.documents[d.uri] = d
+    end
+  end
   for _, j in ipairs(M.state.jobs) do
     -- Jobs started from code actions bypass M.exec: their uri tells which file a preview is for.
     if type(j.uri) == 'string' and not M.is_candidate(j.uri) then
       M.state.last_uri = j.uri
     end
-    if type(j.bestSpeedup) == 'number' and (not M.state.best or j.bestSpeedup > M.state.best) then
-      M.state.best = j.bestSpeedup
-    end
   end
   vim.g.kernel_lsp_status = M.statusline()
   vim.api.nvim_exec_autocmds('User', { pattern = 'KernelLspStatus', modeline = false })
   vim.cmd('redrawstatus')
+  vim.schedule(M.refresh_lenses)
+end
+
+--- kernel-lsp/candidate: a verified candidate is about to be shown; its gain goes in the prompt.
+function M.on_candidate(_, params, _, _)
+  if type(params) == 'table' then
+    M.state.candidate = params
+  end
+end
+
+--- window/showMessage: one line that fits (the full text stays in :KernelLspMessages).
+function M.on_show_message(_, params, _, _)
+  if type(params) == 'table' and type(params.message) == 'string' then
+    local levels = { vim.log.levels.ERROR, vim.log.levels.WARN, vim.log.levels.INFO, vim.log.levels.DEBUG }
+    notify(params.message, levels[params.type] or vim.log.levels.INFO)
+  end
+  return vim.NIL
 end
 
 -- Progress ----------------------------------------------------------------------------
@@ -287,15 +356,7 @@ end
 --- with a hit-enter prompt in the middle of a search.
 function M.progress_line(value, width)
   local pct = value.percentage and string.format(' (%d%%)', value.percentage) or ''
-  local line = 'kernel-lsp ' .. (value.title or '') .. (value.message and (': ' .. value.message) or '') .. pct
-  if width and width > 1 and vim.fn.strdisplaywidth(line) > width then
-    local cut = vim.fn.strcharpart(line, 0, width - 1)
-    while vim.fn.strdisplaywidth(cut) > width - 1 do
-      cut = vim.fn.strcharpart(cut, 0, vim.fn.strchars(cut) - 1)
-    end
-    line = cut .. '…'
-  end
-  return line
+  return M.fit('kernel-lsp ' .. (value.title or '') .. (value.message and (': ' .. value.message) or '') .. pct, width)
 end
 
 local function on_progress(client_id, value)
@@ -310,10 +371,10 @@ local function on_progress(client_id, value)
   if not M.config.progress then
     return
   end
+  -- Echoed, not kept: the outcome that matters also comes as a message or a lens, once.
+  vim.api.nvim_echo({ { M.progress_line(value, vim.v.echospace) } }, false, {})
   if value.kind == 'end' then
-    notify(value.message or 'done')
-  else
-    vim.api.nvim_echo({ { M.progress_line(value, vim.v.echospace) } }, false, {})
+    vim.schedule(M.refresh_lenses)
   end
 end
 
@@ -406,6 +467,14 @@ function M.apply(ref, on_done)
   end)
 end
 
+--- "Apply this verified candidate to rowsum.py? 2.31x faster than your code, verified ·
+--- 5.20x PyTorch eager · 0.61x torch.compile · …" (the server's words, both baselines).
+function M.apply_prompt(name)
+  local c = M.state.candidate
+  local gain = type(c) == 'table' and type(c.gain) == 'string' and c.gain ~= '' and (' ' .. c.gain) or ''
+  return 'kernel-lsp: apply this verified candidate to ' .. name .. '?' .. gain
+end
+
 local function default_confirm(prompt, callback)
   vim.ui.select({ 'Apply', 'Discard' }, { prompt = prompt }, function(choice)
     callback(choice == 'Apply')
@@ -447,7 +516,7 @@ function M.open_candidate_diff(candidate_path)
     -- redraw, which would ask about a diff the user cannot see yet.
     vim.cmd('redraw')
     local confirm = M.config.confirm or default_confirm
-    confirm('kernel-lsp: apply this candidate to ' .. vim.fs.basename(original) .. '?', function(yes)
+    confirm(M.apply_prompt(vim.fs.basename(original)), function(yes)
       if yes then
         -- Ids read at answer time: the search's result may arrive after its preview.
         local from_path = M.ref_from_path(candidate_path)
@@ -521,11 +590,37 @@ local function start_fallback(group, cfg)
   })
 end
 
+local function on_attach(group)
+  vim.api.nvim_create_autocmd('LspAttach', {
+    group = group,
+    callback = function(ev)
+      local client = vim.lsp.get_client_by_id(ev.data and ev.data.client_id or -1)
+      if not client or client.name ~= NAME then
+        return
+      end
+      if M.config.inlay_hints and vim.lsp.inlay_hint and vim.lsp.inlay_hint.enable then
+        pcall(vim.lsp.inlay_hint.enable, true, { bufnr = ev.buf })
+      end
+      if M.config.codelens and vim.lsp.codelens then
+        pcall(vim.lsp.codelens.refresh, { bufnr = ev.buf })
+        vim.api.nvim_create_autocmd({ 'BufEnter', 'InsertLeave', 'BufWritePost' }, {
+          group = group,
+          buffer = ev.buf,
+          callback = function(e)
+            pcall(vim.lsp.codelens.refresh, { bufnr = e.buf })
+          end,
+        })
+      end
+    end,
+  })
+end
+
 function M.setup(opts)
   M.config = vim.tbl_deep_extend('force', M.config, opts or {})
   M.create_commands()
   local group = vim.api.nvim_create_augroup('kernel_lsp', { clear = true })
   watch_progress(group)
+  on_attach(group)
   local cfg = M.lsp_config()
   if vim.lsp.config and vim.lsp.enable then
     vim.lsp.config(NAME, cfg)

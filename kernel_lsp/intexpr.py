@@ -1,13 +1,16 @@
 """Evaluate a C integer constant expression (macro values, constexpr initializers).
 
 Only literals, known names and integer operators; anything else (casts, sizeof, calls,
-floats) gives None. Used so the tuner sees `#define BLOCK (2 * WARP)` as 64.
+floats) gives None. Used so the tuner sees `#define BLOCK (2 * WARP)` as 64. The one such
+evaluator in kernel-lsp (source reader, ptxas launch bounds, tuner): standard library only, so
+the Worker side may import it, and no `eval`.
 """
 
 from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Mapping
 
 _INT_LITERAL = re.compile(r"\b(0[xX][0-9a-fA-F]+|0[bB][01]+|\d+)(?:[uU](?:ll|LL|l|L)?|(?:ll|LL|l|L)[uU]?)?\b")
 _COMMENT = re.compile(r"//.*|/\*.*?\*/", re.DOTALL)
@@ -24,7 +27,7 @@ def _literal(match: re.Match[str]) -> str:
     return digits
 
 
-def eval_int(expr: str, names: dict[str, int] | None = None) -> int | None:
+def eval_int(expr: str, names: Mapping[str, int] | None = None) -> int | None:
     """The integer value of a C expression, or None when it is not a plain integer expression."""
     text = strip_comments(expr)
     if not text or len(text) > 200 or "." in text or "'" in text or '"' in text:
@@ -37,7 +40,7 @@ def eval_int(expr: str, names: dict[str, int] | None = None) -> int | None:
         return None
     try:
         return _eval(tree.body, names or {})
-    except (ArithmeticError, _NotConstant):
+    except (ArithmeticError, RecursionError, _NotConstant):
         return None
 
 
@@ -45,11 +48,14 @@ class _NotConstant(Exception):
     pass
 
 
-def _eval(node: ast.AST, names: dict[str, int]) -> int:
+def _eval(node: ast.AST, names: Mapping[str, int]) -> int:
     if isinstance(node, ast.Constant) and type(node.value) is int:
         return node.value
     if isinstance(node, ast.Name) and node.id in names:
-        return names[node.id]
+        value = names[node.id]
+        if type(value) is not int:
+            raise _NotConstant
+        return value
     if isinstance(node, ast.UnaryOp):
         v = _eval(node.operand, names)
         if isinstance(node.op, ast.USub):
@@ -82,3 +88,36 @@ def _eval(node: ast.AST, names: dict[str, int]) -> int:
         if isinstance(op, ast.BitXor):
             return a ^ b
     raise _NotConstant
+
+
+class LazyNames(Mapping[str, int]):
+    """Names whose values are C expression texts (`#define N (2 * M)`), evaluated on first use
+    with the other names in scope; a cycle or a non-integer text is simply not a value."""
+
+    def __init__(self, texts: Mapping[str, str]) -> None:
+        self._texts = texts
+        self._done: dict[str, int | None] = {}
+
+    def __getitem__(self, name: str) -> int:
+        if name not in self._done:
+            self._done[name] = None  # a cycle sees "no value"
+            self._done[name] = eval_int(self._texts[name], self)
+        value = self._done[name]
+        if value is None:
+            raise KeyError(name)
+        return value
+
+    def __contains__(self, name: object) -> bool:
+        if not isinstance(name, str) or name not in self._texts:
+            return False
+        try:
+            self[name]
+        except KeyError:
+            return False
+        return True
+
+    def __iter__(self):
+        return iter(self._texts)
+
+    def __len__(self) -> int:
+        return len(self._texts)

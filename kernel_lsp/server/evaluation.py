@@ -1,0 +1,469 @@
+"""Verify and time a document's Task: on save (per the `on_save` setting), on "Benchmark",
+and again after an Apply. Results go to the store; the lens, hover, diagnostics and status
+all read the document's one `Measurement` and say which text version it measured. An
+edit makes it stale ("edited since measured") until the next measurement.
+
+A file holding a reference `Model` alone is measured too: its own (eager) time and
+torch.compile's, so the most common PyTorch file has numbers and Optimize.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import TYPE_CHECKING, Any
+
+from lsprotocol import types
+
+from kernel_lsp.model import Candidate, Evaluation, Span, Target, TargetKind
+from kernel_lsp.server.commands import DocumentArgs, parse_args
+from kernel_lsp.server.engine_host import ExecutionDisabled
+from kernel_lsp.server.feature import LanguageFeature
+from kernel_lsp.server.progress import WorkProgress
+from kernel_lsp.server.state import DocumentState, Measurement
+
+if TYPE_CHECKING:
+    from kernel_lsp.server.jobs import Job
+    from kernel_lsp.source import Document
+
+log = logging.getLogger(__name__)
+
+MIN_REGRESSION = 0.05  # a slowdown smaller than this (or than the noise) is not reported
+NOISY_SPREAD = 10.0    # percent: above it a speedup is a warning, not a fact
+# A reference-only file is measured (and optimized) as a ModelNew that is the reference.
+MODELNEW_SHIM = "\n\nclass ModelNew(Model):\n    \"\"\"Starts as the reference; the agent rewrites it.\"\"\"\n"
+REWRITE = "PyTorch rewrite (no custom kernel)"
+
+
+def reference_candidate(text: str, note: str = "") -> Candidate:
+    shim = MODELNEW_SHIM if not note else MODELNEW_SHIM.replace(
+        "the agent rewrites it.", f"the agent rewrites it. {note}")
+    return Candidate(source=text + shim, kind="python")
+
+
+class EvaluationFeature(LanguageFeature):
+    name = "evaluation"
+
+    # -- events -----------------------------------------------------------------------------
+
+    def did_open(self, state: DocumentState) -> None:
+        self._load(state)
+
+    def did_change(self, state: DocumentState) -> None:
+        if state.remeasure_text is not None and state.remeasure_text == state.text:
+            state.remeasure_text = None  # the applied candidate is in the buffer: measure it
+            self.schedule(state, ("compile", "verify", "bench"), visible=True, why="Re-measure")
+            return
+        m = state.measurement
+        if m is None:
+            return
+        stale = not m.fresh_for(state.text)
+        if stale != m.shown_stale:  # only on a transition: no work per keystroke
+            self.publish(state)
+
+    def did_save(self, state: DocumentState) -> None:
+        settings = self.server.settings
+        checks = tuple(c for c in ("verify", "bench") if c in settings.on_save)
+        if not checks or not settings.execution_enabled:
+            return
+        if self.anchor(state) is None:
+            return
+        m = state.measurement
+        if m is not None and m.fresh_for(state.text) and self.server.jobs.get(("evaluate", state.uri)) is None:
+            return  # saved without an edit: the numbers shown are this text's
+        self.schedule(state, ("compile", *checks), visible=False)
+
+    def did_close(self, state: DocumentState) -> None:
+        job = self.server.jobs.get(("evaluate", state.uri))
+        if job is not None:
+            job.task.cancel()
+
+    def dependency_changed(self, state: DocumentState, path: str) -> None:
+        if state.measurement is not None:
+            state.measurement.text = None  # the harness or a header changed: that text no longer says
+            self.publish(state)
+        self.did_save(state)
+
+    def commands(self) -> dict[str, Any]:
+        return {"kernel-lsp.benchmark": self.benchmark}
+
+    async def benchmark(self, *args: Any) -> dict[str, Any]:
+        uri = parse_args("kernel-lsp.benchmark", DocumentArgs, args).uri
+        state = self.server.state(uri)
+        job = self.schedule(state, ("compile", "verify", "bench"), visible=True)
+        ev = await self.server.jobs.wait(job)
+        if ev is None:
+            reason = job.reason or "cancelled"
+            return {"verdict": "not_run", "reason": reason}
+        out = ev.summary()
+        out["version"] = state.measurement.version if state.measurement else None
+        if ev.verdict == "not_run":
+            out["reason"] = ev.message or "nothing could run"
+        return out
+
+    # -- measuring --------------------------------------------------------------------------
+
+    def schedule(self, state: DocumentState, checks: tuple[str, ...], visible: bool,
+                 why: str | None = None) -> "Job":
+        """Verify/time the current text; a newer request for the same file cancels the older."""
+        title = f"{why or ('Benchmark' if 'bench' in checks else 'Verify')} {os.path.basename(state.path)}"
+        job: Job | None = None
+
+        def cancel() -> None:
+            if job is not None:
+                job.task.cancel()
+
+        job = self.server.jobs.start(("evaluate", state.uri), title,
+                                     self.run(state, state.text, state.version, checks, title, cancel, visible),
+                                     uri=state.uri, visible=visible)
+        self.server.refresh_lenses()  # "measuring…"
+        return job
+
+    async def run(self, state: DocumentState, text: str, version: int | None, checks: tuple[str, ...],
+                  title: str, cancel, visible: bool) -> Evaluation | None:
+        from kernel_lsp.engine.tasks import TaskError
+
+        ls = self.server
+        progress = WorkProgress(ls, title, on_cancel=cancel)
+        await progress.begin("starting the Worker")
+        job = ls.jobs.get(("evaluate", state.uri))
+        try:
+            task, candidate = ls.host.task_for(state.path, text)
+            reference_only = candidate is None
+            if candidate is None:
+                candidate = reference_candidate(text)
+            previous = state.measurement.evaluation if state.measurement else None
+            engine = ls.host.engine()
+            ev = await engine.evaluate(task, candidate, checks=checks,
+                                       progress=lambda name, *rest: progress.report(str(name)))
+        except (TaskError, ExecutionDisabled) as exc:
+            progress.end(str(exc))
+            if job is not None:
+                job.reason = str(exc)
+            if visible:
+                ls.show(f"kernel-lsp: {exc}", types.MessageType.Warning)
+            return None
+        except BaseException:
+            progress.end("cancelled")
+            raise
+        hot: list[dict[str, Any]] = []
+        if ev.correct and "bench" in checks and task.cuda_path is None:
+            try:
+                hot = hot_ops(await engine.profile(task), ls.settings.slow_share)
+            except Exception as exc:  # a profile is a bonus: its failure must not hide the result
+                log.warning("profile of %s failed: %s", task.name, exc)
+        state.measurement = Measurement(evaluation=ev, version=version, text=text,
+                                        reference_only=reference_only, hot_ops=hot,
+                                        sandboxed=getattr(ev, "sandboxed", None))
+        self.publish(state, previous)
+        title_now = lens_title(state.measurement)
+        progress.end(title_now)
+        if visible and ev.verdict == "not_run":  # "Benchmark now" that did nothing says why
+            ls.show(f"kernel-lsp: {os.path.basename(state.path)} was not run: "
+                    f"{ev.message or 'nothing could run'}", types.MessageType.Warning)
+        ls.send_status()
+        return ev
+
+    def _load(self, state: DocumentState) -> None:
+        """The last stored Evaluation of the document's Task, fresh only if it measured this text."""
+        if state.measurement is not None or state.store_read or self.anchor(state) is None:
+            return
+        state.store_read = True
+        try:
+            task, candidate = self.server.host.task_for(state.path, state.text)
+            ev = self.server.host.store().latest(task.name)
+        except Exception:  # no task, no store yet: nothing measured
+            return
+        if ev is None:
+            return
+        reference_only = candidate is None
+        current = candidate or reference_candidate(state.text)
+        same = ev.candidate == current.id
+        state.measurement = Measurement(evaluation=ev, version=state.version if same else None,
+                                        text=state.text if same else None, reference_only=reference_only,
+                                        sandboxed=getattr(ev, "sandboxed", None), shown_stale=not same)
+
+    # -- what is shown ----------------------------------------------------------------------
+
+    def anchor(self, state: DocumentState) -> Target | None:
+        """Where a document's Task shows: ModelNew, else a reference Model, else the .cu's
+        entry export or first kernel (when its harness exists)."""
+        doc = self.server.document(state)
+        if state._anchor is not None and state._anchor[0] is doc:
+            return state._anchor[1]
+        target = anchor_target(doc)
+        state._anchor = (doc, target)
+        return target
+
+    def publish(self, state: DocumentState, previous: Evaluation | None = None) -> None:
+        ls = self.server
+        m = state.measurement
+        out: list[types.Diagnostic] = []
+        if m is not None:
+            target = self.anchor(state)
+            span = target.name_span if target else Span(0, 0, 0, 0)
+            positions = ls.positions(state)
+            stale = not m.fresh_for(state.text)
+            m.shown_stale = stale
+            prefix = f"edited since measured ({version_words(m)}): " if stale else ""
+            ev = m.evaluation
+
+            def add(severity: types.DiagnosticSeverity, message: str, code: str, at: Span = span,
+                    data: Any = None) -> None:
+                out.append(types.Diagnostic(
+                    range=positions.range(at), message=prefix + message, source="kernel-lsp", code=code,
+                    severity=types.DiagnosticSeverity.Information if stale else severity, data=data))
+
+            if ev.verdict not in ("correct", "not_run"):
+                add(types.DiagnosticSeverity.Error, f"{verdict_words(ev)}. {ev.message}".strip(), ev.verdict)
+            if not m.reference_only:
+                for flag in ev.flags:
+                    if flag in ("torch_fallback", "not_counted"):
+                        continue  # a PyTorch rewrite is a result, labelled in the lens and hover
+                    add(types.DiagnosticSeverity.Warning, f"flagged: {flag.replace('_', ' ')}: {ev.message}", flag)
+                if ev.correct and ev.time is not None:
+                    if ev.eager is not None and (ev.speedup_eager or 0) < 1.0:
+                        add(types.DiagnosticSeverity.Warning,
+                            f"slower than PyTorch eager: {fmt_ms(ev.time.median_ms)} vs {fmt_ms(ev.eager.median_ms)}",
+                            "slower-than-eager")
+                    if ev.compiled is not None and (ev.speedup_compile or 0) < 1.0:
+                        add(types.DiagnosticSeverity.Warning,
+                            f"slower than torch.compile: {fmt_ms(ev.time.median_ms)} vs "
+                            f"{fmt_ms(ev.compiled.median_ms)}", "slower-than-compile")
+                    regression = regression_message(previous, ev)
+                    if regression:
+                        add(types.DiagnosticSeverity.Warning, regression, "regression")
+            model = _first(ls.document(state), TargetKind.TASK_MODEL)
+            for op in m.hot_ops:
+                add(types.DiagnosticSeverity.Information,
+                    f"hot op {op['name']}: {op['share_pct']:.0f}% of Model.forward's time "
+                    f"({op.get('count', 1)} calls); the Optimize action can target it", "hot-op",
+                    model.name_span if model else span, data={"op": op["name"]})
+        ls.publish(state, {"evaluation": out}, version=m.version if m else state.version)
+        ls.refresh_lenses()
+        ls.send_status()
+
+    def code_lenses(self, state: DocumentState) -> list[types.CodeLens]:
+        ls = self.server
+        doc = ls.document(state)
+        positions = ls.positions(state)
+        target = self.anchor(state)
+        if target is None:
+            if state.path.endswith(".cu"):
+                kernel = _first(doc, TargetKind.CUDA_KERNEL)
+                if kernel is not None:
+                    return [types.CodeLens(range=positions.range(kernel.name_span), command=types.Command(
+                        title="no harness: Create a harness", command="kernel-lsp.createHarness",
+                        arguments=[{"uri": state.uri}]))]
+            return []
+        self._load(state)
+        rng = positions.range(target.name_span)
+        args = [{"uri": state.uri}]
+        running = ls.jobs.get(("evaluate", state.uri))
+        if running is not None:
+            title = "measuring…"
+        elif state.measurement is not None:
+            title = lens_title(state.measurement, state.text)
+        else:
+            title = "not measured yet"
+        return [types.CodeLens(range=rng, command=types.Command(title=t, command=c, arguments=args))
+                for t, c in ((title, "kernel-lsp.benchmark"), ("Benchmark", "kernel-lsp.benchmark"),
+                             ("Optimize", "kernel-lsp.optimize"))]
+
+    def code_actions(self, state: DocumentState, params: types.CodeActionParams) -> list[types.CodeAction]:
+        if self.anchor(state) is None:
+            return []
+        title = "Benchmark now"
+        return [types.CodeAction(title=title, kind=types.CodeActionKind.Source, is_preferred=False,
+                                 command=types.Command(title=title, command="kernel-lsp.benchmark",
+                                                       arguments=[{"uri": state.uri}]))]
+
+    def hover(self, state: DocumentState, target: Target) -> list[str]:
+        anchor = self.anchor(state)
+        if anchor is None or anchor.name != target.name:
+            return []
+        self._load(state)
+        lines = []
+        m = state.measurement
+        if m is not None:
+            lines.extend(measurement_markdown(m, state.text))
+        history = self.history(state)
+        if history:
+            lines.append(history)
+        return lines
+
+    def history(self, state: DocumentState, limit: int = 5) -> str:
+        try:
+            task, _ = self.server.host.task_for(state.path, state.text)
+            runs = self.server.host.store().evaluations(task.name, limit=limit)
+        except Exception:
+            return ""
+        if not runs:
+            return ""
+        rows = ["| run | verdict | time | spread | eager | torch.compile |", "| --- | --- | --- | --- | --- | --- |"]
+        for n, ev in enumerate(runs):
+            rows.append(f"| {n + 1} | {ev.verdict} | {fmt_ms(ev.time.median_ms) if ev.time else '-'} | "
+                        f"{f'±{ev.time.spread_pct:.1f}%' if ev.time else '-'} | "
+                        f"{fmt_ms(ev.eager.median_ms) if ev.eager else '-'} | "
+                        f"{fmt_ms(ev.compiled.median_ms) if ev.compiled else '-'} |")
+        return "**History** (newest first)\n\n" + "\n".join(rows)
+
+
+# -- words (one wording for lens, hover, status and progress) ------------------------------------
+
+def version_words(m: Measurement) -> str:
+    return f"measured on version {m.version}" if m.version is not None else "measured on an earlier text"
+
+
+def is_rewrite(ev: Evaluation) -> bool:
+    """A speedup that comes from PyTorch ops, not from a custom kernel."""
+    custom = getattr(ev, "custom_kernel", None)
+    return custom is False or "torch_fallback" in ev.flags
+
+
+def shared_gpu(ev: Evaluation) -> bool | None:
+    shared = getattr(ev, "shared_gpu", None)
+    if shared is None and isinstance(ev.device, dict):
+        shared = ev.device.get("shared")
+    return shared
+
+
+def numbers(m: Measurement) -> str:
+    """"correct · 1.84x eager · 0.97x torch.compile · 41.2 us ±1.2%" (one line, no staleness)."""
+    ev = m.evaluation
+    if m.reference_only and ev.verdict == "correct":
+        parts = []
+        eager = ev.eager or ev.time
+        if eager is not None:
+            parts.append(f"eager {fmt_ms(eager.median_ms)} ±{eager.spread_pct:.1f}%")
+        if ev.compiled is not None and eager is not None:
+            gain = eager.median_ms / ev.compiled.median_ms if ev.compiled.median_ms > 0 else None
+            parts.append(f"torch.compile {fmt_ms(ev.compiled.median_ms)}"
+                         + (f" ({gain:.2f}x eager)" if gain else ""))
+        return " · ".join(parts) or "correct"
+    if ev.verdict != "correct":
+        return verdict_words(ev)
+    parts = ["correct"]
+    if ev.speedup_eager is not None:
+        parts.append(f"{ev.speedup_eager:.2f}x eager")
+    if ev.speedup_compile is not None:
+        parts.append(f"{ev.speedup_compile:.2f}x torch.compile")
+    if ev.time is not None:
+        parts.append(f"{fmt_ms(ev.time.median_ms)} ±{ev.time.spread_pct:.1f}%")
+        if ev.time.spread_pct > NOISY_SPREAD:  # a warning, not a number shown as fact
+            parts.append("noisy: not a reliable comparison")
+    if is_rewrite(ev):
+        parts.append(REWRITE)
+    return " · ".join(parts)
+
+
+def lens_title(m: Measurement, text: str | None = None) -> str:
+    """The lens: the numbers, or "edited since measured (…): was …" when the text changed."""
+    if text is not None and not m.fresh_for(text):
+        return f"edited since measured ({version_words(m)}; save to measure again) · was: {numbers(m)}"
+    return numbers(m)
+
+
+def measurement_markdown(m: Measurement, text: str) -> list[str]:
+    ev = m.evaluation
+    head = f"**Last evaluation** ({version_words(m)}"
+    head += ", edited since)" if not m.fresh_for(text) else ")"
+    lines = [f"{head}: {numbers(m)}"]
+    if ev.message:
+        lines.append(ev.message)
+    rows = []
+    for label, t in (("this code" if not m.reference_only else "Model (eager)", ev.time if not m.reference_only else None),
+                     ("PyTorch eager", ev.eager), ("torch.compile", ev.compiled)):
+        if t is not None:
+            rows.append(f"| {label} | {fmt_ms(t.median_ms)} | ±{t.spread_pct:.1f}% | {t.runs} |")
+    if rows:
+        lines.append("| | median | spread | runs |\n| --- | --- | --- | --- |\n" + "\n".join(rows))
+    if not m.reference_only and ev.correct:
+        kind = REWRITE if is_rewrite(ev) else "custom kernel"
+        lines.append(f"Kind of result: {kind}")
+    where = []
+    if isinstance(ev.device, dict) and ev.device.get("name"):
+        where.append(f"on {ev.device['name']}")
+    shared = shared_gpu(ev)
+    if shared is not None:
+        where.append("GPU shared with other processes during the run" if shared else "GPU not shared")
+    sandboxed = m.sandboxed if m.sandboxed is not None else getattr(ev, "sandboxed", None)
+    if sandboxed is not None:
+        where.append("ran sandboxed" if sandboxed else "ran without a sandbox")
+    if where:
+        lines.append(" · ".join(where))
+    return lines
+
+
+def status_entry(state: DocumentState) -> dict[str, Any] | None:
+    m = state.measurement
+    if m is None:
+        return None
+    ev = m.evaluation
+    stale = not m.fresh_for(state.text)
+    return {"uri": state.uri, "version": m.version, "stale": stale, "summary": lens_title(m, state.text),
+            "verdict": ev.verdict, "speedupEager": None if m.reference_only else ev.speedup_eager,
+            "speedupCompile": None if m.reference_only else ev.speedup_compile,
+            "spreadPct": ev.time.spread_pct if ev.time else None, "rewrite": is_rewrite(ev),
+            "referenceOnly": m.reference_only}
+
+
+def verdict_words(ev: Evaluation) -> str:
+    evidence = ev.evidence or {}
+    if ev.verdict == "mismatch" and "max_abs_err" in evidence:
+        where = evidence.get("where")
+        return (f"wrong: {evidence.get('output', 'output')} differs by {evidence['max_abs_err']:.1e}"
+                + (f" at {list(where)}" if where else "")
+                + (f" (input set {evidence['input_set']})" if "input_set" in evidence else ""))
+    words = {"unwritten_output": "wrong: output elements left unwritten",
+             "mutated_input": "wrong: changes its inputs", "stale_result": "wrong: reuses stale results",
+             "bad_output": "wrong output type or shape", "nan": "wrong: NaN in the output",
+             "timeout": "timed out", "crashed": "crashed", "oom": "out of memory",
+             "compile_error": "does not compile", "error": "raised an error"}
+    if ev.verdict == "not_run":
+        return f"not run: {ev.message}" if ev.message else "not run"
+    return words.get(ev.verdict, ev.verdict)
+
+
+def hot_ops(profile: dict | None, share: float) -> list[dict]:
+    if not profile:
+        return []
+    table = profile.get("reference")  # the engine's profile: {"reference": hot ops, "candidate": ...}
+    ops = table.get("ops", []) if isinstance(table, dict) else []
+    return [op for op in ops if op.get("share_pct", 0) >= share * 100][:3]
+
+
+def regression_message(previous: Evaluation | None, ev: Evaluation) -> str | None:
+    if previous is None or not previous.correct or previous.time is None or ev.time is None:
+        return None
+    if previous.candidate == ev.candidate:
+        return None  # the same text again: a difference is noise, not a regression
+    noise = max(MIN_REGRESSION, 2 * (previous.time.spread_pct + ev.time.spread_pct) / 100)
+    if ev.time.median_ms > previous.time.median_ms * (1 + noise):
+        return (f"slower than the last run of this Target: {fmt_ms(ev.time.median_ms)} now, "
+                f"{fmt_ms(previous.time.median_ms)} before")
+    return None
+
+
+def fmt_ms(ms: float) -> str:
+    return f"{ms * 1000:.1f} us" if ms < 1 else f"{ms:.2f} ms"
+
+
+def _first(doc: "Document", kind: TargetKind) -> Target | None:
+    return next((t for t in doc.targets if t.kind == kind), None)
+
+
+def anchor_target(doc: "Document") -> Target | None:
+    if doc.path.endswith(".py"):
+        new = _first(doc, TargetKind.CANDIDATE_MODEL)
+        if new is not None:
+            return new
+        if doc.task is not None and doc.task.is_reference:
+            return _first(doc, TargetKind.TASK_MODEL)
+        return None
+    if not doc.path.endswith(".cu") or not os.path.exists(os.path.splitext(doc.path)[0] + ".py"):
+        return None
+    exports = [t for t in doc.targets if t.kind == TargetKind.HOST_EXPORT]
+    kernels = [t for t in doc.targets if t.kind == TargetKind.CUDA_KERNEL]
+    return (exports or kernels or [None])[0]
+

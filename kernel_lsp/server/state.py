@@ -1,0 +1,92 @@
+"""What the server knows about one open document, in one place.
+
+A `DocumentState` holds the text version, its parse, the last compile result and the last
+Evaluation with the text it measured; features read and write their part of it, and
+everything they show says which version a number came from. When the text no longer is
+the text measured, the measurement is *stale* and every view says "edited since measured".
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from lsprotocol import types
+
+from kernel_lsp.model import CompileResult, Evaluation, ResourceUsage, Target
+from kernel_lsp.server.positions import Positions
+from kernel_lsp.source import Document
+
+
+@dataclass
+class Compiled:
+    """The last compile of the document: its results, per-kernel resources and the version."""
+
+    version: int | None
+    text: str
+    results: list[CompileResult]
+    resources: dict[str, ResourceUsage]
+
+
+@dataclass
+class Measurement:
+    """The last Evaluation of the document's Task, with the text it ran on.
+
+    `text` is None when the Evaluation came from the store and does not match the open text
+    (it measured some earlier text): it is shown as stale until the next measurement.
+    `reference_only`: the file is a reference alone; `time` is the reference's own time.
+    """
+
+    evaluation: Evaluation
+    version: int | None
+    text: str | None
+    reference_only: bool = False
+    hot_ops: list[dict[str, Any]] = field(default_factory=list)
+    sandboxed: bool | None = None
+    shown_stale: bool = False  # what the published diagnostics say: republish only on a change
+
+    def fresh_for(self, text: str) -> bool:
+        return self.text is not None and self.text == text
+
+
+@dataclass
+class DocumentState:
+    uri: str
+    path: str
+    version: int | None
+    text: str
+    parse: Document | None = None
+    compiled: Compiled | None = None
+    measurement: Measurement | None = None
+    # Diagnostics by owner (compile, resources, evaluation), published together, one message.
+    diagnostics: dict[str, list[types.Diagnostic]] = field(default_factory=dict)
+    # The text an Apply wrote: when the buffer holds it, it is measured again.
+    remeasure_text: str | None = None
+    store_read: bool = False  # the store's last Evaluation was looked up (once per open)
+    _parsing: asyncio.Future[None] | None = field(default=None, repr=False)
+    _positions: tuple[str, Positions] | None = field(default=None, repr=False)
+    _symbols: tuple[Document, list[dict[str, Any]]] | None = field(default=None, repr=False)
+    _anchor: tuple[Document, Target | None] | None = field(default=None, repr=False)
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.path.endswith((".cu", ".cuh"))
+
+    @property
+    def is_python(self) -> bool:
+        return self.path.endswith(".py")
+
+    @property
+    def stale(self) -> bool:
+        """The text changed since the last measurement (or the measurement is of other text)."""
+        return self.measurement is not None and not self.measurement.fresh_for(self.text)
+
+    @property
+    def compile_stale(self) -> bool:
+        return self.compiled is not None and self.compiled.text != self.text
+
+    def positions(self, encoding: str) -> Positions:
+        if self._positions is None or self._positions[0] is not self.text:
+            self._positions = (self.text, Positions(self.text, encoding))
+        return self._positions[1]
