@@ -60,6 +60,7 @@ class Worker:
             "echo": self.op_echo,
             "raise": self.op_raise,
             "shutdown": self.op_shutdown,
+            "extract": lambda params: importlib.import_module("kernel_lsp.engine.extract").worker_op(params, build),
         }
         self.started = time.time()
         self.preloaded: list[str] = []

@@ -1,0 +1,239 @@
+"""The whole-model flow on the CPU with the REAL Engine (a Worker subprocess), the REAL Store,
+and the LLM proposer driven through the real `openai` client against scripted servers (one
+per op, so each op's answers do not depend on the order the Searches run in).
+
+The model is tests/agent/tasks/block.py: a Linear-GELU-LayerNorm block whose three ops are
+slow row loops of different cost. Each op's server answers a wrong candidate, then a faster
+one. The wrong ones must never reach the integrated model; the integrated model must match
+the original; its guards must fall back on inputs they were not verified for.
+"""
+
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+pytest.importorskip("openai")
+torch = pytest.importorskip("torch")
+
+from kernel_lsp.agent.llm import LLMConfig, LLMProposer
+from kernel_lsp.agent.search import SearchOptions
+from kernel_lsp.agent.whole_model import (WholeModelOptions, optimize_model, select_ops, split_budget,
+                                          write_integrated)
+from kernel_lsp.engine import Engine, find_task
+from kernel_lsp.store import Store
+
+from .openai_server import start
+
+pytestmark = [pytest.mark.slow]
+async_test = pytest.mark.asyncio(loop_scope="module")
+
+BLOCK = Path(__file__).parent / "tasks" / "block.py"
+START_TAIL = "\n\n\nclass ModelNew(Model):\n    pass\n"
+
+# The ModelNew bodies a model would write for each op (plain PyTorch: faster on a CPU than the loops).
+FASTER = {
+    "fc": "    def forward(self, x0):\n        return torch.addmm(self.op.bias, x0, self.op.weight.t())\n",
+    "act": "    def forward(self, x0):\n        return torch.nn.functional.gelu(x0)\n",
+    "norm": ("    def forward(self, x0):\n        return torch.nn.functional.layer_norm(\n"
+             "            x0, x0.shape[-1:], self.op.weight, self.op.bias, self.op.eps)\n"),
+}
+WRONG = {
+    "fc": "    def forward(self, x0):\n        return torch.addmm(self.op.bias, x0, self.op.weight)\n",  # W, not W^T
+    "act": "    def forward(self, x0):\n        return x0 * torch.sigmoid(1.702 * x0)\n",                # an approximation
+    "norm": ("    def forward(self, x0):\n"                                                          # no affine
+             "        return torch.nn.functional.layer_norm(x0, x0.shape[-1:], eps=self.op.eps)\n"),
+}
+
+
+def candidate(task_source: str, body: str) -> str:
+    return task_source.rstrip("\n") + "\n\n\nclass ModelNew(Model):\n" + body
+
+
+def fenced(note: str, src: str) -> str:
+    return f"{note}\n```python\n{src}```\n"
+
+
+def load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def engine():
+    eng = Engine(options={"bench_seconds": 0.3, "cache_probe": False}, timeout=120)
+    yield eng
+    await eng.aclose()
+
+
+def test_split_budget_by_share():
+    assert split_budget([0.6, 0.3, 0.1], 12) == [6, 4, 2]
+    assert split_budget([0.9, 0.05, 0.05], 2) == [1, 1, 1]  # at least one each
+    assert sum(split_budget([0.5, 0.25, 0.25], 10)) == 10
+    assert split_budget([], 5) == []
+    assert split_budget([0.9, 0.08, 0.02], 12, minimum=2) == [7, 3, 2]
+
+
+def test_select_ops_descends_into_containers():
+    def mod(name, us, children=(), calls=1):
+        return {"name": name, "inclusive_us": us, "children": list(children), "leaf": not children, "calls": calls}
+
+    extraction = {"total_us": 100.0, "modules": [
+        mod("", 100, ["blocks", "head"]), mod("blocks", 90, ["blocks.0", "blocks.1"]),
+        mod("blocks.0", 50, ["blocks.0.fc"]), mod("blocks.0.fc", 10),  # 40 us of its own: taken whole
+        mod("blocks.1", 40, ["blocks.1.fc", "blocks.1.ln"]), mod("blocks.1.fc", 37), mod("blocks.1.ln", 3),
+        mod("head", 10), mod("unused", 0, calls=0)]}
+    names = [(m["name"], round(m["share"], 2)) for m in select_ops(extraction, 0.05)]
+    assert names == [("blocks.0", 0.5), ("blocks.1.fc", 0.37), ("head", 0.1)]
+
+
+@async_test
+async def test_whole_model_flow(engine, tmp_path, monkeypatch):
+    model = tmp_path / "block.py"
+    shutil.copy(BLOCK, model)
+    # The Tasks get written before the servers are asked, so the answers are built from the
+    # extracted Task files themselves: start with a server per op that answers from a hook.
+    servers = {name: start([], default="") for name in FASTER}
+    store = Store(tmp_path / "store.sqlite")
+
+    def make_proposer(op):
+        src = Path(op.task).read_text()
+        servers[op.name].add(fenced(f"{op.name}: wrong", candidate(src, WRONG[op.name])),
+                             fenced(f"{op.name}: faster", candidate(src, FASTER[op.name])))
+        return LLMProposer(LLMConfig(model="gpt-4o-mini", base_url=servers[op.name].base_url, api_key="sk-test",
+                                     client_max_retries=0, backoff=0.05))
+
+    events = []
+    opts = WholeModelOptions(min_share=0.01, budget=12, patience=2, min_proposals=2,
+                             search=SearchOptions(children=1, profile=False, repair_rounds=0,
+                                                  engine_options={"baselines": False},
+                                                  start_engine_options={"baselines": False}),
+                             end_to_end_options={"baselines": False})
+    try:
+        result = await optimize_model(str(model), engine, store, make_proposer, opts, root=str(tmp_path),
+                                      progress=events.append)
+    finally:
+        for s in servers.values():
+            s.close()
+
+    # Three ops, each a Task with the captured shapes, in the folder the user sees.
+    ops = {o.name: o for o in result.ops}
+    assert set(ops) == {"fc", "act", "norm"}, result.reason
+    for op in ops.values():
+        assert op.task == str(tmp_path / ".kernel-lsp" / "ops" / f"block_{op.name}.py")
+        assert op.shapes == [[96, 128]]
+        text = Path(op.task).read_text()
+        assert "torch.randn((96, 128), dtype=torch.float32)" in text
+        task, cand = find_task(op.task)  # a normal Task
+        assert cand is None and task.name == f"block_{op.name}"
+    assert "return [128, 128]" in Path(ops["fc"].task).read_text()  # RowLinear(dim, dim)'s init arguments
+    assert sum(o.budget for o in ops.values()) == 12 and min(o.budget for o in ops.values()) >= 2
+    hottest = max(ops.values(), key=lambda o: o.share)
+    assert hottest.budget == max(o.budget for o in ops.values())
+
+    # Each op's Search saw the wrong candidate rejected and the faster one win.
+    for name, op in ops.items():
+        s = op.search
+        assert s is not None and s.improved, (name, s.reason if s else None, s.steps if s else None)
+        assert s.best.source.endswith(FASTER[name]) and s.speedup > 1
+        verdicts = {n["note"]: (n["evaluation"] or {}).get("verdict") for n in store.search(s.search_id)["nodes"]}
+        assert verdicts[f"{name}: wrong"] == "mismatch", verdicts
+        assert op.custom_kernel is False and op.label == "PyTorch rewrite"
+        kernel = Path(op.kernel).read_text()
+        assert kernel.endswith(FASTER[name]) and WRONG[name] not in kernel
+
+    # End to end: correct and faster, all three kept.
+    Path("/tmp/wm_debug.json").write_text(json.dumps([result.reason, [o.reason for o in result.ops], result.end_to_end], default=str, indent=1))
+    assert result.improved, result.reason
+    e = result.end_to_end
+    assert e["correct"] and e["speedup_eager"] > 1 and e["faster"]
+    assert all(o.kept for o in ops.values())
+    out = tmp_path / "block_optimized.py"
+    assert write_integrated(result, str(out)) == str(out)
+    text = out.read_text()
+    for name in FASTER:
+        assert WRONG[name] not in text
+    assert "import kernel_lsp" not in text and "from kernel_lsp" not in text  # the user's file, standalone
+
+    # The JSON document of --json.
+    doc = json.loads(json.dumps(result.to_dict()))
+    assert [o["share"] for o in doc["ops"]] == sorted((o["share"] for o in doc["ops"]), reverse=True)
+    assert {"name", "share", "task", "shapes", "speedup", "custom_kernel"} <= set(doc["ops"][0])
+    assert {"correct", "speedup_eager", "speedup_compile"} <= set(doc["end_to_end"])
+
+    # The store keeps the run.
+    rec = store.search(result.record)
+    assert rec["proposer"] == "whole-model" and rec["budget"]["whole_model"]["end_to_end"]["correct"]
+    assert [n["evaluation"]["verdict"] for n in rec["nodes"] if n["evaluation"]] == ["correct"]
+
+    # In this process: the integrated model matches the original, and its guards fall back.
+    original = load(model, "block_original_for_test")
+    integrated = load(out, "block_optimized_for_test")
+    torch.manual_seed(0)
+    ref = original.Model(128).eval()
+    new = integrated.ModelNew(128).eval()
+    new.load_state_dict(ref.state_dict())
+    assert set(new.state_dict()) == set(ref.state_dict())  # the guards add no state
+    guards = new.kernel_lsp_guards
+    with torch.no_grad():
+        x = torch.randn(96, 128)
+        assert torch.allclose(new(x), ref(x), atol=1e-5, rtol=1e-5)
+        assert all(g.kernel_calls == 1 and g.original_calls == 0 for g in guards.values())
+        y = torch.randn(50, 128)  # a shape the kernels were not verified for: the original ops
+        assert torch.allclose(new(y), ref(y), atol=1e-5, rtol=1e-5)
+        assert all(g.kernel_calls == 1 and g.original_calls == 1 for g in guards.values())
+        z = torch.randn(128, 96).t()  # the verified shape, not contiguous: the original ops
+        assert torch.allclose(new(z), ref(z), atol=1e-5, rtol=1e-5)
+        assert guards["fc"].original_calls == 2 and guards["fc"].kernel_calls == 1
+    # Autograd on: the kernels were verified under no_grad, so the original ops run.
+    x.requires_grad_(True)
+    new(x).sum().backward()
+    assert x.grad is not None and guards["fc"].original_calls == 3
+
+    # A kernel that raises: one warning, then the original op for good.
+    def broken(*args):
+        raise RuntimeError("launch failed")
+
+    guards["norm"].kernel = broken
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert torch.allclose(new(x.detach()), ref(x.detach()), atol=1e-5, rtol=1e-5)
+        assert torch.allclose(new(x.detach()), ref(x.detach()), atol=1e-5, rtol=1e-5)
+    raised = [w for w in caught if "kernel for `norm` raised" in str(w.message)]
+    assert len(raised) == 1 and guards["norm"].failed.startswith("RuntimeError")
+    assert guards["fc"].kernel_calls == 3  # the others still run their kernels
+    assert any("profiling" in m for m in events)
+
+
+@async_test
+async def test_cli_whole_model_json(engine, tmp_path, monkeypatch, capsys):
+    """`kernel-lsp optimize --whole-model --json` with a scripted endpoint and no faster answer:
+    the ops and their Tasks are reported, nothing is written, exit 1."""
+    model = tmp_path / "block.py"
+    shutil.copy(BLOCK, model)
+    server = start([], default="No more ideas.")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    from kernel_lsp.cli import main
+
+    try:
+        code = main(["optimize", str(model), "--whole-model", "--json", "--proposer", "llm", "--model", "gpt-4o-mini",
+                     "--budget", "3", "--min-share", "0.01", "--no-baselines", "--timeout", "120"])
+    finally:
+        server.close()
+    assert code == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert {o["name"] for o in doc["ops"]} == {"fc", "act", "norm"}
+    assert all(os.path.exists(o["task"]) and o["speedup"] is None for o in doc["ops"])
+    assert doc["written"] is None and doc["end_to_end"] is None
+    assert "no op's Search found" in doc["reason"]
+    assert not (tmp_path / "block_optimized.py").exists()
