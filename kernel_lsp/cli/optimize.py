@@ -226,7 +226,9 @@ def report_main(ns: argparse.Namespace) -> int:
             return 1
         sid = rows[0]["id"]
     try:
-        page = render_report(store, sid)
+        from kernel_lsp.agent.whole_model_report import is_whole_model, render_whole_model
+
+        page = render_whole_model(store, sid) if is_whole_model(store.search(sid)) else render_report(store, sid)
     except KeyError:
         print(f"kernel-lsp report: no search {sid}", file=sys.stderr)
         return 1

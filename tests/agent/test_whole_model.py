@@ -213,27 +213,95 @@ async def test_whole_model_flow(engine, tmp_path, monkeypatch):
     assert any("profiling" in m for m in events)
 
 
-@async_test
-async def test_cli_whole_model_json(engine, tmp_path, monkeypatch, capsys):
-    """`kernel-lsp optimize --whole-model --json` with a scripted endpoint and no faster answer:
-    the ops and their Tasks are reported, nothing is written, exit 1."""
-    model = tmp_path / "block.py"
-    shutil.copy(BLOCK, model)
-    server = start([], default="No more ideas.")
+NORM_FASTER = """import torch
+import torch.nn as nn
+
+
+class _Affine(nn.Module):
+    def __init__(self, dim, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim))
+
+
+class ModelNew(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.op = _Affine(dim)
+
+    def forward(self, x0):
+        return torch.nn.functional.layer_norm(x0, x0.shape[-1:], self.op.weight, self.op.bias, self.op.eps)
+"""
+NORM_WRONG = NORM_FASTER.replace("self.op.weight, self.op.bias, self.op.eps", "eps=self.op.eps")
+
+
+@pytest.fixture
+def workspace(tmp_path, monkeypatch):
+    shutil.copy(BLOCK, tmp_path / "block.py")
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "KERNEL_LSP_MODEL"):
+        monkeypatch.delenv(var, raising=False)
+    return tmp_path
+
+
+def run_cli(server, monkeypatch, *args):
     from kernel_lsp.cli import main
 
+    monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     try:
-        code = main(["optimize", str(model), "--whole-model", "--json", "--proposer", "llm", "--model", "gpt-4o-mini",
-                     "--budget", "3", "--min-share", "0.01", "--no-baselines", "--timeout", "120"])
+        return main(["optimize", *args, "--whole-model", "--proposer", "llm", "--model", "gpt-4o-mini",
+                     "--min-share", "0.01", "--no-baselines", "--timeout", "120"])
     finally:
         server.close()
-    assert code == 1
-    doc = json.loads(capsys.readouterr().out)
+
+
+def test_cli_one_op_writes_the_integrated_model(workspace, monkeypatch, capsys):
+    """`optimize block.py:norm --whole-model --json`: that op alone; the wrong answer is refused,
+    the faster one integrated, the model verified end to end and written beside it; exit 0."""
+    server = start([fenced("no affine", NORM_WRONG), fenced("one layer_norm", NORM_FASTER)], default="")
+    code = run_cli(server, monkeypatch, "block.py:norm", "--json", "--budget", "2")
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    doc = json.loads(captured.out)
+    assert [o["name"] for o in doc["ops"]] == ["norm"]
+    op = doc["ops"][0]
+    assert op["speedup"] > 1 and op["custom_kernel"] is False and op["label"] == "PyTorch rewrite" and op["kept"]
+    assert op["task"] == str(workspace / ".kernel-lsp" / "ops" / "block_norm.py") and op["shapes"] == [[96, 128]]
+    assert doc["end_to_end"]["correct"] and doc["end_to_end"]["speedup_eager"] > 1
+    assert doc["end_to_end"]["speedup_compile"] is None  # --no-baselines: not measured, not invented
+    assert doc["written"] == str(workspace / "block_optimized.py")
+    written = (workspace / "block_optimized.py").read_text()
+    assert "block_norm_new.py" in written and "kernel-lsp optimize" in written
+    assert (workspace / ".kernel-lsp" / "ops" / "block_norm_new.py").read_text() == NORM_FASTER
+    # `kernel-lsp report` renders the run.
+    from kernel_lsp.cli import main
+
+    assert main(["report", str(doc["record"])]) == 0
+    page = Path(capsys.readouterr().out.strip()).read_text()
+    assert "norm" in page and "end to end" in page.lower()
+
+
+def test_cli_whole_model_json_no_improvement(workspace, monkeypatch, capsys):
+    """No faster answer: the ops and their Tasks are reported, nothing is written, exit 1."""
+    server = start([], default="No more ideas.")
+    code = run_cli(server, monkeypatch, "block.py", "--json", "--budget", "3")
+    captured = capsys.readouterr()
+    assert code == 1, captured.err
+    doc = json.loads(captured.out)
     assert {o["name"] for o in doc["ops"]} == {"fc", "act", "norm"}
     assert all(os.path.exists(o["task"]) and o["speedup"] is None for o in doc["ops"])
     assert doc["written"] is None and doc["end_to_end"] is None
     assert "no op's Search found" in doc["reason"]
-    assert not (tmp_path / "block_optimized.py").exists()
+    assert not (workspace / "block_optimized.py").exists()
+
+
+def test_cli_bad_input_exit_2(workspace, capsys):
+    from kernel_lsp.cli import main
+
+    (workspace / "notamodel.py").write_text("x = 1\n")
+    assert main(["optimize", "notamodel.py", "--whole-model", "--proposer", "tuner"]) == 2
+    assert "not a Task" in capsys.readouterr().err
+    assert main(["optimize", "block.py", "--whole-model", "--apply", "--proposer", "tuner"]) == 2
+    assert main(["optimize", "block.py", "--whole-model", "--out", "block.py", "--proposer", "tuner"]) == 2
