@@ -173,10 +173,46 @@ def _time_cuda(model: torch.nn.Module, inputs: list[Any], names: dict[int, str],
         for hk in hooks:
             hk.remove()
     inclusive: dict[str, float] = {}
+    cpu = torch.autograd.DeviceType.CPU
     for evt in prof.events():
-        if evt.name.startswith(RANGE):
+        # The CPU-side range only: the trace also holds a GPU-side copy of each range (its span).
+        if evt.name.startswith(RANGE) and getattr(evt, "device_type", cpu) == cpu:
             name = evt.name[len(RANGE):]
             inclusive[name] = inclusive.get(name, 0.0) + float(evt.device_time_total) / calls
+    if inclusive.get("", 0.0) <= 0:  # kernels not attributed to ranges: CUDA events around each call
+        return _time_cuda_events(model, inputs, names, device, calls)
+    return inclusive
+
+
+def _time_cuda_events(model: torch.nn.Module, inputs: list[Any], names: dict[int, str], device: torch.device,
+                      calls: int) -> dict[str, float]:
+    marks: list[tuple[str, Any, Any]] = []
+    starts: list[Any] = []
+
+    def enter(mod: torch.nn.Module, args: tuple[Any, ...]) -> None:
+        ev = torch.cuda.Event(enable_timing=True)
+        ev.record()
+        starts.append(ev)
+
+    def leave(mod: torch.nn.Module, args: tuple[Any, ...], result: Any) -> None:
+        if starts:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            marks.append((names.get(id(mod), "?"), starts.pop(), end))
+
+    hooks = [m.register_forward_pre_hook(enter) for m in model.modules()]
+    hooks += [m.register_forward_hook(leave) for m in model.modules()]
+    try:
+        with torch.no_grad():
+            for _ in range(calls):
+                model(*inputs)
+        _sync(device)
+    finally:
+        for hk in hooks:
+            hk.remove()
+    inclusive: dict[str, float] = {}
+    for name, a, b in marks:
+        inclusive[name] = inclusive.get(name, 0.0) + a.elapsed_time(b) * 1e3 / calls
     return inclusive
 
 
