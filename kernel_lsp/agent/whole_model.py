@@ -601,9 +601,9 @@ def _summary(ops: list[OpResult]) -> list[str]:
             for o in ops if o.speedup]
 
 
-def write_integrated(result: WholeModelResult, out_path: str) -> str | None:
+def write_integrated(result: WholeModelResult, out_path: str, store: Any = None) -> str | None:
     """Write the integrated model to `out_path` (its paths made relative to it); None when
-    there is nothing verified to write."""
+    there is nothing verified to write. With `store`, the run's record notes the file."""
     if not result.replacements:
         return None
     kept = [o for o in result.ops if o.kept]
@@ -611,6 +611,10 @@ def write_integrated(result: WholeModelResult, out_path: str) -> str | None:
     with open(out_path, "w", encoding="utf-8") as fh:
         fh.write(text)
     result.written = out_path
+    if store is not None and result.record is not None:
+        row = store.search(result.record)
+        if row is not None:
+            store.update_search(result.record, budget={**row["budget"], "whole_model": result.to_dict()})
     return out_path
 
 

@@ -143,7 +143,9 @@ def whole_model_main(ns: argparse.Namespace) -> int:
         print(f"kernel-lsp optimize: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     if result.improved:
-        write_integrated(result, out)
+        from kernel_lsp.store import Store
+
+        write_integrated(result, out, Store.for_workspace(os.getcwd()))
     doc = result.to_dict()
     if as_json:
         print(json.dumps(doc, indent=2, default=str))

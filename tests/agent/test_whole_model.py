@@ -259,11 +259,21 @@ def run_cli(server, monkeypatch, *args):
 
 def test_cli_one_op_writes_the_integrated_model(workspace, monkeypatch, capsys):
     """`optimize block.py:norm --whole-model --json`: that op alone; the wrong answer is refused,
-    the faster one integrated, the model verified end to end and written beside it; exit 0."""
+    the faster one integrated, the model verified end to end and written beside it; exit 0.
+    Here fc and act are vectorized, so the row-loop norm is nearly all of forward and replacing
+    it clears the end-to-end noise rule even on a busy 2-core CI machine."""
+    text = BLOCK.read_text()
+    text = text.replace("torch.stack([torch.mv(self.weight, x[i]) + self.bias for i in range(x.shape[0])])",
+                        "torch.addmm(self.bias, x, self.weight.t())")
+    text = text.replace("torch.cat([0.5 * x[i:i + 4] * (1.0 + torch.erf(x[i:i + 4] / math.sqrt(2.0)))\n"
+                        "                          for i in range(0, x.shape[0], 4)])",
+                        "0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))")
+    assert text.count("for i in range") == 1
+    (workspace / "block.py").write_text(text)
     server = start([fenced("no affine", NORM_WRONG), fenced("one layer_norm", NORM_FASTER)], default="")
     code = run_cli(server, monkeypatch, "block.py:norm", "--json", "--budget", "2")
     captured = capsys.readouterr()
-    assert code == 0, captured.err
+    assert code == 0, captured.out[-3000:]
     doc = json.loads(captured.out)
     assert [o["name"] for o in doc["ops"]] == ["norm"]
     op = doc["ops"][0]
@@ -272,6 +282,8 @@ def test_cli_one_op_writes_the_integrated_model(workspace, monkeypatch, capsys):
     assert doc["end_to_end"]["correct"] and doc["end_to_end"]["speedup_eager"] > 1
     assert doc["end_to_end"]["speedup_compile"] is None  # --no-baselines: not measured, not invented
     assert doc["written"] == str(workspace / "block_optimized.py")
+    stored = Store(workspace / ".kernel-lsp" / "store.sqlite").search(doc["record"])
+    assert stored["budget"]["whole_model"]["written"] == doc["written"]
     written = (workspace / "block_optimized.py").read_text()
     assert "block_norm_new.py" in written and "kernel-lsp optimize" in written
     assert (workspace / ".kernel-lsp" / "ops" / "block_norm_new.py").read_text() == NORM_FASTER
@@ -305,3 +317,9 @@ def test_cli_bad_input_exit_2(workspace, capsys):
     assert "not a Task" in capsys.readouterr().err
     assert main(["optimize", "block.py", "--whole-model", "--apply", "--proposer", "tuner"]) == 2
     assert main(["optimize", "block.py", "--whole-model", "--out", "block.py", "--proposer", "tuner"]) == 2
+    capsys.readouterr()
+    (workspace / "broken.py").write_text(BLOCK.read_text().replace(
+        "return self.norm(self.act(self.fc(x)))", "return self.norm(self.act(self.fc(x.t())))"))
+    assert main(["optimize", "broken.py", "--whole-model", "--proposer", "tuner", "--no-baselines"]) == 2
+    err = capsys.readouterr().err
+    assert "profiling the model failed" in err and "RuntimeError" in err and "Traceback" not in err
