@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,11 +68,9 @@ def _literal(value: Any) -> str:
         return f"({inner},)" if len(value) == 1 else f"({inner})"
     if isinstance(value, list):
         return "[" + ", ".join(_literal(v) for v in value) + "]"
+    if isinstance(value, str):
+        return json.dumps(value)
     return repr(value)
-
-
-def _ident(text: str) -> str:
-    return re.sub(r"\W", "_", text)
 
 
 RUNTIME = '''
@@ -202,11 +199,11 @@ def integrated_source(model_path: str, out_path: str, replacements: list[Replace
         "",
         "import torch",
         "",
-        f"REFERENCE = {model_rel!r}  # the original model: `kernel-lsp bench` compares against it",
+        f"REFERENCE = {_literal(model_rel)}  # the original model: `kernel-lsp bench` compares against it",
         RUNTIME.rstrip("\n"),
         "",
         "",
-        f"_original = _load({model_rel!r})",
+        f"_original = _load({_literal(model_rel)})",
         "",
         "# op: the submodule; kernel: the winner of its Search; args/kwargs: the inputs it was verified on.",
         "REPLACEMENTS = [",
@@ -220,8 +217,8 @@ def integrated_source(model_path: str, out_path: str, replacements: list[Replace
         lines += [
             f"    # {r.op}: {facts}",
             "    {",
-            f"        \"op\": {r.op!r},",
-            f"        \"kernel\": {_rel(r.kernel_path, here)!r},",
+            f"        \"op\": {_literal(r.op)},",
+            f"        \"kernel\": {_literal(_rel(r.kernel_path, here))},",
             f"        \"init_inputs\": {_literal(r.init_inputs)},",
             f"        \"args\": {_literal(r.args)},",
             f"        \"kwargs\": {_literal(r.kwargs)},",

@@ -36,7 +36,7 @@ from kernel_lsp.model import DISQUALIFYING_FLAGS, Candidate, Evaluation, Task
 
 from .budget import Budget
 from .integrate import Replacement, guard_rule, integrated_source
-from .search import Search, SearchOptions, SearchResult, noise_threshold
+from .search import Search, SearchOptions, SearchResult
 
 OPS_DIR = os.path.join(".kernel-lsp", "ops")
 PROPOSER_NAME = "whole-model"  # the store's `proposer` of a whole-model run's record

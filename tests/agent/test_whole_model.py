@@ -12,7 +12,7 @@ import importlib.util
 import json
 import os
 import shutil
-import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -67,6 +67,27 @@ def load(path: Path, name: str):
     return module
 
 
+class EngineView:
+    """A second handle on the same Engine, as if it owned another GPU: records which ops'
+    Searches it served and when, so the test sees Searches spread over Engines and overlapping."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.tasks = set()
+        self.spans = []
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+    async def evaluate(self, task, *args, **kwargs):
+        self.tasks.add(task.name)
+        t0 = time.monotonic()
+        try:
+            return await self.engine.evaluate(task, *args, **kwargs)
+        finally:
+            self.spans.append((t0, time.monotonic()))
+
+
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def engine():
     eng = Engine(options={"bench_seconds": 0.3, "cache_probe": False}, timeout=120)
@@ -112,6 +133,7 @@ async def test_whole_model_flow(engine, tmp_path, monkeypatch):
                                      client_max_retries=0, backoff=0.05))
 
     events = []
+    views = [EngineView(engine), EngineView(engine)]
     opts = WholeModelOptions(min_share=0.01, budget=12, patience=2, min_proposals=2,
                              search=SearchOptions(children=1, profile=False, repair_rounds=0,
                                                   engine_options={"baselines": False},
@@ -119,7 +141,7 @@ async def test_whole_model_flow(engine, tmp_path, monkeypatch):
                              end_to_end_options={"baselines": False})
     try:
         result = await optimize_model(str(model), engine, store, make_proposer, opts, root=str(tmp_path),
-                                      progress=events.append)
+                                      progress=events.append, engines=views)
     finally:
         for s in servers.values():
             s.close()
@@ -138,6 +160,11 @@ async def test_whole_model_flow(engine, tmp_path, monkeypatch):
     assert sum(o.budget for o in ops.values()) == 12 and min(o.budget for o in ops.values()) >= 2
     hottest = max(ops.values(), key=lambda o: o.share)
     assert hottest.budget == max(o.budget for o in ops.values())
+
+    # Two Engines: each served whole Searches (an op's Search stays on one), and they overlapped.
+    assert all(v.tasks for v in views) and not (views[0].tasks & views[1].tasks)
+    assert len(views[0].tasks | views[1].tasks) == 3
+    assert min(a for a, _ in views[1].spans) < max(b for _, b in views[0].spans)
 
     # Each op's Search saw the wrong candidate rejected and the faster one win.
     for name, op in ops.items():
@@ -162,6 +189,8 @@ async def test_whole_model_flow(engine, tmp_path, monkeypatch):
     for name in FASTER:
         assert WRONG[name] not in text
     assert "import kernel_lsp" not in text and "from kernel_lsp" not in text  # the user's file, standalone
+    task, cand = find_task(str(out))  # a Candidate of the model's own Task (REFERENCE)
+    assert task.name == "block" and cand.source == text
 
     # The JSON document of --json.
     doc = json.loads(json.dumps(result.to_dict()))
