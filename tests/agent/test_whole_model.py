@@ -352,3 +352,36 @@ def test_cli_bad_input_exit_2(workspace, capsys):
     assert main(["optimize", "broken.py", "--whole-model", "--proposer", "tuner", "--no-baselines"]) == 2
     err = capsys.readouterr().err
     assert "profiling the model failed" in err and "RuntimeError" in err and "Traceback" not in err
+
+
+def test_extracted_tasks_reproduce_each_call(tmp_path):
+    """In process: extraction of tasks/mixed.py, then each written Task builds and runs, with
+    the captured inputs (integer ids in range, non-negative values, a keyword constant)."""
+    from kernel_lsp.agent.whole_model import not_extractable, write_op_tasks
+    from kernel_lsp.engine import build
+    from kernel_lsp.engine.extract import extract
+
+    model = tmp_path / "mixed.py"
+    shutil.copy(Path(__file__).parent / "tasks" / "mixed.py", model)
+    task, _ = find_task(str(model))
+    extraction = extract(task, {"device": "cpu"}, build)
+    selected = select_ops(extraction, 0.0)
+    assert {m["name"] for m in selected} == {"embed", "scale", "relu", "pow", "norm"}
+    assert all(not not_extractable(m) for m in selected)
+    ops = {o.name: o for o in write_op_tasks(str(model), str(tmp_path), extraction, selected, task)}
+    texts = {n: Path(o.task).read_text() for n, o in ops.items()}
+    assert "torch.randint(0, 50, (4, 16), dtype=torch.int64)" in texts["embed"]  # the ids' range
+    assert "nn.Embedding(num_embeddings=num_embeddings, embedding_dim=embedding_dim)" in texts["embed"]
+    assert "return self.op(x0, exponent=0.5)" in texts["pow"]                       # the keyword constant
+    assert ".abs()" in texts["pow"]                                                 # fed after a ReLU
+    assert "_original_submodule('scale')" in texts["scale"]                         # a config object
+    assert "nn.LayerNorm(normalized_shape=normalized_shape, eps=eps)" in texts["norm"]
+    assert "return [32, 1e-06]" in texts["norm"]
+    for name, op in ops.items():
+        mod = load(Path(op.task), f"mixed_task_{name}")
+        m = mod.Model(*mod.get_init_inputs())
+        out = m(*mod.get_inputs())
+        assert isinstance(out, torch.Tensor) and torch.isfinite(out).all(), name
+    # Constant parameters (the LayerNorm's ones and zeros) were varied in the Task.
+    norm = load(Path(ops["norm"].task), "mixed_task_norm_again").Model(32, 1e-6)
+    assert not torch.equal(norm.op.weight, torch.ones(32)) and not torch.equal(norm.op.bias, torch.zeros(32))
