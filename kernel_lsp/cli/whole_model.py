@@ -75,6 +75,8 @@ def _summary(doc: dict[str, Any]) -> None:
             line += f", {e['speedup_compile']:.2f}x torch.compile"
         if e.get("spread_pct") is not None:
             line += f" (spread {e['spread_pct']:.1f}%)"
+        if e["correct"] and not e.get("faster") and e.get("needs"):
+            line += f"; not kept: it needs > {e['needs']:.2f}x to count (2x the spread)"
         console.print(line, highlight=False)
     console.print(doc["reason"] + (f"; record {doc['record']} (kernel-lsp report {doc['record']})"
                                    if doc.get("record") else ""), highlight=False)
