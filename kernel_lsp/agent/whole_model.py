@@ -8,7 +8,8 @@ Steps:
 1. the Worker's ``extract`` op (engine/extract.py) runs ``Model.forward`` on its real
    inputs, profiles it and captures each submodule's call and constructor arguments;
 2. `select_ops`: from the top, a submodule above ``min_share`` of the time is an op when it
-   is a leaf or spends ``min_share`` in its own code; otherwise its children are looked at;
+   is a leaf or spends ``min_share`` (and a third of its time) in its own code; otherwise its
+   children are looked at;
 3. `op_task_source`: each op becomes a KernelBench Task in ``.kernel-lsp/ops/<model>_<op>.py``
    (the user sees, benches and optimizes it like any Task);
 4. `split_budget`: the proposals are split by share (at least one each); each Search stops
@@ -186,7 +187,10 @@ def select_ops(extraction: dict[str, Any], min_share: float) -> list[dict[str, A
         share = m["inclusive_us"] / total
         if not m["calls"] or share < min_share:
             return
-        if m["leaf"] or self_us(mods, name) / total >= min_share:
+        own = self_us(mods, name)
+        # A module whose own code (not its children) is hot is taken whole (an attention's matmuls
+        # and softmax); a third of its time at least, so a container's call overhead is not enough.
+        if m["leaf"] or (own / total >= min_share and own >= m["inclusive_us"] / 3):
             chosen.append({**m, "share": share})
             return
         for child in m["children"]:
@@ -492,7 +496,8 @@ async def _end_to_end(engine: Any, task: Task, source: str, opts: WholeModelOpti
     limit = None
     if ev.time is not None and spread_base is not None:
         limit = 1.0 + max(0.02, 2.0 * max(ev.time.spread_pct, spread_base.spread_pct) / 100)
-    doc = {"correct": ev.verdict == "correct" and not bad, "verdict": ev.verdict, "message": ev.message,
+    doc = {"correct": ev.verdict == "correct" and not bad, "verdict": ev.verdict if not bad else "flagged",
+           "bad_flags": bad, "message": ev.message,
            "flags": list(ev.flags), "speedup_eager": s_eager, "speedup_compile": _speedup_vs(ev.compiled, ev.time),
            "time_ms": ev.time.median_ms if ev.time else None, "eager_ms": eager.median_ms if eager else None,
            "compile_ms": ev.compiled.median_ms if ev.compiled else None,

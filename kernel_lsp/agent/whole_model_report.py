@@ -72,7 +72,8 @@ def render_whole_model(store: Any, record_id: int) -> str:
     e = doc.get("end_to_end")
     parts.append("<h2>End to end</h2>")
     if e:
-        verdict = "correct" if e.get("correct") else f"not correct ({e.get('verdict')})"
+        verdict = "correct" if e.get("correct") else f"not counted ({e.get('verdict')}" + (
+            f": {', '.join(e['bad_flags'])})" if e.get("bad_flags") else ")")
         parts.append(
             f"<p class={'ok' if e.get('correct') else 'bad'}>{html.escape(verdict)}: "
             f"{html.escape(str(e.get('message', '')))}</p><table>"

@@ -68,9 +68,9 @@ def _summary(doc: dict[str, Any]) -> None:
                       highlight=False)
     e = doc.get("end_to_end")
     if e:
-        line = (f"end to end: {'correct' if e['correct'] else 'NOT correct (' + e['verdict'] + ')'}, "
-                f"{e['speedup_eager']:.2f}x eager" if e.get("speedup_eager") else
-                f"end to end: {'correct' if e['correct'] else 'NOT correct (' + e['verdict'] + ')'}")
+        verdict = "correct" if e["correct"] else f"NOT counted ({e['verdict']}" + (
+            f": {', '.join(e['bad_flags'])})" if e.get("bad_flags") else ")")
+        line = f"end to end: {verdict}" + (f", {e['speedup_eager']:.2f}x eager" if e.get("speedup_eager") else "")
         if e.get("speedup_compile"):
             line += f", {e['speedup_compile']:.2f}x torch.compile"
         if e.get("spread_pct") is not None:

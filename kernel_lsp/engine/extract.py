@@ -293,8 +293,17 @@ def extract(task: Task, options: dict[str, Any], builder: Any) -> dict[str, Any]
     output = describe(out) if isinstance(out, torch.Tensor) else {"kind": "other", "type": type(out).__name__}
 
     on_device = device.type == "cuda"
-    inclusive = _time_cuda(model, inputs, names, device, calls) if on_device else \
-        _time_cpu(model, inputs, names, calls)
+    if on_device:
+        inclusive = _time_cuda(model, inputs, names, device, calls)
+    else:
+        # As the bench does on a CPU: a fixed thread count (intra-op barriers on a busy machine
+        # otherwise stall whole scheduler slices, and land in whichever module was running).
+        threads = torch.get_num_threads()
+        torch.set_num_threads(int(options.get("cpu_threads", 1)))
+        try:
+            inclusive = _time_cpu(model, inputs, names, calls)
+        finally:
+            torch.set_num_threads(threads)
     modules: list[dict[str, Any]] = []
     for name, mod in model.named_modules():
         children = [f"{name}.{c}" if name else c for c, _ in mod.named_children()]
