@@ -387,3 +387,24 @@ def test_extracted_tasks_reproduce_each_call(tmp_path):
     # Constant parameters (the LayerNorm's ones and zeros) were varied in the Task.
     norm = load(Path(ops["norm"].task), "mixed_task_norm_again").Model(32, 1e-6)
     assert not torch.equal(norm.op.weight, torch.ones(32)) and not torch.equal(norm.op.bias, torch.zeros(32))
+
+
+def test_ops_at_maps_lines_to_submodules():
+    from kernel_lsp.agent.whole_model import ops_at
+
+    text = (Path(__file__).resolve().parents[2] / "benchmarks" / "models" / "mingpt_block.py").read_text()
+    lines = text.splitlines()
+
+    def at(fragment, nth=0):
+        hits = [i for i, ln in enumerate(lines) if fragment in ln]
+        return ops_at(text, hits[nth])
+
+    assert at("return self.dropout(self.c_proj(self.act(self.c_fc(x))))") == [
+        "mlp.dropout", "mlp.c_proj", "mlp.act", "mlp.c_fc"]
+    assert at("self.act = NewGELU()") == ["mlp.act"]
+    assert at("return 0.5 * x * (1.0 + torch.tanh") == ["mlp.act"]          # inside NewGELU: the module
+    assert at("att = F.softmax(att, dim=-1)") == ["attn"]                     # attention's own code
+    assert at("self.c_attn = nn.Linear") == ["attn.c_attn"]
+    assert at("x = x + self.attn(self.ln_1(x))") == ["attn", "ln_1"]
+    assert at("self.ln_2 = nn.LayerNorm(n_embd)") == ["ln_2"]
+    assert at("def get_inputs") == []
