@@ -3,6 +3,7 @@
 block with the kernel behind its guard is verified end to end against eager and torch.compile.
 Skips without a CUDA GPU (`pytest -m gpu` on the device)."""
 
+import asyncio
 import re
 import sys
 from pathlib import Path
@@ -27,8 +28,12 @@ from mingpt_answers import GELU_KERNEL, fenced  # noqa: E402
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
 
-@pytest.mark.asyncio
-async def test_mingpt_gelu_kernel_integrated(tmp_path):
+def test_mingpt_gelu_kernel_integrated(tmp_path):
+    # asyncio.run, not pytest-asyncio: the device machine may not have it.
+    asyncio.run(_mingpt_gelu_kernel_integrated(tmp_path))
+
+
+async def _mingpt_gelu_kernel_integrated(tmp_path):
     text = (ROOT / "benchmarks" / "models" / "mingpt_block.py").read_text()
     text = re.sub(r"^BATCH, SEQ, N_EMBD, N_HEAD = .*$", "BATCH, SEQ, N_EMBD, N_HEAD = 8, 256, 768, 12", text,
                   flags=re.M)
