@@ -118,7 +118,8 @@ def markdown(doc: dict) -> str:
     for op in doc["ops"]:
         lines.append(
             f"| {op['name']} | {op['class']} | {100 * op['share']:.1f}% | {op['budget']} | "
-            + (f"{op['speedup']:.2f}x" if op["speedup"] else "-") + " | "
+            + (f"{op['speedup']:.2f}x (spread {op['spread_pct']:.1f}%)" if op["speedup"] and op.get("spread_pct")
+               is not None else f"{op['speedup']:.2f}x" if op["speedup"] else "-") + " | "
             + (f"{op['speedup_compile']:.2f}x" if op.get("speedup_compile") else "-")
             + f" | {op['label'] or '-'} | {'yes' if op['kept'] else 'no'} | {(op['reason'] or '')[:90]} |")
     e = doc.get("end_to_end")

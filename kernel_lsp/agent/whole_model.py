@@ -97,6 +97,15 @@ class OpResult:
         return start.compiled.median_ms / s.best_evaluation.time.median_ms
 
     @property
+    def spread_pct(self) -> float | None:
+        """The larger timing spread of the winner and the op as extracted (the speedup's noise)."""
+        s = self.search
+        if s is None or not s.improved:
+            return None
+        spreads = [e.time.spread_pct for e in (s.best_evaluation, s.start_evaluation) if e is not None and e.time]
+        return max(spreads) if spreads else None
+
+    @property
     def custom_kernel(self) -> bool | None:
         s = self.search
         if s is None or not s.improved or s.best is None:
@@ -117,7 +126,7 @@ class OpResult:
         s = self.search
         return {"name": self.name, "class": self.cls, "share": round(self.share, 4), "calls": self.calls,
                 "task": self.task, "shapes": self.shapes, "budget": self.budget,
-                "speedup": self.speedup, "speedup_compile": self.speedup_compile,
+                "speedup": self.speedup, "speedup_compile": self.speedup_compile, "spread_pct": self.spread_pct,
                 "custom_kernel": self.custom_kernel, "label": self.label,
                 "search": s.search_id if s else None, "improved": bool(s and s.improved),
                 "kernel": self.kernel, "kept": self.kept, "reason": self.reason or (s.reason if s else "")}

@@ -96,7 +96,9 @@ def render_whole_model(store: Any, record_id: int) -> str:
             f"<tr><td><a href='#op-{html.escape(op['name'])}'>{html.escape(op['name'])}</a></td>"
             f"<td>{html.escape(op.get('class', ''))}</td>"
             f"<td><span class=bar style='width:{int(200 * share)}px'></span> {100 * share:.1f}%</td>"
-            f"<td>{op.get('budget', 0)}</td><td>{_x(op.get('speedup'))}</td><td>{_x(op.get('speedup_compile'))}</td>"
+            f"<td>{op.get('budget', 0)}</td><td>{_x(op.get('speedup'))}"
+            + (f" <span class=muted>(spread {op['spread_pct']:.1f}%)</span>" if op.get("spread_pct") is not None else "")
+            + f"</td><td>{_x(op.get('speedup_compile'))}</td>"
             f"<td>{html.escape(op.get('label') or '-')}</td><td>{'yes' if op.get('kept') else 'no'}</td>"
             f"<td><code>{html.escape(str(op.get('task') or '-'))}</code></td>"
             f"<td>{html.escape(op.get('reason') or '')}</td></tr>")

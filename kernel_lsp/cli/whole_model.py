@@ -59,7 +59,8 @@ def _summary(doc: dict[str, Any]) -> None:
         t.add_column(col)
     for op in doc["ops"]:
         t.add_row(op["name"], op["class"], f"{100 * op['share']:.1f}%", str(op["budget"]),
-                  f"{op['speedup']:.2f}x" if op["speedup"] else "-",
+                  (f"{op['speedup']:.2f}x" + (f" ±{op['spread_pct']:.0f}%" if op.get("spread_pct") is not None else ""))
+                  if op["speedup"] else "-",
                   f"{op['speedup_compile']:.2f}x" if op.get("speedup_compile") else "-",
                   op["label"] or "-", "yes" if op["kept"] else "no", (op["reason"] or "")[:60])
     console.print(t)

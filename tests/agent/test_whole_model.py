@@ -318,6 +318,14 @@ def test_cli_one_op_writes_the_integrated_model(workspace, monkeypatch, capsys):
     written = (workspace / "block_optimized.py").read_text()
     assert "block_norm_new.py" in written and "kernel-lsp optimize" in written
     assert (workspace / ".kernel-lsp" / "ops" / "block_norm_new.py").read_text() == NORM_FASTER
+    # The text summary: each op with its share and speedup, the end-to-end line with the spread.
+    from kernel_lsp.cli.whole_model import _summary
+
+    _summary(doc)
+    text = capsys.readouterr().out
+    assert "norm" in text and f"{100 * op['share']:.1f}%" in text and f"{op['speedup']:.2f}x" in text
+    assert "end to end: correct" in text and f"{doc['end_to_end']['speedup_eager']:.2f}x eager" in text
+    assert "spread" in text
     # `kernel-lsp report` renders the run.
     from kernel_lsp.cli import main
 
