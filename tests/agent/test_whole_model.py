@@ -416,3 +416,18 @@ def test_ops_at_maps_lines_to_submodules():
     assert at("x = x + self.attn(self.ln_1(x))") == ["attn", "ln_1"]
     assert at("self.ln_2 = nn.LayerNorm(n_embd)") == ["ln_2"]
     assert at("def get_inputs") == []
+
+
+def test_kernel_lsp_inputs_are_the_real_inputs(tmp_path):
+    """A model file's kernel_lsp_inputs() (the inputs it really sees) wins over get_inputs()."""
+    from kernel_lsp.engine import build
+    from kernel_lsp.engine.extract import extract
+
+    model = tmp_path / "mixed.py"
+    model.write_text((Path(__file__).parent / "tasks" / "mixed.py").read_text()
+                     + "\n\ndef kernel_lsp_inputs():\n    return [torch.randint(0, 50, (2, 7))]\n")
+    task, _ = find_task(str(model))
+    extraction = extract(task, {"device": "cpu"}, build)
+    assert extraction["inputs_from"] == "kernel_lsp_inputs()"
+    norm = next(m for m in extraction["modules"] if m["name"] == "norm")
+    assert norm["call"]["args"][0]["shape"] == [2, 7, 32] and norm["calls"] == 1
