@@ -7,7 +7,7 @@ put back behind guards, the result verified end to end (caller side, no torch).
 Steps:
 1. the Worker's ``extract`` op (engine/extract.py) runs ``Model.forward`` on its real
    inputs, profiles it and captures each submodule's call and constructor arguments;
-2. `select_ops`: from the top, a submodule above ``min_share`` of the time is an op when it
+2. `select_ops` (agent/op_tasks.py): from the top, a submodule above ``min_share`` of the time is an op when it
    is a leaf or spends ``min_share`` (and a third of its time) in its own code; otherwise its
    children are looked at;
 3. `op_task_source`: each op becomes a KernelBench Task in ``.kernel-lsp/ops/<model>_<op>.py``
@@ -21,14 +21,14 @@ Steps:
    torch.compile; while it is wrong or not faster, the replacement with the smallest
    speedup is dropped and it is evaluated again.
 
-`optimize_op(path, op_name, ...)` does steps 1-5 for one op (the editor's hot-op action).
+`optimize_op(path, op_name, ...)` does steps 1-5 for one op (the editor's hot-op action);
+`ops_at(text, line)` (agent/op_lines.py) names the ops a line of the model file stands for.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -37,6 +37,12 @@ from kernel_lsp.model import DISQUALIFYING_FLAGS, Candidate, Evaluation, Task
 
 from .budget import Budget
 from .integrate import Replacement, guard_rule, integrated_source
+from .op_lines import ops_at
+from .op_tasks import (forward_us, not_extractable, op_file_stem, op_task_source, select_ops, split_budget,
+                       unattributed_share)
+
+__all__ = ["OpResult", "WholeModelError", "WholeModelOptions", "WholeModelResult", "optimize_model",
+           "optimize_op", "ops_at", "select_ops", "split_budget", "write_integrated"]
 from .search import Search, SearchOptions, SearchResult
 
 OPS_DIR = os.path.join(".kernel-lsp", "ops")
@@ -158,241 +164,6 @@ class WholeModelResult:
                 "ops": [o.to_dict() for o in sorted(self.ops, key=lambda o: -o.share)],
                 "end_to_end": self.end_to_end, "written": self.written, "reason": self.reason,
                 "record": self.record}
-
-
-# -- 2. which ops ---------------------------------------------------------------------------
-
-def _modules(extraction: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {m["name"]: m for m in extraction.get("modules", [])}
-
-
-def _total(extraction: dict[str, Any]) -> float:
-    mods = _modules(extraction)
-    return float(extraction.get("total_us") or mods.get("", {}).get("inclusive_us") or 0.0)
-
-
-def self_us(mods: dict[str, dict[str, Any]], name: str) -> float:
-    m = mods[name]
-    return max(0.0, m["inclusive_us"] - sum(mods[c]["inclusive_us"] for c in m["children"] if c in mods))
-
-
-def unattributed_share(extraction: dict[str, Any]) -> float | None:
-    """The share of forward spent in Model.forward's own code (no submodule)."""
-    mods, total = _modules(extraction), _total(extraction)
-    if "" not in mods or total <= 0:
-        return None
-    return round(self_us(mods, "") / total, 4)
-
-
-def select_ops(extraction: dict[str, Any], min_share: float) -> list[dict[str, Any]]:
-    """The hot submodules, hottest first, each with its `share` (see the module docstring)."""
-    mods, total = _modules(extraction), _total(extraction)
-    if total <= 0 or "" not in mods:
-        return []
-    chosen: list[dict[str, Any]] = []
-
-    def visit(name: str) -> None:
-        m = mods[name]
-        share = m["inclusive_us"] / total
-        if not m["calls"] or share < min_share:
-            return
-        own = self_us(mods, name)
-        # A module whose own code (not its children) is hot is taken whole (an attention's matmuls
-        # and softmax); a third of its time at least, so a container's call overhead is not enough.
-        if m["leaf"] or (own / total >= min_share and own >= m["inclusive_us"] / 3):
-            chosen.append({**m, "share": share})
-            return
-        for child in m["children"]:
-            if child in mods:
-                visit(child)
-
-    for child in mods[""]["children"]:
-        visit(child)
-    return sorted(chosen, key=lambda m: -m["share"])
-
-
-def not_extractable(op: dict[str, Any]) -> str:
-    """Why an op cannot become a Task by itself ('' when it can)."""
-    call = op.get("call")
-    if not call:
-        return "its call was not captured"
-    specs = list(call["args"]) + list(call["kwargs"].values())
-    other = [s.get("type", "?") for s in specs if s["kind"] == "other"]
-    if other:
-        return f"it takes arguments a Task cannot make ({', '.join(sorted(set(other)))})"
-    if not any(s["kind"] == "tensor" for s in specs):
-        return "it takes no tensor"
-    return ""
-
-
-def split_budget(shares: list[float], total: int, minimum: int = 1) -> list[int]:
-    """Proposals per op by share: `minimum` each, the rest by largest remainder, hottest first."""
-    n = len(shares)
-    if n == 0:
-        return []
-    minimum = max(1, minimum)
-    weight = sum(shares) or 1.0
-    extra = max(0, total - n * minimum)
-    raw = [extra * s / weight for s in shares]
-    out = [minimum + int(r) for r in raw]
-    left = max(0, total - sum(out))
-    order = sorted(range(n), key=lambda i: (-(raw[i] - int(raw[i])), -shares[i]))
-    for i in order[:left]:
-        out[i] += 1
-    return out
-
-
-# -- 3. a Task per op -------------------------------------------------------------------------
-
-def op_file_stem(model_path: str, op_name: str) -> str:
-    return f"{os.path.splitext(os.path.basename(model_path))[0]}_{re.sub(r'[^0-9A-Za-z]+', '_', op_name)}"
-
-
-def _tensor_maker(spec: dict[str, Any]) -> str:
-    shape = tuple(spec["shape"])
-    dtype = spec["dtype"]
-    if dtype == "torch.bool":
-        return f"torch.rand({shape!r}) > 0.5"
-    if any(k in dtype for k in ("int", "uint")):
-        lo, hi = int(spec.get("min", 0)), int(spec.get("max", 9))
-        return f"torch.randint({lo}, {hi + 1}, {shape!r}, dtype={dtype})"
-    text = f"torch.randn({shape!r}, dtype={dtype})"
-    if spec.get("min") is not None and spec["min"] >= 0:
-        text += ".abs()"  # the model feeds it non-negative values (after a ReLU, a softmax...)
-    return text
-
-
-def _const(spec: dict[str, Any]) -> str:
-    if spec["kind"] == "dtype":
-        return spec["value"]
-    value = spec.get("value")
-    return repr(tuple(value)) if spec.get("tuple") else repr(value)
-
-
-def op_task_source(op: dict[str, Any], model_path: str, task_path: str, extraction: dict[str, Any],
-                   atol: float | None = None, rtol: float | None = None) -> str:
-    """A KernelBench Task for one op: Model holds the op as `self.op`, forward passes the
-    captured constants, get_inputs makes fresh tensors of the captured shapes."""
-    call = op["call"]
-    cls = op["class"]
-    init = op.get("init")
-    rel = os.path.relpath(os.path.abspath(model_path), os.path.dirname(os.path.abspath(task_path)))
-    rel = rel.replace(os.sep, "/")
-    model_name = os.path.basename(model_path)
-
-    params: list[str] = []
-    call_args: list[str] = []
-    inputs: list[str] = []
-    for i, spec in enumerate(call["args"]):
-        if spec["kind"] == "tensor":
-            params.append(f"x{i}")
-            call_args.append(f"x{i}")
-            inputs.append(_tensor_maker(spec))
-        else:
-            call_args.append(_const(spec))
-    for key, spec in call["kwargs"].items():
-        if spec["kind"] == "tensor":
-            params.append(key)
-            call_args.append(f"{key}={key}")
-            inputs.append(_tensor_maker(spec))
-        else:
-            call_args.append(f"{key}={_const(spec)}")
-
-    needs_original = True
-    if init is not None and cls["where"] in ("torch.nn", "model_file", "importable"):
-        init_names = [n for n, _ in init["args"]]
-        init_values = [v for _, v in init["args"]]
-        ctor = {"torch.nn": f"nn.{cls['name']}", "model_file": f"_original().{cls['name']}",
-                "importable": cls["name"]}[cls["where"]]
-        build = f"{ctor}({', '.join(f'{n}={n}' for n in init_names)})"
-        needs_original = cls["where"] == "model_file"
-    else:
-        init_names, init_values = [], []
-        build = f"_original_submodule({op['name']!r})"
-
-    shapes = ", ".join("x".join(map(str, s["shape"])) + " " + s["dtype"].replace("torch.", "")
-                       for s in list(call["args"]) + list(call["kwargs"].values()) if s["kind"] == "tensor")
-    time_kind = extraction.get("time", "cpu")
-    lines = [
-        f'"""Op `{op["name"]}` ({cls["name"]}) of {model_name}: {100 * op["share"]:.1f}% of forward\'s '
-        f"{time_kind} time on {extraction.get('device_name', extraction.get('device', '?'))}",
-        f"({op['calls']} call{'s' * (op['calls'] != 1)} per forward; inputs {shapes}).",
-        "",
-        "Extracted by `kernel-lsp optimize --whole-model` as a KernelBench Task: Model holds the op as",
-        "`self.op` and passes the constants it was called with; get_inputs() makes fresh tensors of the",
-        "shapes it saw. Parameters built constant (a LayerNorm's ones and zeros) are varied, so a kernel",
-        "that ignores them fails here. Bench or optimize it like any Task.",
-        '"""',
-        "",
-        "import copy" if not init_names and needs_original else None,
-        "import importlib.util" if needs_original else None,
-        "import os" if needs_original else None,
-        "",
-        "import torch",
-        "import torch.nn as nn",
-        f"from {cls['module']} import {cls['name']}" if cls["where"] == "importable" and init is not None else None,
-        "",
-        f"ATOL = {atol!r}" if atol is not None else None,
-        f"RTOL = {rtol!r}" if rtol is not None else None,
-    ]
-    if needs_original:
-        lines += [
-            f"SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), {rel!r})",
-            "SEED = 42  # the engine's seed: the model built here is the one that was profiled",
-            "_ORIGINAL = []",
-            "",
-            "",
-            "def _original():",
-            f'    """{model_name}, imported once by path."""',
-            "    if not _ORIGINAL:",
-            f"        spec = importlib.util.spec_from_file_location({'klsp_source_' + re.sub(r'[^0-9A-Za-z]', '_', model_name)!r}, SOURCE)",
-            "        module = importlib.util.module_from_spec(spec)",
-            "        spec.loader.exec_module(module)",
-            "        _ORIGINAL.append(module)",
-            "    return _ORIGINAL[0]",
-        ]
-        if not init_names:
-            lines += [
-                "",
-                "",
-                "def _original_submodule(name):",
-                '    """The op as the model builds it (its constructor arguments are not plain values)."""',
-                "    m = _original()",
-                "    with torch.random.fork_rng(devices=[]):",
-                "        torch.manual_seed(SEED)",
-                "        model = m.Model(*m.get_init_inputs())",
-                "    return copy.deepcopy(model.get_submodule(name))",
-            ]
-    lines += [
-        "",
-        "",
-        "def _vary_constant_parameters(module):",
-        "    gen = torch.Generator().manual_seed(0)",
-        "    with torch.no_grad():",
-        "        for p in module.parameters():",
-        "            if p.is_floating_point() and p.numel() > 1 and bool((p == p.flatten()[0]).all()):",
-        "                p.add_(0.1 * torch.randn(p.shape, generator=gen).to(p.dtype))",
-        "",
-        "",
-        "class Model(nn.Module):",
-        f"    def __init__(self{''.join(', ' + n for n in init_names)}):",
-        "        super().__init__()",
-        f"        self.op = {build}",
-        "        _vary_constant_parameters(self.op)",
-        "",
-        f"    def forward(self{''.join(', ' + p for p in params)}):",
-        f"        return self.op({', '.join(call_args)})",
-        "",
-        "",
-        "def get_inputs():",
-        "    return [" + ", ".join(inputs) + "]",
-        "",
-        "",
-        "def get_init_inputs():",
-        f"    return {init_values!r}",
-        "",
-    ]
-    return "\n".join(line for line in lines if line is not None)
 
 
 def _reference_as_start(task: Task) -> Candidate:
@@ -535,7 +306,7 @@ async def optimize_model(path: str, engine: Any, store: Any, make_proposer: Call
     selected = select_ops(extraction, opts.min_share)
     if opts.ops is not None:
         selected = [m for m in select_ops(extraction, 0.0) if m["name"] in opts.ops] or \
-                   [{**m, "share": m["inclusive_us"] / (_total(extraction) or 1)}
+                   [{**m, "share": m["inclusive_us"] / (forward_us(extraction) or 1)}
                     for m in extraction["modules"] if m["name"] in opts.ops]
     ops = write_op_tasks(path, root, extraction, selected, task)
     result = WholeModelResult(model=os.path.abspath(path), task=task, ops=ops, extraction=extraction)
@@ -663,75 +434,3 @@ async def optimize_op(path: str, op_name: str, engine: Any, store: Any, make_pro
     opts = options or WholeModelOptions()
     opts = WholeModelOptions(**{**opts.__dict__, "ops": [op_name]})
     return await optimize_model(path, engine, store, make_proposer, opts, root=root, progress=progress)
-
-
-# -- the editor: which op a line stands for ---------------------------------------------------
-
-def _class_graph(tree: Any) -> tuple[dict[str, dict[str, str]], dict[str, Any]]:
-    """Per class of the file: its `self.<attr> = <Class>(...)` submodules, and the class nodes."""
-    import ast
-
-    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
-    children: dict[str, dict[str, str]] = {}
-    for name, node in classes.items():
-        kids: dict[str, str] = {}
-        for sub in ast.walk(node):
-            if isinstance(sub, ast.Assign) and isinstance(sub.value, ast.Call):
-                func = sub.value.func
-                callee = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
-                for t in sub.targets:
-                    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
-                        kids[t.attr] = callee
-        children[name] = kids
-    return children, classes
-
-
-def ops_at(source: str, line: int, root: str = "Model") -> list[str]:
-    """The submodule names (as `optimize_op` takes them) that a 0-based `line` of a model file
-    stands for: `self.fc(...)` calls (outermost first) or a `self.fc = ...` assignment give those
-    submodules; any other line inside a module class gives that module (every place `root`
-    builds it). Plain `ast`, no execution; [] when the line is in no module of `root`."""
-    import ast
-
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return []
-    children, classes = _class_graph(tree)
-
-    def paths(cls: str, prefix: str = "", seen: tuple[str, ...] = ()) -> dict[str, list[str]]:
-        out: dict[str, list[str]] = {cls: [prefix]}
-        for attr, sub in children.get(cls, {}).items():
-            if sub in classes and sub not in seen:
-                for k, v in paths(sub, f"{prefix}.{attr}" if prefix else attr, seen + (cls,)).items():
-                    out.setdefault(k, []).extend(v)
-            elif sub:  # a torch.nn module or one from elsewhere: a leaf here
-                out.setdefault(f"{cls}.{attr}", []).append(f"{prefix}.{attr}" if prefix else attr)
-        return out
-
-    if root not in classes:
-        return []
-    where = paths(root)
-    lineno = line + 1
-    for name, node in classes.items():
-        if not (node.lineno <= lineno <= (node.end_lineno or node.lineno)) or name not in where:
-            continue
-        found: list[str] = []
-        for sub in ast.walk(node):  # outermost first: `self.a(self.b(x))` gives a, then b
-            if getattr(sub, "lineno", None) != lineno:
-                continue
-            attr = None
-            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) \
-                    and isinstance(sub.func.value, ast.Name) and sub.func.value.id == "self":
-                attr = sub.func.attr
-            elif isinstance(sub, ast.Assign):
-                attr = next((t.attr for t in sub.targets if isinstance(t, ast.Attribute)
-                             and isinstance(t.value, ast.Name) and t.value.id == "self"), None)
-            if attr is None or attr not in children.get(name, {}):
-                continue
-            sub_cls = children[name][attr]
-            hits = where.get(sub_cls, []) if sub_cls in classes else where.get(f"{name}.{attr}", [])
-            mine = [f"{p}.{attr}" if p else attr for p in where[name]]
-            found += [h for h in hits if h in mine and h not in found] or [m for m in mine if m not in found]
-        return found or [p for p in where[name] if p]
-    return []
