@@ -348,6 +348,7 @@ async def optimize_model(path: str, engine: Any, store: Any, make_proposer: Call
         source = integrated_source(path, os.path.join(model_dir, "_integrated.py"), reps, _summary(kept))
         await _report(progress, f"verifying the model with {len(kept)} replacement(s) end to end")
         ev, doc = await _end_to_end(engine, task, source, opts, reference)
+        doc["replacements"] = [o.name for o in kept]  # what this evaluation had in the model
         if doc["correct"] and doc["faster"]:
             result.end_to_end, result.integrated, result.replacements, result.evaluation = doc, source, reps, ev
             break

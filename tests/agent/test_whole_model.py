@@ -184,6 +184,7 @@ async def test_whole_model_flow(engine, tmp_path, monkeypatch):
     assert result.improved, result.reason
     e = result.end_to_end
     assert e["correct"] and e["speedup_eager"] > 1 and e["faster"]
+    assert sorted(e["replacements"]) == ["act", "fc", "norm"]
     assert all(o.kept for o in ops.values())
     out = tmp_path / "block_optimized.py"
     assert write_integrated(result, str(out)) == str(out)
