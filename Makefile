@@ -28,7 +28,7 @@ test-editors: setup
 
 # On a GPU machine with torch: the gpu-marked tests (the server's skips without the LSP packages).
 gpu-test:
-	$(PY) -m pytest -q -ra -m gpu tests/engine tests/test_examples.py tests/agent/test_gpu.py tests/test_server_gpu.py
+	$(PY) -m pytest -q -ra -m gpu tests/engine tests/test_examples.py tests/agent/test_gpu.py tests/test_server_gpu.py tests/agent/test_whole_model_gpu.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .kernel-lsp

@@ -76,6 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--apply", action="store_true", help="rewrite the target in place if improved")
     where.add_argument("--out", metavar="FILE", help="write the best candidate's file here if improved")
     optimize.add_argument("--json", action="store_true")
+    optimize.add_argument("--whole-model", action="store_true",
+                          help="profile the model, search a kernel per hot op, put the winners back behind guards")
+    optimize.add_argument("--min-share", type=float, metavar="F",
+                          help="--whole-model: ops below this share of forward are left alone (default 0.05)")
     optimize.set_defaults(run=_agent_command("optimize_main"))
 
     report = sub.add_parser("report", help="render a Search as an HTML page")

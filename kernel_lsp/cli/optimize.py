@@ -150,6 +150,10 @@ async def _optimize(ns: argparse.Namespace, path: str, show: bool) -> tuple[Sear
 
 
 def optimize_main(ns: argparse.Namespace) -> int:
+    if getattr(ns, "whole_model", False):
+        from kernel_lsp.cli.whole_model import whole_model_main
+
+        return whole_model_main(ns)
     path, target = _split_target(ns.target)
     if not os.path.exists(path):
         print(f"kernel-lsp optimize: no such file: {path}", file=sys.stderr)
@@ -222,7 +226,9 @@ def report_main(ns: argparse.Namespace) -> int:
             return 1
         sid = rows[0]["id"]
     try:
-        page = render_report(store, sid)
+        from kernel_lsp.agent.whole_model_report import is_whole_model, render_whole_model
+
+        page = render_whole_model(store, sid) if is_whole_model(store.search(sid)) else render_report(store, sid)
     except KeyError:
         print(f"kernel-lsp report: no search {sid}", file=sys.stderr)
         return 1

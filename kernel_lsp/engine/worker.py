@@ -54,6 +54,7 @@ class Worker:
             "profile": self.op_profile,
             "build": self.op_build,
             "shutdown": self.op_shutdown,
+            "extract": lambda params: importlib.import_module("kernel_lsp.engine.extract").worker_op(params, build),
         }
         self.pid = os.getpid()  # a candidate's forked child must never answer on the protocol
         self.sandbox = sandbox.inside()
