@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help="profile the model, search a kernel per hot op, put the winners back behind guards")
     optimize.add_argument("--min-share", type=float, metavar="F",
                           help="--whole-model: ops below this share of forward are left alone (default 0.05)")
-    optimize.set_defaults(run=_agent_command("optimize_main"))
+    optimize.set_defaults(run=_optimize)
 
     report = sub.add_parser("report", help="render a Search as an HTML page")
     report.add_argument("search", nargs="?", help="search id (default: the latest)")
@@ -119,6 +119,16 @@ def _engine_command(name: str):
         return getattr(bench, name)(ns)
 
     return run
+
+
+def _optimize(ns: argparse.Namespace) -> int:
+    if ns.whole_model:
+        from kernel_lsp.cli.whole_model import whole_model_main
+
+        return whole_model_main(ns)
+    from kernel_lsp.cli.optimize import optimize_main
+
+    return optimize_main(ns)
 
 
 def _agent_command(name: str):

@@ -150,10 +150,6 @@ async def _optimize(ns: argparse.Namespace, path: str, show: bool) -> tuple[Sear
 
 
 def optimize_main(ns: argparse.Namespace) -> int:
-    if getattr(ns, "whole_model", False):
-        from kernel_lsp.cli.whole_model import whole_model_main
-
-        return whole_model_main(ns)
     path, target = _split_target(ns.target)
     if not os.path.exists(path):
         print(f"kernel-lsp optimize: no such file: {path}", file=sys.stderr)
