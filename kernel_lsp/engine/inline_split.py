@@ -365,17 +365,20 @@ def _classify(src: str, item: Item) -> str:
                 return "device"
         return "both"
     texts = [t.text for t in item.toks]
-    idents = {t.text for t in item.toks if t.kind == "ident"}
-    if "__global__" in idents:
+    brace = texts.index("{") if "{" in texts else len(texts)
+    head_idents = {t.text for t in item.toks[:brace] if t.kind == "ident"}
+    body_idents = {t.text for t in item.toks[brace:] if t.kind == "ident"}
+    if "__global__" in head_idents:
         return "kernel"
     # A top-level __host__ __device__ function: the device unit has it; the host may not use it.
-    if idents & _DEVICE_KEYWORDS:
+    if head_idents & _DEVICE_KEYWORDS:
         return "device"
+    if body_idents & (_DEVICE_KEYWORDS - {"__shared__"}) and not (head_idents & {"struct", "class", "union"}):
+        raise Fallback(f"device code in host code (a __device__ lambda?) at line {_line_of(src, item.start)}")
     if _mentions_torch(item):
         return "host"
     # Neutral: types, constants, macros' users. A plain non-constexpr function or a mutable
     # variable belongs to the host (the device could not use it in the full build either).
-    brace = texts.index("{") if "{" in texts else len(texts)
     head = texts[:brace]
     is_function = "(" in head and "=" not in head and head[0] not in ("struct", "class", "union", "enum", "typedef", "using")
     if head and head[0] == "template" and any(k in head for k in ("struct", "class", "union")) and "(" not in head[:3]:

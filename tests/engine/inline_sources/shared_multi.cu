@@ -1,7 +1,7 @@
 #include <torch/extension.h>
 #include <cuda.h>
 #include <cuda_runtime.h>
-#include <ATen/cuda/CUDAContext.h>
+#include <vector>
 
 namespace {
 struct Params { int rows; int cols; float scale; };
@@ -37,7 +37,7 @@ torch::Tensor row_sum(torch::Tensor x, double scale) {
     auto y = torch::empty({x.size(0)}, x.options());
     Params p{(int)x.size(0), (int)x.size(1), 1.0f};
     const int threads = 256;
-    auto stream = at::cuda::getCurrentCUDAStream();
+    cudaStream_t stream = 0;  // the legacy default stream
     row_sum_kernel<<<p.rows, threads, threads * sizeof(float), stream>>>(
         x.data_ptr<float>(), y.data_ptr<float>(), p);
     scale_kernel<<<(p.rows + 255) / 256, 256, 0, stream>>>(y.data_ptr<float>(), (float)scale, p.rows);
