@@ -212,12 +212,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("folder", type=Path)
     ap.add_argument("--jobs", type=int, default=0, help="builds at once (default: by CPU cores, see above)")
-    ap.add_argument("--run-jobs", type=int, default=4, help="GPU verify processes at once")
+    ap.add_argument("--run-jobs", type=int, default=6, help="GPU verify processes at once")
     ap.add_argument("--only", default="")
     ap.add_argument("--budget-s", type=float, default=480.0, help="start no new work after this")
     ap.add_argument("--build-timeout", type=float, default=300.0)
     ap.add_argument("--out-dir", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--no-run", action="store_true", help="builds only (no GPU)")
+    ap.add_argument("--pch-dir", type=Path, help="where the precompiled torch header is kept (default: fresh)")
     args = ap.parse_args(argv)
     if not args.folder.is_dir():
         print(f"{args.folder}: not a folder of candidates", file=sys.stderr)
@@ -232,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs_fast = args.jobs or max(1, cores // 3)
     jobs_default = args.jobs or max(1, cores // 2)
     work = Path(tempfile.mkdtemp(prefix="klsp-inline-build-"))
-    pch_dir = work / "pch"
+    pch_dir = args.pch_dir or (work / "pch")
     deadline = time.monotonic() + args.budget_s
     log(f"{len(cands)} candidates, {cores} cores, fast builds {jobs_fast} at once, default builds {jobs_default} "
         f"at once, arch {arch}, work in {work}")
@@ -275,6 +276,9 @@ def main(argv: list[str] | None = None) -> int:
             row = rows[c["name"]]
             if time.monotonic() > deadline + 120:
                 row["run_error"] = "not run: time budget spent"
+                return
+            if row["default_s"] is None or row["fast_s"] is None:
+                row["run_error"] = "not run: a build is missing"
                 return
             outs = {}
             for key, fast in (("default", False), ("fast", True)):

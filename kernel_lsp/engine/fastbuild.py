@@ -382,7 +382,9 @@ def build_inline(args: dict[str, Any], nvcc: str, link: bool = True, timeout: fl
     res.steps["link"] = time.perf_counter() - t1
     if proc.returncode != 0:
         res.log += f"[link]\n{proc.stdout}{proc.stderr}\n"
-        return done("fast link failed: " + _first_error(proc.stdout + proc.stderr))
+        text = proc.stdout + proc.stderr
+        first = next((ln.strip() for ln in text.splitlines() if "ld:" in ln or "undefined reference" in ln), "")
+        return done("fast link failed: " + (first[:300] or _first_error(text)))
     os.replace(tmp, so)
     res.so = str(so)
     return done()
