@@ -246,7 +246,15 @@ def main_cpp(args: dict[str, Any]) -> str:
 def _as_list(v: Any) -> list[str]:
     if not v:
         return []
-    return [str(v)] if isinstance(v, str) else [str(x).strip() for x in v]
+    # torch writes flags into a ninja file, where an empty one vanishes; here it would be an argument
+    items = [v] if isinstance(v, str) else list(v)
+    return [str(x).strip() for x in items if str(x).strip()]
+
+
+def _pch_safe(flags: list[str]) -> list[str]:
+    """Drop -O levels: g++ 12 crashes (internal compiler error) reading a PCH made at another
+    level, and the host units are glue whose behaviour does not depend on it."""
+    return [f for f in flags if not re.fullmatch(r"-O[0-3sgz]?|-Ofast", f)]
 
 
 def host_flags_from_cuda(extra_cuda: list[str]) -> list[str]:
@@ -312,8 +320,9 @@ def build_inline(args: dict[str, Any], nvcc: str, link: bool = True, timeout: fl
     for unsupported in ("sycl_sources", "extra_sycl_cflags"):
         if args.get(unsupported):
             return done(f"{unsupported} given")
-    cuda = _as_list(args.get("cuda_sources"))
-    if not cuda:
+    raw = args.get("cuda_sources") or []
+    cuda = [raw] if isinstance(raw, str) else [str(x) for x in raw]  # as load_inline joins them
+    if not "".join(cuda).strip():
         return done("no CUDA sources")
     if args.get("keep_intermediates") is False:
         return done("keep_intermediates=False")
@@ -354,8 +363,8 @@ def build_inline(args: dict[str, Any], nvcc: str, link: bool = True, timeout: fl
     jobs = {
         "device": [nvcc, "-c", *flags.defines, *flags.nvcc_common, *arch_flags, "--compiler-options", "-fPIC",
                    flags.std, *dev_inc, *user_inc, *extra_cuda, "fast_device.cu", "-o", "fast_device.o"],
-        "host": [*base, *host_flags_from_cuda(extra_cuda), "fast_host.cpp", "-o", "fast_host.o"],
-        "main": [*base, *extra_cflags, "fast_main.cpp", "-o", "fast_main.o"],
+        "host": [*base, *_pch_safe(host_flags_from_cuda(extra_cuda)), "fast_host.cpp", "-o", "fast_host.o"],
+        "main": [*base, *_pch_safe([f for f in extra_cflags if f]), "fast_main.cpp", "-o", "fast_main.o"],
     }
     res.commands = list(jobs.values())
     results = _run_all(jobs, build_dir, timeout)

@@ -197,7 +197,8 @@ def test_fast_build_compiles_all_three_units_against_the_torch_pch(tmp_path, mon
     monkeypatch.setenv("KERNEL_LSP_PCH_CACHE", str(pch_cache))
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
     args = {"name": "klsp_test_ext", "cpp_sources": cpp, "cuda_sources": src(name), "functions": functions,
-            "build_directory": str(tmp_path / "b"), "extra_cuda_cflags": ["-O3"], "extra_cflags": ["-O1"]}
+            "build_directory": str(tmp_path / "b"), "extra_cuda_cflags": ["-O3", "-Xcompiler", "-O2"],
+            "extra_cflags": ["-O3", ""]}  # other -O levels than the PCH's must not break it
     fb = fastbuild.build_inline(args, NVCC, link=False)
     assert fb.reason == "", fb.log[-4000:]
     assert set(fb.steps) >= {"device", "host", "main"}
@@ -247,5 +248,8 @@ def test_main_cpp_is_what_load_inline_writes():
 def test_host_flags_keep_only_what_reached_the_host_compiler():
     from kernel_lsp.engine.fastbuild import host_flags_from_cuda
 
+    from kernel_lsp.engine.fastbuild import _pch_safe
+
+    assert _pch_safe(["-O3", "-DX", "-Ofast", "-O", "-g"]) == ["-DX", "-g"]
     assert host_flags_from_cuda(["-O3", "--use_fast_math", "-DFOO=1", "-Xcompiler", "-fopenmp,-Wall",
                                  "-Iinc", "--compiler-options=-g"]) == ["-DFOO=1", "-fopenmp", "-Wall", "-Iinc", "-g"]
