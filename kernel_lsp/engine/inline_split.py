@@ -488,7 +488,7 @@ def _dispatch_types(macro: str, args: list[list[Tok]]) -> list[str]:
         base = m.group(1)
         count = int(m.group(2) or 1)
         for part in args[:count]:
-            names = [t.text for t in part if t.kind == "ident"]
+            names = [re.sub(r"^k(?=[A-Z])", "", t.text) for t in part if t.kind == "ident"]  # at::kHalf
             if not names or names[-1] not in DISPATCH_TYPES:
                 raise Fallback(f"{macro} with an extra type this splitter does not know")
             extra.append(names[-1])
@@ -507,7 +507,7 @@ def _launches(src: str, item: Item, kernels: dict[str, list[Kernel]]) -> list[tu
         if t.kind == "ident" and t.text.startswith("AT_DISPATCH") and k + 1 < len(toks) and toks[k + 1].text == "(":
             close = _match(toks, k + 1, "(", ")")
             args = _split_commas(toks[k + 2:close])
-            types = _dispatch_types(t.text, args[3:] if re.search(r"_AND\d*$", t.text) else [])
+            types = _dispatch_types(t.text, args)  # the _AND<n> variants name their extra types first
             regions.append((t.start, toks[close].end, types))
     for k, t in enumerate(toks):
         if t.text != "<<<":

@@ -122,6 +122,19 @@ def test_sources_that_cannot_be_split_say_why(name, reason):
     assert re.fullmatch(reason, s.fallback_reason), s.fallback_reason
 
 
+def test_dispatch_and2_names_its_extra_types_first():
+    text = ("template <typename T> __global__ void k(T* p) { p[0] = T(1); }\n"
+            "void f(at::Tensor x) { AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::ScalarType::BFloat16, "
+            "x.scalar_type(), \"f\", [&] { k<scalar_t><<<1, 1>>>(x.data_ptr<scalar_t>()); }); }\n")
+    s = split(text)
+    assert s.ok, s.fallback_reason
+    assert s.launches[0].dispatch == ["double", "float", "c10::Half", "c10::BFloat16"]
+    assert "#include <c10/util/BFloat16.h>" in s.device and "#include <c10/util/Half.h>" in s.device
+    s = split(text.replace("AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::ScalarType::BFloat16,",
+                           "AT_DISPATCH_V2("))
+    assert s.fallback_reason == "AT_DISPATCH_V2 is not a dispatch macro this splitter knows"
+
+
 def test_more_fallback_reasons():
     assert split("int x;").fallback_reason == "no __global__ kernel in the CUDA source"
     assert "local header" in split('#include "mine.cuh"\n__global__ void k() {}').fallback_reason
