@@ -235,6 +235,7 @@ def test_fast_build_compile_error_falls_back_with_the_reason(tmp_path, monkeypat
     from kernel_lsp.engine import fastbuild
 
     monkeypatch.setenv("KERNEL_LSP_PCH_CACHE", str(pch_cache))
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")  # the engine sets it (build._cached_torch_build)
     bad = src("dispatch_template.cu").replace("out[i] = gelu<scalar_t>(in[i]);", "out[i] = undefined_thing;")
     args = {"name": "klsp_bad", "cpp_sources": "torch::Tensor gelu_forward(torch::Tensor x);", "cuda_sources": bad,
             "functions": ["gelu_forward"], "build_directory": str(tmp_path / "b")}
