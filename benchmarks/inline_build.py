@@ -212,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("folder", type=Path)
     ap.add_argument("--jobs", type=int, default=0, help="builds at once (default: by CPU cores, see above)")
+    ap.add_argument("--default-jobs", type=int, default=0, help="default builds at once (default: --jobs)")
     ap.add_argument("--run-jobs", type=int, default=6, help="GPU verify processes at once")
     ap.add_argument("--only", default="")
     ap.add_argument("--budget-s", type=float, default=480.0, help="start no new work after this")
@@ -231,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     do_run = has_gpu and not args.no_run
     cores = os.cpu_count() or 2
     jobs_fast = args.jobs or max(1, cores // 3)
-    jobs_default = args.jobs or max(1, cores // 2)
+    jobs_default = args.default_jobs or args.jobs or max(1, cores // 2)
     work = Path(tempfile.mkdtemp(prefix="klsp-inline-build-"))
     pch_dir = args.pch_dir or (work / "pch")
     deadline = time.monotonic() + args.budget_s
