@@ -119,6 +119,67 @@ def child_run(src: str, ref: str, out_pt: str) -> dict[str, Any]:
     return res
 
 
+def split_only(cands: list[dict[str, Any]], out_dir: Path, argv: list[str]) -> int:
+    """No compilers, no GPU: what the split decides for each candidate (its extensions' CUDA sources,
+    captured by running model_new.py with load_inline replaced by a recorder)."""
+    import inspect
+
+    from torch.utils import cpp_extension
+
+    from kernel_lsp.engine import inline_split
+
+    real = cpp_extension.load_inline
+    sig = inspect.signature(getattr(real, "_klsp_real", real))
+    rows = []
+    for c in cands:
+        seen: list[dict[str, Any]] = []
+
+        def record(*a: Any, **k: Any) -> Any:
+            b = sig.bind(*a, **k)
+            b.apply_defaults()
+            seen.append(dict(b.arguments))
+            return type("NoExtension", (), {"__getattr__": lambda self, n: (lambda *x, **y: None)})()
+
+        cpp_extension.load_inline = record
+        try:
+            exec(compile(Path(c["src"]).read_text(), c["src"], "exec"), {"__name__": "candidate"})
+        except Exception as exc:  # noqa: BLE001 - reported per candidate
+            rows.append({"name": c["name"], "origin": c["origin"], "fast_path": False,
+                         "fallback_reason": f"model_new.py raised {type(exc).__name__}: {exc}"[:200]})
+            continue
+        finally:
+            cpp_extension.load_inline = real
+        reasons = []
+        for a in seen:
+            raw = a.get("cuda_sources") or []
+            text = "\n".join([raw] if isinstance(raw, str) else list(raw))
+            if not text.strip():
+                reasons.append("no CUDA sources")
+                continue
+            sp = inline_split.split("#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n" + text)
+            if not sp.ok:
+                reasons.append(sp.fallback_reason)
+        rows.append({"name": c["name"], "origin": c["origin"], "extensions": len(seen),
+                     "fast_path": bool(seen) and not reasons, "fallback_reason": "; ".join(reasons)})
+    taken = sum(r["fast_path"] for r in rows)
+    res = {"device": "CPU only: the split's decision, no builds", "command": "python " + " ".join(
+        shlex.quote(a) for a in [str(Path(__file__).relative_to(ROOT)), *argv]), "candidates": rows,
+        "summary": {"candidates": len(rows), "split": taken, "split_share": taken / len(rows) if rows else 0.0}}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "inline_build_split.json").write_text(json.dumps(res, indent=1) + "\n")
+    lines = ["# The split's decision for each candidate (CPU, no builds)", "",
+             f"Command: `{res['command']}`. Build times and verdicts need the GPU run (`inline_build.md`).", "",
+             f"- split into device + host units: {taken}/{len(rows)} ({100 * res['summary']['split_share']:.0f} %); "
+             "a build can still fall back if a unit does not compile", "",
+             "| candidate | split | fallback reason |", "| --- | --- | --- |"]
+    lines += [f"| {r['name']} | {'yes' if r['fast_path'] else 'no'} | {r['fallback_reason'].replace('|', '/')} |"
+              for r in rows]
+    md = "\n".join(lines) + "\n"
+    (out_dir / "inline_build_split.md").write_text(md)
+    print(md)
+    return 0
+
+
 def child_main(argv: list[str]) -> int:
     kind = argv[0]
     try:
@@ -219,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--build-timeout", type=float, default=300.0)
     ap.add_argument("--out-dir", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--no-run", action="store_true", help="builds only (no GPU)")
+    ap.add_argument("--split-only", action="store_true",
+                    help="no builds: what the split decides per candidate (CPU; writes inline_build_split.*)")
     ap.add_argument("--pch-dir", type=Path, help="where the precompiled torch header is kept (default: fresh)")
     args = ap.parse_args(argv)
     if not args.folder.is_dir():
@@ -228,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     if not cands:
         print(f"{args.folder}: no <name>/model_new.py + reference.py", file=sys.stderr)
         return 2
+    if args.split_only:
+        return split_only(cands, args.out_dir, argv)
     arch, device, has_gpu = gpu_arch()
     do_run = has_gpu and not args.no_run
     cores = os.cpu_count() or 2
