@@ -267,3 +267,35 @@ def test_host_flags_keep_only_what_reached_the_host_compiler():
     assert _pch_safe(["-O3", "-DX", "-Ofast", "-O", "-g"]) == ["-DX", "-g"]
     assert host_flags_from_cuda(["-O3", "--use_fast_math", "-DFOO=1", "-Xcompiler", "-fopenmp,-Wall",
                                  "-Iinc", "--compiler-options=-g"]) == ["-DFOO=1", "-fopenmp", "-Wall", "-Iinc", "-g"]
+
+
+# -- the engine's hook: the reason travels with the CompileResult ---------------------------------------
+
+CANDIDATE = '''
+import torch
+from torch.utils.cpp_extension import load_inline
+ext = load_inline(name="poly", cpp_sources="torch::Tensor poly(torch::Tensor x, torch::Tensor c);",
+                  cuda_sources=r"""{cuda}""", functions=["poly"])
+'''
+
+
+@pytest.mark.parametrize("fast, reason", [
+    (True, "host code uses __constant__ coeffs (line 13)"),   # three implicit includes come first
+    (False, "fast_inline is off"),
+])
+def test_the_build_record_says_why_the_fast_path_was_not_taken(tmp_path, monkeypatch, fast, reason):
+    import torch
+
+    from kernel_lsp.engine import build
+
+    if torch.cuda.is_available():
+        pytest.skip("on a GPU the full build runs for a minute; test_inline_split_gpu.py covers it there")
+    monkeypatch.setenv("KERNEL_LSP_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(build, "_fast_inline", None)  # restored after the test
+    build.configure_fast_inline(fast)
+    text = CANDIDATE.replace("{cuda}", src("constant_from_host.cu"))
+    result = build.build_python(text, str(tmp_path / "candidate.py"))
+    # a CPU build of torch cannot build CUDA the normal way either: the record still says why
+    assert result.fast_path is False
+    assert result.fallback_reason == reason
+    assert result.to_dict()["fallback_reason"] == reason
