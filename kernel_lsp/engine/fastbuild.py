@@ -25,6 +25,7 @@ import inspect
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -49,6 +50,7 @@ PCH_HEADER = """#include <torch/extension.h>
 #endif
 #endif
 """
+PCH_MINIMAL = "#include <torch/extension.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n"
 HOST_OPT = "-O1"      # the host units are torch glue; the PCH is made with the same level
 STEP_TIMEOUT = 600.0
 
@@ -144,7 +146,8 @@ def torch_flags(nvcc: str) -> TorchFlags:
 
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                defines += [str(f) for f in fn()]
+                # Written for a shell (ninja): -DPYBIND11_COMPILER_TYPE=\"_gcc\" -> ="_gcc" here.
+                defines += [x for f in fn() for x in shlex.split(str(f))]
     ldflags: list[str] = []
     prep = getattr(ce, "_prepare_ldflags", None)
     try:
@@ -201,15 +204,20 @@ def ensure_pch(flags: TorchFlags, timeout: float = STEP_TIMEOUT) -> tuple[Path |
     with _lock(d / ".lock"):
         if gch.exists():
             return header, "", 0.0
-        header.write_text(PCH_HEADER)
         tmp = d / f"klsp_torch.h.gch.{os.getpid()}.tmp"
-        cmd = [flags.cxx, "-x", "c++-header", *_host_base(flags), str(header), "-o", str(tmp)]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return None, f"precompiled torch header: {exc}", time.perf_counter() - t0
-        if proc.returncode != 0:
+        why = ""
+        # torch's CUDA headers if this install has what they include, else torch/extension.h alone
+        for text in (PCH_HEADER, PCH_MINIMAL):
+            header.write_text(text)
+            cmd = [flags.cxx, "-x", "c++-header", *_host_base(flags), str(header), "-o", str(tmp)]
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                return None, f"precompiled torch header: {exc}", time.perf_counter() - t0
+            if proc.returncode == 0:
+                break
             why = "precompiled torch header failed: " + _first_error(proc.stderr)
+        else:
             failed.write_text(why)
             return None, why, time.perf_counter() - t0
         os.replace(tmp, gch)
@@ -361,7 +369,7 @@ def build_inline(args: dict[str, Any], nvcc: str, link: bool = True, timeout: fl
         return done(f"torch's CUDA arch flags: {exc}")
     dev_inc = [x for d in flags.includes for x in ("-isystem", d)]
     jobs = {
-        "device": [nvcc, "-c", *flags.defines, *flags.nvcc_common, *arch_flags, "--compiler-options", "-fPIC",
+        "device": [nvcc, "-c", *(d for d in flags.defines if '"' not in d), *flags.nvcc_common, *arch_flags, "--compiler-options", "-fPIC",
                    flags.std, *dev_inc, *user_inc, *extra_cuda, "fast_device.cu", "-o", "fast_device.o"],
         "host": [*base, *_pch_safe(host_flags_from_cuda(extra_cuda)), "fast_host.cpp", "-o", "fast_host.o"],
         "main": [*base, *_pch_safe([f for f in extra_cflags if f]), "fast_main.cpp", "-o", "fast_main.o"],
