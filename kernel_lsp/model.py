@@ -119,6 +119,8 @@ class CompileResult(_Record):
     seconds: float = 0.0
     cached: bool = False
     command: list[str] = field(default_factory=list)
+    fast_path: bool = False     # a load_inline extension built by the split fast path
+    fallback_reason: str = ""   # why an extension took the full build instead ("" when it did not)
 
 
 class TargetKind(str, enum.Enum):

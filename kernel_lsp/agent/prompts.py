@@ -26,7 +26,7 @@ Rules:
 constructor and forward signature as `Model`; for a .cu file, the same exported function.
 - Prefer source forms that compile fast: in a .cu, an `extern "C"` launcher taking raw \
 pointers and sizes; in Python, `torch.utils.cpp_extension.load_inline` with a small cpp \
-stub (only the declaration) and the kernels in cuda_sources.
+stub (only the declaration) and the kernels in cuda_sources. Such sources build in seconds when the kernels touch no torch types: launch them with `<<<...>>>` from the torch-facing host functions, pass `data_ptr<T>()` pointers and sizes, and keep `__constant__` memory, `__device__` lambdas and thrust/cub out of host code.
 - Write every output element; do not modify inputs; do not cache results across calls; \
 do not fall back to the PyTorch op being replaced; no side streams.
 - One short sentence before the code saying what you changed."""

@@ -49,6 +49,7 @@ _arch: str | None = None
 _captures: list[list[CompileResult]] = []
 _counter = itertools.count()
 _hooks_installed = False
+_fast_inline: bool | None = None
 
 
 class BuildError(RuntimeError):
@@ -108,6 +109,20 @@ def target_arch(options: dict[str, Any] | None = None) -> str:
         except Exception:  # a broken driver must not stop a build for an explicit arch
             pass
     return DEFAULT_ARCH
+
+
+def configure_fast_inline(enabled: bool | None) -> None:
+    """Turn the split fast path for load_inline on or off in this process (None: leave it)."""
+    global _fast_inline
+    if enabled is not None:
+        _fast_inline = bool(enabled)
+
+
+def fast_inline_enabled() -> bool:
+    """configure_fast_inline(), else $KERNEL_LSP_FAST_INLINE (default on)."""
+    if _fast_inline is not None:
+        return _fast_inline
+    return os.environ.get("KERNEL_LSP_FAST_INLINE", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def _torch_arch_list(arch: str) -> str:
@@ -483,6 +498,33 @@ def _key_material(bound: dict[str, Any]) -> str:
     return json.dumps(parts, sort_keys=True, default=str)
 
 
+_FAST_NOTE = ".kernel-lsp-fast.json"
+
+
+def _try_fast(a: dict[str, Any], name: str, build_dir: Path, is_module: bool, note: dict[str, Any]) -> object | None:
+    """The split fast path (engine/fastbuild.py); None, with note["fallback_reason"], when not taken."""
+    try:
+        from kernel_lsp.engine import fastbuild  # noqa: PLC0415
+
+        fb = fastbuild.build_inline(a, _find_nvcc(None))
+    except Exception as exc:  # noqa: BLE001 - a fast-path bug must only cost the fast path
+        note["fallback_reason"] = f"fast path raised {type(exc).__name__}: {exc}"[:500]
+        return None
+    note["steps"] = {k: round(v, 3) for k, v in fb.steps.items()}
+    if fb.so:
+        try:
+            lib = _import_built(name, build_dir, Path(fb.so), is_module)
+        except Exception as exc:  # noqa: BLE001 - e.g. an undefined symbol: build it the normal way
+            note["fallback_reason"] = f"the fast build does not load: {exc}"[:500]
+            with contextlib.suppress(OSError):
+                os.unlink(fb.so)
+            return None
+        note["fast_path"] = True
+        return lib
+    note["fallback_reason"] = fb.reason
+    return None
+
+
 def _wrap(real: Callable[..., Any], kind: str) -> Callable[..., Any]:
     sig = inspect.signature(real)
 
@@ -503,15 +545,33 @@ def _wrap(real: Callable[..., Any], kind: str) -> Callable[..., Any]:
         a["name"] = name
         a["build_directory"] = str(build_dir)
         a["verbose"] = False
+        note: dict[str, Any] = {"fast_path": False, "fallback_reason": ""}
+        if with_cuda and kind != "inline":
+            note["fallback_reason"] = "load() of source files: the fast path covers load_inline"
+        elif with_cuda and not fast_inline_enabled():
+            note["fallback_reason"] = "fast_inline is off"
 
         def build() -> object:
+            if with_cuda and kind == "inline" and fast_inline_enabled():
+                lib = _try_fast(a, name, build_dir, is_module, note)
+                if lib is not None:
+                    return lib
             return real(**a)
 
         try:
             lib, result = _cached_torch_build(name, build_dir, build, is_module, arch)
         except BuildError as exc:
+            exc.result.fallback_reason = str(note.get("fallback_reason") or "")
             _record(exc.result)
             raise
+        if result.cached:
+            with contextlib.suppress(OSError, ValueError):
+                note = json.loads((build_dir / _FAST_NOTE).read_text())
+        elif with_cuda:
+            with contextlib.suppress(OSError):
+                (build_dir / _FAST_NOTE).write_text(json.dumps(note))
+        result.fast_path = bool(note.get("fast_path"))
+        result.fallback_reason = str(note.get("fallback_reason") or "")
         _record(result)
         return lib
 
@@ -577,6 +637,8 @@ def _merge(records: list[CompileResult], seconds: float, ok: bool = True) -> Com
         seconds=seconds,
         cached=bool(records) and all(r.cached for r in records),
         command=records[-1].command if records else [],
+        fast_path=bool(records) and all(r.fast_path for r in records),
+        fallback_reason="; ".join(r.fallback_reason for r in records if r.fallback_reason),
     )
 
 

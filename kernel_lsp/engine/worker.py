@@ -105,6 +105,7 @@ class Worker:
         candidate = Candidate.from_dict(params["candidate"])
         checks = list(params.get("checks") or ["compile", "verify", "bench"])
         options = dict(params.get("options") or {})
+        build.configure_fast_inline(options.get("fast_inline"))
         ev = run.evaluate(task, candidate, checks, options, build)
         self._forked_child_exits()  # a fork bomb's children stop here, not after the judgement
         data = ev.to_dict() if hasattr(ev, "to_dict") else dict(ev)
@@ -139,6 +140,7 @@ class Worker:
         kind = params.get("kind", "python")
         source, filename = params["source"], params.get("filename") or "<candidate>"
         options = params.get("options") or {}
+        build.configure_fast_inline(options.get("fast_inline"))
         if kind == "cuda":
             _, result = build.build_cuda(source, filename, options)
         else:

@@ -1,0 +1,407 @@
+"""The fast build of a ``load_inline`` CUDA extension (Worker side; torch, no tree-sitter).
+
+``inline_split.split`` cuts the CUDA source into a device unit (kernels and generated launchers,
+light CUDA headers) and a host unit (the torch-facing code). Here:
+
+- nvcc builds the device unit (about a second: it never parses torch's headers);
+- the host compiler builds the host unit and load_inline's generated ``main.cpp`` (the same text
+  load_inline writes: ``cpp_sources`` plus the pybind module for ``functions=``) against a
+  precompiled torch header, made once per torch version + compiler + flags and kept under
+  ``pch_root()``;
+- the three run at once, then link like torch does (the same libraries, from torch's own
+  helpers) into ``<build_directory>/<name>.so``, the extension torch would have built.
+
+Every step that cannot be taken says why (``FastBuild.reason``); the caller then builds the
+normal way, so a fast-path problem never changes a verdict or a diagnostic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import hashlib
+import inspect
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from kernel_lsp.engine import inline_split
+
+PCH_HEADER = """#include <torch/extension.h>
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#if __has_include(<c10/cuda/impl/cuda_cmake_macros.h>)
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#if __has_include(<cublas_v2.h>) && __has_include(<cusparse.h>) && __has_include(<cusolverDn.h>)
+#include <ATen/cuda/CUDAContext.h>
+#endif
+#endif
+"""
+PCH_MINIMAL = "#include <torch/extension.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n"
+HOST_OPT = "-O1"      # the host units are torch glue; the PCH is made with the same level
+STEP_TIMEOUT = 600.0
+
+
+@dataclass
+class FastBuild:
+    so: str | None = None
+    reason: str = ""                       # why the fast path was not taken ("" when it was)
+    seconds: float = 0.0
+    steps: dict[str, float] = field(default_factory=dict)
+    log: str = ""
+    commands: list[list[str]] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def _lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def pch_root() -> Path:
+    """$KERNEL_LSP_PCH_CACHE, else <build cache>/pch: one precompiled header per torch build."""
+    env = os.environ.get("KERNEL_LSP_PCH_CACHE")
+    if env:
+        return Path(env)
+    from kernel_lsp.engine.build import cache_root  # noqa: PLC0415 - no cycle at import
+
+    return cache_root() / "pch"
+
+
+# -- what torch would use ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TorchFlags:
+    cxx: str
+    nvcc: str
+    std: str
+    includes: tuple[str, ...]        # -isystem dirs: torch, CUDA, Python
+    defines: tuple[str, ...]         # torch's common defines (pybind ABI, extension API)
+    nvcc_common: tuple[str, ...]     # COMMON_NVCC_FLAGS
+    ldflags: tuple[str, ...]
+    identity: str                    # torch version + compilers + flags, for the PCH key
+
+
+def _std_flag() -> str:
+    """The C++ standard torch's own JIT build passes (read from torch, not assumed)."""
+    from torch.utils import cpp_extension  # noqa: PLC0415
+
+    try:
+        text = inspect.getsource(cpp_extension._write_ninja_file_to_build_library)
+        found = re.findall(r"-std=(c\+\+\d+)", text)
+        if found:
+            return f"-std={found[-1]}"
+    except (OSError, TypeError, AttributeError):
+        pass
+    return "-std=c++17"
+
+
+def _cuda_home(nvcc: str) -> str:
+    from torch.utils import cpp_extension  # noqa: PLC0415
+
+    home = getattr(cpp_extension, "CUDA_HOME", None) or os.environ.get("CUDA_HOME")
+    if home:
+        return str(home)
+    real = shutil.which(nvcc) or nvcc
+    return str(Path(os.path.realpath(real)).parent.parent)
+
+
+@functools.cache
+def torch_flags(nvcc: str) -> TorchFlags:
+    import torch  # noqa: PLC0415
+    from torch.utils import cpp_extension as ce  # noqa: PLC0415
+
+    cuda_home = _cuda_home(nvcc)
+    try:
+        includes = list(ce.include_paths("cuda"))
+    except (OSError, TypeError):  # a CPU build of torch has no CUDA_HOME of its own
+        includes = list(ce.include_paths()) + [os.path.join(cuda_home, "include")]
+    py_inc = sysconfig.get_path("include", scheme="posix_prefix")
+    if py_inc:
+        includes.append(py_inc)
+    defines = ["-DTORCH_API_INCLUDE_EXTENSION_H"]
+    for helper in ("_get_pybind11_abi_build_flags", "_get_glibcxx_abi_build_flags"):
+        fn = getattr(ce, helper, None)
+        if callable(fn):
+            import warnings  # noqa: PLC0415
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                # Written for a shell (ninja): -DPYBIND11_COMPILER_TYPE=\"_gcc\" -> ="_gcc" here.
+                defines += [x for f in fn() for x in shlex.split(str(f))]
+    ldflags: list[str] = []
+    prep = getattr(ce, "_prepare_ldflags", None)
+    try:
+        if prep is None:
+            raise TypeError("no _prepare_ldflags")
+        params = inspect.signature(prep).parameters
+        kw = {"extra_ldflags": [], "with_cuda": True, "with_sycl": False, "verbose": False, "is_standalone": False}
+        ldflags = list(prep(**{k: v for k, v in kw.items() if k in params}))
+    except (OSError, TypeError):
+        lib = os.path.join(os.path.dirname(torch.__file__), "lib")
+        ldflags = [f"-L{lib}", "-lc10", "-lc10_cuda", "-ltorch_cpu", "-ltorch_cuda", "-ltorch", "-ltorch_python",
+                   f"-L{os.path.join(cuda_home, 'lib64')}", "-lcudart"]
+    cxx = "c++"
+    with contextlib.suppress(Exception):
+        cxx = str(ce.get_cxx_compiler())
+    std = _std_flag()
+    common = [str(f) for f in getattr(ce, "COMMON_NVCC_FLAGS", [])]
+    ident = json.dumps([torch.__version__, str(torch.version.cuda), _tool_id(cxx), std, defines, common, includes,
+                        HOST_OPT, PCH_HEADER, sys.version_info[:2]])
+    return TorchFlags(cxx, nvcc, std, tuple(includes), tuple(defines), tuple(common), tuple(ldflags), ident)
+
+
+def _tool_id(tool: str) -> str:
+    path = shutil.which(tool) or tool
+    try:
+        st = os.stat(path)
+        return f"{os.path.realpath(path)}:{st.st_size}:{int(st.st_mtime)}"
+    except OSError:
+        return path
+
+
+def _host_defines(flags: TorchFlags) -> list[str]:
+    # The host code of a .cu was compiled with nvcc's -D flags: keep them for the host unit.
+    return [*flags.defines, *(f for f in flags.nvcc_common if f.startswith("-D"))]
+
+
+def _host_base(flags: TorchFlags) -> list[str]:
+    inc = [x for d in flags.includes for x in ("-isystem", d)]
+    return [flags.std, "-fPIC", HOST_OPT, *_host_defines(flags), *inc]
+
+
+def ensure_pch(flags: TorchFlags, timeout: float = STEP_TIMEOUT) -> tuple[Path | None, str, float]:
+    """(header to -include, why not, seconds spent building it now). Built once, under a lock."""
+    key = hashlib.sha256(flags.identity.encode()).hexdigest()[:20]
+    d = pch_root() / key
+    header = d / "klsp_torch.h"
+    gch = d / "klsp_torch.h.gch"
+    failed = d / "failed.txt"
+    if gch.exists():
+        return header, "", 0.0
+    if failed.exists():
+        return None, failed.read_text()[:300], 0.0
+    t0 = time.perf_counter()
+    with _lock(d / ".lock"):
+        if gch.exists():
+            return header, "", 0.0
+        tmp = d / f"klsp_torch.h.gch.{os.getpid()}.tmp"
+        why = ""
+        # torch's CUDA headers if this install has what they include, else torch/extension.h alone
+        for text in (PCH_HEADER, PCH_MINIMAL):
+            header.write_text(text)
+            cmd = [flags.cxx, "-x", "c++-header", *_host_base(flags), str(header), "-o", str(tmp)]
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                return None, f"precompiled torch header: {exc}", time.perf_counter() - t0
+            if proc.returncode == 0:
+                break
+            why = "precompiled torch header failed: " + _first_error(proc.stderr)
+        else:
+            failed.write_text(why)
+            return None, why, time.perf_counter() - t0
+        os.replace(tmp, gch)
+    return header, "", time.perf_counter() - t0
+
+
+# -- load_inline's main.cpp ---------------------------------------------------------------------------
+
+
+def main_cpp(args: dict[str, Any]) -> str:
+    """The text load_inline writes to main.cpp (its documented behaviour, rebuilt here)."""
+    cpp = args.get("cpp_sources") or []
+    parts = [cpp] if isinstance(cpp, str) else list(cpp)
+    if not args.get("no_implicit_headers"):
+        parts.insert(0, "#include <torch/extension.h>")
+    functions = args.get("functions")
+    if functions is not None:
+        if isinstance(functions, str):
+            functions = [functions]
+        if isinstance(functions, list):
+            functions = {f: f for f in functions}
+        defs = ["PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {"]
+        for fname, doc in dict(functions).items():
+            wrapped = f"torch::wrap_pybind_function({fname})" if args.get("with_pytorch_error_handling", True) else fname
+            defs.append(f'm.def("{fname}", {wrapped}, "{doc}");')
+        defs.append("}")
+        parts += defs
+    return "\n".join(parts)
+
+
+# -- flags from the user's extra_* ----------------------------------------------------------------------
+
+
+def _as_list(v: Any) -> list[str]:
+    if not v:
+        return []
+    # torch writes flags into a ninja file, where an empty one vanishes; here it would be an argument
+    items = [v] if isinstance(v, str) else list(v)
+    return [str(x).strip() for x in items if str(x).strip()]
+
+
+def _pch_safe(flags: list[str]) -> list[str]:
+    """Drop -O levels: g++ 12 crashes (internal compiler error) reading a PCH made at another
+    level, and the host units are glue whose behaviour does not depend on it."""
+    return [f for f in flags if not re.fullmatch(r"-O[0-3sgz]?|-Ofast", f)]
+
+
+def host_flags_from_cuda(extra_cuda: list[str]) -> list[str]:
+    """What of extra_cuda_cflags applied to the .cu's host code: -D/-U/-I and -Xcompiler's."""
+    out: list[str] = []
+    it = iter(extra_cuda)
+    for f in it:
+        if f in ("-Xcompiler", "--compiler-options"):
+            nxt = next(it, "")
+            out += [x for x in nxt.strip("'\"").split(",") if x]
+        elif f.startswith(("-Xcompiler=", "--compiler-options=")):
+            out += [x for x in f.split("=", 1)[1].strip("'\"").split(",") if x]
+        elif f.startswith(("-D", "-U", "-I")) and len(f) > 2:
+            out.append(f)
+    return out
+
+
+# -- the build ----------------------------------------------------------------------------------------
+
+
+def _first_error(log: str) -> str:
+    for line in log.splitlines():
+        if "error" in line.lower():
+            return line.strip()[:300]
+    lines = [ln for ln in log.strip().splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else "no output"
+
+
+def _run_all(jobs: dict[str, list[str]], cwd: Path, timeout: float) -> dict[str, tuple[int, str, float]]:
+    """Run the compile commands at once; {step: (returncode, output, seconds)}."""
+    procs: dict[str, tuple[subprocess.Popen[str], float]] = {}
+    for step, cmd in jobs.items():
+        try:
+            procs[step] = (subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
+                           time.perf_counter())
+        except OSError as exc:
+            for p, _ in procs.values():
+                p.kill()
+            return {step: (127, f"{cmd[0]}: {exc}", 0.0)}
+    out: dict[str, tuple[int, str, float]] = {}
+    for step, (p, t0) in procs.items():
+        try:
+            text, _ = p.communicate(timeout=timeout)
+            out[step] = (p.returncode, text or "", time.perf_counter() - t0)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+            out[step] = (124, f"{step} ran past {timeout:.0f} s", time.perf_counter() - t0)
+    return out
+
+
+def build_inline(args: dict[str, Any], nvcc: str, link: bool = True, timeout: float = STEP_TIMEOUT) -> FastBuild:
+    """Build load_inline's bound arguments ``args`` (name and build_directory already set to
+    the cache's) the fast way; ``FastBuild.so`` on success, else ``reason``."""
+    t0 = time.perf_counter()
+    res = FastBuild()
+
+    def done(reason: str = "") -> FastBuild:
+        res.reason = reason
+        res.seconds = time.perf_counter() - t0
+        return res
+
+    for unsupported in ("sycl_sources", "extra_sycl_cflags"):
+        if args.get(unsupported):
+            return done(f"{unsupported} given")
+    raw = args.get("cuda_sources") or []
+    cuda = [raw] if isinstance(raw, str) else [str(x) for x in raw]  # as load_inline joins them
+    if not "".join(cuda).strip():
+        return done("no CUDA sources")
+    if args.get("keep_intermediates") is False:
+        return done("keep_intermediates=False")
+    name = str(args["name"])
+    build_dir = Path(str(args["build_directory"]))
+    build_dir.mkdir(parents=True, exist_ok=True)
+    cuda_text = "\n".join(cuda)
+    if not args.get("no_implicit_headers"):
+        # load_inline puts these first; the split keeps torch/types.h on the host side only.
+        cuda_text = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n" + cuda_text
+    parts = inline_split.split(cuda_text, filename=str(build_dir / "cuda.cu"))
+    if not parts.ok:
+        return done(parts.fallback_reason)
+    try:
+        flags = torch_flags(nvcc)
+    except Exception as exc:  # noqa: BLE001 - any surprise in torch's helpers means: the normal way
+        return done(f"torch's build flags: {exc}")
+    pch, why, pch_s = ensure_pch(flags, timeout)
+    if pch_s:
+        res.steps["pch"] = pch_s
+    if pch is None:
+        return done(why)
+    extra_cflags = _as_list(args.get("extra_cflags"))
+    extra_cuda = _as_list(args.get("extra_cuda_cflags"))
+    user_inc = [f"-I{os.path.abspath(p)}" for p in _as_list(args.get("extra_include_paths"))]
+    name_def = f"#define TORCH_EXTENSION_NAME {name}\n"
+    (build_dir / "fast_main.cpp").write_text(name_def + f'#line 1 "{build_dir / "main.cpp"}"\n' + main_cpp(args))
+    (build_dir / "fast_host.cpp").write_text(name_def + parts.host)
+    (build_dir / "fast_device.cu").write_text(parts.device)
+    base = [flags.cxx, "-c", "-Winvalid-pch", "-include", str(pch), *_host_base(flags), *user_inc]
+    from torch.utils import cpp_extension as ce  # noqa: PLC0415
+
+    try:
+        arch_flags = list(ce._get_cuda_arch_flags(extra_cuda))
+    except Exception as exc:  # noqa: BLE001
+        return done(f"torch's CUDA arch flags: {exc}")
+    dev_inc = [x for d in flags.includes for x in ("-isystem", d)]
+    jobs = {
+        "device": [nvcc, "-c", *(d for d in flags.defines if '"' not in d), *flags.nvcc_common, *arch_flags, "--compiler-options", "-fPIC",
+                   flags.std, *dev_inc, *user_inc, *extra_cuda, "fast_device.cu", "-o", "fast_device.o"],
+        "host": [*base, *_pch_safe(host_flags_from_cuda(extra_cuda)), "fast_host.cpp", "-o", "fast_host.o"],
+        "main": [*base, *_pch_safe([f for f in extra_cflags if f]), "fast_main.cpp", "-o", "fast_main.o"],
+    }
+    res.commands = list(jobs.values())
+    results = _run_all(jobs, build_dir, timeout)
+    for step, (rc, text, secs) in results.items():
+        res.steps[step] = secs
+        if text.strip():
+            res.log += f"[{step}]\n{text}\n"
+    for step in ("device", "host", "main"):
+        rc, text, _ = results.get(step, (1, "not run", 0.0))
+        if rc != 0:
+            return done(f"fast {step} unit failed to compile: {_first_error(text)}")
+    if not link:
+        return done()
+    so = build_dir / f"{name}.so"
+    tmp = build_dir / f"{name}.so.{os.getpid()}.tmp"
+    cmd = [flags.cxx, "-shared", "fast_main.o", "fast_host.o", "fast_device.o", *flags.ldflags,
+           *_as_list(args.get("extra_ldflags")), "-o", str(tmp)]
+    res.commands.append(cmd)
+    t1 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=build_dir, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return done(f"fast link: {exc}")
+    res.steps["link"] = time.perf_counter() - t1
+    if proc.returncode != 0:
+        res.log += f"[link]\n{proc.stdout}{proc.stderr}\n"
+        text = proc.stdout + proc.stderr
+        first = next((ln.strip() for ln in text.splitlines() if "ld:" in ln or "undefined reference" in ln), "")
+        return done("fast link failed: " + (first[:300] or _first_error(text)))
+    os.replace(tmp, so)
+    res.so = str(so)
+    return done()

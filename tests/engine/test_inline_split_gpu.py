@@ -1,0 +1,152 @@
+"""On the GPU: split candidates build the fast way, load, and compute what the full build computes;
+a source that cannot be split takes the full build and says why (issue 9)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCES = Path(__file__).parent / "inline_sources"
+
+SPLIT_OK = '''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cuda_src = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+
+template <typename scalar_t>
+__global__ void row_softmax_kernel(const scalar_t* __restrict__ x, scalar_t* __restrict__ y, int cols) {
+    extern __shared__ unsigned char smem_raw[];
+    scalar_t* smem = reinterpret_cast<scalar_t*>(smem_raw);
+    const scalar_t* row = x + (size_t)blockIdx.x * cols;
+    scalar_t m = -1e30;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) m = max(m, row[c]);
+    smem[threadIdx.x] = m;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) smem[threadIdx.x] = max(smem[threadIdx.x], smem[threadIdx.x + s]);
+        __syncthreads();
+    }
+    m = smem[0];
+    __syncthreads();
+    scalar_t sum = 0;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) sum += exp(row[c] - m);
+    smem[threadIdx.x] = sum;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) smem[threadIdx.x] += smem[threadIdx.x + s];
+        __syncthreads();
+    }
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) y[(size_t)blockIdx.x * cols + c] = exp(row[c] - m) / smem[0];
+}
+
+__global__ void add_bias_kernel(float* y, const float* b, int rows, int cols) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < rows * cols) y[i] += b[i % cols];
+}
+
+torch::Tensor softmax_bias(torch::Tensor x, torch::Tensor b) {
+    TORCH_CHECK(x.is_cuda() && x.dim() == 2, "x: a 2-D CUDA tensor");
+    auto y = torch::empty_like(x);
+    const int rows = x.size(0), cols = x.size(1), threads = 256;
+    auto stream = at::cuda::getCurrentCUDAStream();
+    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "softmax_bias", ([&] {
+        row_softmax_kernel<scalar_t><<<rows, threads, threads * sizeof(scalar_t), stream>>>(
+            x.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(), cols);
+    }));
+    if (x.scalar_type() == torch::kFloat) {
+        add_bias_kernel<<<(rows * cols + 255) / 256, 256, 0, stream>>>(y.data_ptr<float>(), b.data_ptr<float>(), rows, cols);
+    }
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return y;
+}
+"""
+
+ext = load_inline(name="klsp_gpu_softmax_bias", cpp_sources="torch::Tensor softmax_bias(torch::Tensor x, torch::Tensor b);",
+                  cuda_sources=cuda_src, functions=["softmax_bias"], extra_cuda_cflags=["-O3"], verbose=False)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x, b):
+        return ext.softmax_bias(x, b)
+'''
+
+FALLBACK = '''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cuda_src = r"""CUDA"""
+ext = load_inline(name="klsp_gpu_poly", cpp_sources="torch::Tensor poly(torch::Tensor x, torch::Tensor c);",
+                  cuda_sources=cuda_src, functions=["poly"], verbose=False)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x, c):
+        return ext.poly(x, c)
+'''.replace("CUDA", (SOURCES / "constant_from_host.cu").read_text())
+
+CHILD = textwrap.dedent('''
+    import json, sys, torch
+    from kernel_lsp.engine import build
+    path, out = sys.argv[1], sys.argv[2]
+    module, result = build.load_python(open(path).read(), path)
+    assert module is not None, result.log[-3000:]
+    torch.manual_seed(0)
+    x = torch.randn(64, 1000, device="cuda")
+    b = torch.randn(1000, device="cuda")
+    c = torch.tensor([0.5, -1.0, 0.25, 0.0], device="cuda")
+    model = module.ModelNew()
+    y = model(x, b) if "softmax" in open(path).read() else model(x, c)
+    y64 = model(x.double(), b.double()) if "softmax" in open(path).read() else None
+    torch.save({"y": y.cpu(), "y64": None if y64 is None else y64.cpu()}, out + ".pt")
+    json.dump({"fast_path": result.fast_path, "fallback_reason": result.fallback_reason,
+               "seconds": result.seconds}, open(out + ".json", "w"))
+''')
+
+
+def _build_and_run(tmp: Path, name: str, source: str, fast: bool) -> dict:
+    src = tmp / f"{name}.py"
+    src.write_text(source)
+    env = dict(os.environ, KERNEL_LSP_CACHE=str(tmp / f"cache-{name}"), KERNEL_LSP_FAST_INLINE="1" if fast else "0",
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env.setdefault("KERNEL_LSP_PCH_CACHE", str(tmp / "pch"))
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(src), str(tmp / name)], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads((tmp / f"{name}.json").read_text())
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_fast_build_matches_the_full_build_and_a_fallback_says_why(tmp_path):
+    import torch
+
+    jobs = [("fast", SPLIT_OK, True), ("full", SPLIT_OK, False), ("fallback", FALLBACK, True)]
+    with ThreadPoolExecutor(3) as pool:  # the three builds at once: about one full build's time
+        fast, full, fallback = pool.map(lambda j: _build_and_run(tmp_path, *j), jobs)
+    assert fast["fast_path"] is True and fast["fallback_reason"] == ""
+    assert full["fast_path"] is False and full["fallback_reason"] == "fast_inline is off"
+    assert fallback["fast_path"] is False
+    assert fallback["fallback_reason"] == "host code uses __constant__ coeffs (line 13)"
+    f, g = torch.load(tmp_path / "fast.pt"), torch.load(tmp_path / "full.pt")
+    assert torch.equal(f["y"], g["y"]) and torch.equal(f["y64"], g["y64"])  # same kernels, same bits
+    torch.manual_seed(0)
+    x = torch.randn(64, 1000, device="cuda")
+    b = torch.randn(1000, device="cuda")
+    torch.testing.assert_close(f["y"], (torch.softmax(x, 1) + b).cpu(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(f["y64"], torch.softmax(x.double(), 1).cpu(), rtol=1e-9, atol=1e-9)
+    p = torch.load(tmp_path / "fallback.pt")["y"]
+    torch.testing.assert_close(p, (0.5 + x * (-1.0 + x * 0.25)).cpu(), rtol=1e-5, atol=1e-5)
+    assert fast["seconds"] < full["seconds"]
