@@ -40,7 +40,8 @@ from kernel_lsp.engine import profile as profile_mod
 from kernel_lsp.engine import roofline, static_checks
 from kernel_lsp.engine.harness import CandidateError, Harness, HarnessError, tensor_bytes
 from kernel_lsp.engine.verify import verify
-from kernel_lsp.model import DISQUALIFYING_FLAGS, Candidate, Evaluation, Task, Timing
+from kernel_lsp.model import DISQUALIFYING_FLAGS, PYTORCH_REWRITE, Candidate, Evaluation, Task, Timing
+from kernel_lsp.verdicts import NO_GPU, NO_GPU_TASK
 
 # A Candidate carrying any of these is never counted as an optimized kernel.
 
@@ -229,7 +230,7 @@ def evaluate(task: Task, candidate: Candidate | None, checks: list[str] | tuple[
     finally:
         _check_integrity(integrity, ev, extra, notes)
         integrity.restore()
-    _finish(ev, extra, notes)
+    _finish(ev, extra, notes, candidate)
     ev.wall_seconds = (bench._perf_counter_ns() - t0) / 1e9
     return ev
 
@@ -251,13 +252,26 @@ def _check_integrity(integrity: Integrity, ev: Evaluation, extra: dict[str, Any]
                   + ", ".join(changed[:5]) + "): its results cannot be trusted")
 
 
-def _finish(ev: Evaluation, extra: dict[str, Any], notes: list[str]) -> None:
+def custom_kernel(candidate: Candidate | None, flags: list[str]) -> bool | None:
+    """Does the candidate's speed come from its own kernel? False for a PyTorch rewrite, and for
+    a custom kernel beside PyTorch ops doing the reference's work (partial fallback)."""
+    if candidate is None:
+        return None
+    if "torch_fallback" in flags:
+        return False
+    return candidate.kind == "cuda" or static_checks.has_kernel(candidate.source)
+
+
+def _finish(ev: Evaluation, extra: dict[str, Any], notes: list[str], candidate: Candidate | None = None) -> None:
     ev.flags = sorted(set(ev.flags))
+    ev.custom_kernel = custom_kernel(candidate, ev.flags)
     bad = sorted(set(ev.flags) & DISQUALIFYING_FLAGS)
     if bad:
         ev.flags.append("not_counted")
         if ev.verdict == "correct":
-            ev.message += f"; not counted as an optimized kernel ({', '.join(bad)})"
+            ev.message += f"; not counted ({', '.join(bad)})"
+    elif ev.verdict == "correct" and ev.custom_kernel is False:
+        ev.message += f"; a {PYTORCH_REWRITE}"
     if notes:
         extra["notes"] = notes
     if extra:
@@ -274,7 +288,7 @@ def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options
             extra["static"] = findings
             ev.flags += static_checks.flags(findings)
     if dev.type == "cuda" and not torch.cuda.is_available():
-        ev.verdict, ev.message = "not_run", "no CUDA GPU visible: nothing can run on cuda"
+        ev.verdict, ev.message = "not_run", NO_GPU if candidate is not None and candidate.kind == "cuda" else NO_GPU_TASK
         return
     h = Harness(task, candidate, builder, device=dev, seed=seed, build_options=options)
     h.load_reference()
@@ -297,7 +311,7 @@ def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options
         ev.message = f"does not build: {first.message}" if first else "does not build"
         return
     if candidate.kind == "cuda" and dev.type != "cuda":
-        ev.verdict, ev.message = "not_run", "built; a .cu candidate needs a CUDA GPU to run"
+        ev.verdict, ev.message = "not_run", f"built; {NO_GPU}"
         return
     if not checks & {"verify", "bench"}:
         ev.verdict, ev.message = "not_run", "built" + ("" if result.ok else " with errors")

@@ -133,7 +133,10 @@ async def test_only_slower_or_wrong_means_no_improvement(engine, tmp_path):
     finally:
         await proposer.aclose()
         server.close()
-    assert not result.improved and result.best is None and "no improvement" in result.reason
+    assert not result.improved and result.best is None and result.outcome == "no_improvement"
+    assert "every candidate was slower than the start" in result.reason
+    assert result.headline.startswith("no improvement: proposal budget spent (3/3)")
+    assert result.to_dict()["failed_steps"] and result.to_dict()["reason"] == result.reason
     row = store.search(result.search_id)
     assert row["state"] == "done" and row["best"] is None
     assert row["budget"]["result"]["improved"] is False

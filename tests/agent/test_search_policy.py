@@ -63,7 +63,7 @@ async def go(tmp_path, script, engine=None, **opts):
 async def test_guard_picks_fastest_correct_never_wrong_or_slower(tmp_path):
     result, store, _, events = await go(tmp_path, [
         ["# ms: 12  slower", "# verdict: mismatch\n# ms: 1  wrong but fast"],
-        ["# ms: 1.5 flagged\n# flags: torch_fallback", "# ms: 5  faster"],
+        ["# ms: 1.5 flagged\n# flags: timer_patch", "# ms: 5  faster"],
     ])
     assert result.improved and result.confirmed
     assert "# ms: 5" in result.best.source
@@ -80,8 +80,9 @@ async def test_guard_picks_fastest_correct_never_wrong_or_slower(tmp_path):
 async def test_noise_sized_gain_is_no_improvement(tmp_path):
     # 3% faster, but the start's spread is 4%: inside the noise.
     result, *_ = await go(tmp_path, [["# ms: 9.7\n# spread: 4"]])
-    assert not result.improved and result.best is None
-    assert "no improvement" in result.reason
+    assert not result.improved and result.best is None and result.outcome == "no_improvement"
+    assert "no candidate was faster than the start by more than the measured noise (best 1.03x)" in result.reason
+    assert result.headline.startswith("no improvement: ")
 
 
 async def test_confirmation_rerun_can_reject(tmp_path):
@@ -136,7 +137,9 @@ async def test_failed_and_fatal_proposals_are_recorded_steps(tmp_path):
         [Proposal.failed("unusable answer: prose only")],
         [Proposal.failed("authentication failed (HTTP 401): check the API key", fatal=True)],
     ], budget=Budget(proposals=10, patience=5))
-    assert "proposer cannot go on" in result.reason and result.state == "done"
+    # Nothing but the start ever ran: the proposer could not work at all (exit 2 on the CLI).
+    assert "authentication failed" in result.reason and result.state == "done"
+    assert result.outcome == "cannot_run" and len(result.failed_steps) == 2
     steps = store.search(result.search_id)["budget"]["steps"]
     assert [s["reason"] for s in steps if s["failed"]] == [
         "unusable answer: prose only", "authentication failed (HTTP 401): check the API key"]
