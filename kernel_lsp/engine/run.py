@@ -36,7 +36,7 @@ try:  # dynamo wraps torch.manual_seed & co. when first imported: do it before a
 except Exception:  # pragma: no cover - a torch without dynamo still evaluates
     pass
 
-from kernel_lsp.engine import gpu_share
+from kernel_lsp.engine import gpu_share, launch_limits
 from kernel_lsp.engine import profile as profile_mod
 from kernel_lsp.engine import roofline, static_checks
 from kernel_lsp.engine.harness import CandidateError, Harness, HarnessError, tensor_bytes
@@ -335,6 +335,7 @@ def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options
         ev.correct = False
     if ev.verdict != "correct":
         ev.correct = False
+        _explain_launch(ev, candidate, dev)
         return
     # Timers put back before timing (bench does not use them, but torch internals might).
     _check_integrity(integrity, ev, extra, notes)
@@ -346,6 +347,28 @@ def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options
                nbytes=vr.input_bytes + vr.output_bytes, integrity=integrity)
     if "profile" in checks:
         ev.profile = _profile(h, task, candidate, options, dev)
+
+
+def _explain_launch(ev: Evaluation, candidate: Candidate, dev: torch.device) -> None:
+    """A failed launch that asked for too much shared memory: say which limit it passed."""
+    if dev.type != "cuda" or ev.verdict not in ("error", "unwritten_output"):
+        return
+    try:
+        props = torch.cuda.get_device_properties(dev)
+        limits = launch_limits.Limits(
+            per_block=int(getattr(props, "shared_memory_per_block", 48 << 10) or 48 << 10),
+            per_block_optin=int(getattr(props, "shared_memory_per_block_optin", 0)
+                                or getattr(props, "shared_memory_per_block", 48 << 10) or 48 << 10),
+            device=str(props.name))
+    except Exception:
+        return
+    static = {r.kernel: r.shared_bytes for r in (ev.compile.resources if ev.compile else [])}
+    why = launch_limits.explain(ev.message, candidate.source, static, limits,
+                                definite_only=ev.verdict == "unwritten_output")
+    if why:
+        ev.message = (f"{ev.message} - {why}" if ev.verdict == "error"
+                      else f"{ev.message}; likely cause: {why}")
+        ev.evidence = {**(ev.evidence or {}), "launch_limits": why}
 
 
 def _timing_sets(h: Harness, options: dict[str, Any]) -> list[list[Any]]:
