@@ -231,6 +231,8 @@ def evaluate(task: Task, candidate: Candidate | None, checks: list[str] | tuple[
     finally:
         _check_integrity(integrity, ev, extra, notes)
         integrity.restore()
+    if candidate is not None:
+        _explain_launch(ev, candidate, dev)
     _finish(ev, extra, notes, candidate)
     ev.wall_seconds = (bench._perf_counter_ns() - t0) / 1e9
     return ev
@@ -335,7 +337,6 @@ def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options
         ev.correct = False
     if ev.verdict != "correct":
         ev.correct = False
-        _explain_launch(ev, candidate, dev)
         return
     # Timers put back before timing (bench does not use them, but torch internals might).
     _check_integrity(integrity, ev, extra, notes)
