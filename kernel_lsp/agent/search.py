@@ -145,6 +145,8 @@ class SearchResult:
     label: str | None = None             # "custom kernel" | "PyTorch rewrite (no custom kernel)"
     compile_faster: bool | None = None   # torch.compile of the reference beats the best
     shared_gpu: dict[str, Any] | None = None  # timed while other processes used the GPU
+    eager_ms: float | None = None        # the reference eagerly, timed with the start
+    compile_ms: float | None = None      # torch.compile of the reference, timed with the start
 
     @property
     def failed_steps(self) -> list[dict[str, Any]]:
@@ -179,6 +181,7 @@ class SearchResult:
             "spread_pct": self.spread_pct, "noisy": self.noisy, "measurement": self.measurement,
             "custom_kernel": self.custom_kernel, "label": self.label,
             "compile_faster": self.compile_faster, "shared_gpu": self.shared_gpu,
+            "eager_ms": self.eager_ms, "compile_ms": self.compile_ms,
         }
 
 
@@ -723,6 +726,9 @@ class Search:
             result.custom_kernel = win_ev.custom_kernel
             result.label = verdicts.label(win_ev.custom_kernel)
             result.compile_faster = None if result.speedup_compile is None else result.speedup_compile < 1.0
+        if first is not None:
+            result.eager_ms = first.eager.median_ms if first.eager else None
+            result.compile_ms = first.compiled.median_ms if first.compiled else None
         shared = [e.shared_gpu for e in (win_ev, start_ev, first) if e is not None and e.shared_gpu]
         result.shared_gpu = shared[0] if shared else None
         summary = {k: v for k, v in result.to_dict().items() if k not in ("failed_steps", "usage")}
