@@ -256,3 +256,22 @@ def test_cpu_evaluation_is_never_called_shared(one_thread: None) -> None:
                       ["compile", "verify", "bench"], {"device": "cpu", "baselines": False,
                                                        "bench_seconds": 0.2}, build)
     assert ev.verdict == "correct" and ev.shared_gpu is None and "side_stream_work" not in ev.flags
+
+
+def test_our_own_child_processes_do_not_make_a_gpu_shared() -> None:
+    import subprocess
+    import sys
+
+    from kernel_lsp.engine import gpu_share
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        me = {"pid": os.getpid(), "name": "python", "memory_mib": 500.0}
+        kid = {"pid": child.pid, "name": "python", "memory_mib": 300.0}
+        assert os.getpid() in gpu_share._ancestors(child.pid)
+        assert gpu_share.shared_report([[me, kid]], os.getpid(), "nvml") is None
+        stranger = {"pid": 1, "name": "init", "memory_mib": 1.0}
+        assert gpu_share.shared_report([[me, kid, stranger]], os.getpid(), "nvml")["count"] == 1
+    finally:
+        child.kill()
+        child.wait()
