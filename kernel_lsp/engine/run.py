@@ -39,6 +39,7 @@ except Exception:  # pragma: no cover - a torch without dynamo still evaluates
 from kernel_lsp.engine import gpu_share, launch_limits
 from kernel_lsp.engine import profile as profile_mod
 from kernel_lsp.engine import roofline, static_checks
+from kernel_lsp.engine.options import EngineOptions, OptionsError
 from kernel_lsp.engine.harness import CandidateError, Harness, HarnessError, tensor_bytes
 from kernel_lsp.engine.verify import verify
 from kernel_lsp.model import DISQUALIFYING_FLAGS, PYTORCH_REWRITE, Candidate, Evaluation, Task, Timing
@@ -196,8 +197,8 @@ def versions() -> dict[str, str]:
     return out
 
 
-def _device(options: dict[str, Any]) -> torch.device:
-    name = options.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
+def _device(options: EngineOptions) -> torch.device:
+    name = options.device or ("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
 
 
@@ -209,16 +210,20 @@ def evaluate(task: Task, candidate: Candidate | None, checks: list[str] | tuple[
     t0 = bench._perf_counter_ns()
     if candidate is not None and candidate.origin == "reference":
         candidate = None  # the CLI's way to time the reference alone (the protocol needs a Candidate)
-    options = dict(options or {})
-    dev = _device(options)
     ev = Evaluation(task=task.name, candidate=candidate.id if candidate else "reference")
+    try:
+        opts = EngineOptions.from_dict(options)
+    except OptionsError as exc:
+        ev.verdict, ev.message = "error", f"harness: {exc}"
+        return ev
+    dev = _device(opts)
     ev.device = device_info(str(dev) if dev.type == "cuda" else None)
     ev.versions = versions()
     integrity = Integrity()
     extra: dict[str, Any] = {}
     notes: list[str] = []
     try:
-        _evaluate(task, candidate, set(checks), options, builder, dev, ev, integrity, extra, notes)
+        _evaluate(task, candidate, set(checks), opts, builder, dev, ev, integrity, extra, notes)
     except HarnessError as exc:
         ev.verdict, ev.correct, ev.message = "error", None, f"harness: {exc}"
     except CandidateError as exc:
@@ -281,10 +286,10 @@ def _finish(ev: Evaluation, extra: dict[str, Any], notes: list[str], candidate: 
         ev.evidence = {**(ev.evidence or {}), **extra}
 
 
-def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options: dict[str, Any],
+def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options: EngineOptions,
               builder: Any, dev: torch.device, ev: Evaluation, integrity: Integrity,
               extra: dict[str, Any], notes: list[str]) -> None:
-    seed = int(options.get("seed", 42))
+    seed = options.seed
     if candidate is not None:
         findings = static_checks.scan(candidate.source, candidate.kind, task.reference_source)
         if findings:
@@ -293,7 +298,7 @@ def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options
     if dev.type == "cuda" and not torch.cuda.is_available():
         ev.verdict, ev.message = "not_run", NO_GPU if candidate is not None and candidate.kind == "cuda" else NO_GPU_TASK
         return
-    h = Harness(task, candidate, builder, device=dev, seed=seed, build_options=options)
+    h = Harness(task, candidate, builder, device=dev, seed=seed, build_options=options.raw)
     h.load_reference()
     h.build_model()
 
@@ -372,22 +377,21 @@ def _explain_launch(ev: Evaluation, candidate: Candidate, dev: torch.device) -> 
         ev.evidence = {**(ev.evidence or {}), "launch_limits": why}
 
 
-def _timing_sets(h: Harness, options: dict[str, Any]) -> list[list[Any]]:
+def _timing_sets(h: Harness, options: EngineOptions) -> list[list[Any]]:
     first = h.make_inputs(h.seed)
     per_set = max(1, tensor_bytes(first.values))
-    limit = int(options.get("rotate_bytes", 512 << 20))
-    n = max(1, min(int(options.get("rotate_sets", 4)), limit // per_set))
+    limit = options.rotate_bytes
+    n = max(1, min(options.rotate_sets, limit // per_set))
     return [first.values] + [h.make_inputs(h.seed + i).values for i in range(1, n)]
 
 
-def _time(fn: Any, sets: list[list[Any]], dev: torch.device, options: dict[str, Any],
+def _time(fn: Any, sets: list[list[Any]], dev: torch.device, options: EngineOptions,
           side_streams: bool = False) -> bench.BenchResult:
-    return bench.time_fn(fn, sets, dev, warmup=int(options.get("warmup", 5)),
-                         min_runs=int(options.get("runs", 20)), max_runs=int(options.get("max_runs", 2000)),
-                         budget_s=float(options.get("bench_seconds", 1.0)), side_streams=side_streams)
+    return bench.time_fn(fn, sets, dev, warmup=options.warmup, min_runs=options.runs,
+                         max_runs=options.max_runs, budget_s=options.bench_seconds, side_streams=side_streams)
 
 
-def _bench(h: Harness, options: dict[str, Any], ev: Evaluation, extra: dict[str, Any], notes: list[str],
+def _bench(h: Harness, options: EngineOptions, ev: Evaluation, extra: dict[str, Any], notes: list[str],
            candidate_too: bool, flops: int | None = None, nbytes: int = 0,
            integrity: Integrity | None = None) -> None:
     if h.device.type != "cpu":
@@ -395,14 +399,14 @@ def _bench(h: Harness, options: dict[str, Any], ev: Evaluation, extra: dict[str,
     # CPU: a fixed thread count for candidate and baselines alike; on a busy machine intra-op
     # barriers otherwise stall for whole scheduler slices (30-60 ms outliers seen on 2 cores).
     before = torch.get_num_threads()
-    torch.set_num_threads(int(options.get("cpu_threads", 1)))
+    torch.set_num_threads(options.cpu_threads)
     try:
         return _bench_on(h, options, ev, extra, notes, candidate_too, flops, nbytes, integrity)
     finally:
         torch.set_num_threads(before)
 
 
-def _bench_on(h: Harness, options: dict[str, Any], ev: Evaluation, extra: dict[str, Any], notes: list[str],
+def _bench_on(h: Harness, options: EngineOptions, ev: Evaluation, extra: dict[str, Any], notes: list[str],
               candidate_too: bool, flops: int | None = None, nbytes: int = 0,
               integrity: Integrity | None = None) -> None:
     dev = h.device
@@ -432,7 +436,7 @@ def _bench_on(h: Harness, options: dict[str, Any], ev: Evaluation, extra: dict[s
             integrity.rebase()
             if ev.verdict != "correct":
                 return
-    if options.get("baselines", True):
+    if options.baselines:
         ev.eager = _time(h.model, sets, dev, options).timing
         ev.compiled = _compiled_baseline(h, sets, options, notes, ev)
     shared = sharing.finish()
@@ -471,10 +475,10 @@ def _first_dtype(h: Harness) -> str:
     return "torch.float32"
 
 
-def _cache_probe(h: Harness, timing: Timing, options: dict[str, Any], ev: Evaluation, notes: list[str]) -> None:
+def _cache_probe(h: Harness, timing: Timing, options: EngineOptions, ev: Evaluation, notes: list[str]) -> None:
     """Calls on never-seen inputs should take about as long as the timed ones; a cache keyed on
     values makes the rotated, repeated timing inputs look much faster (cheat 8)."""
-    if not options.get("cache_probe", True) or h.candidate_fn is None:
+    if not options.cache_probe or h.candidate_fn is None:
         return
     # Never-seen inputs interleaved with an already-timed set: bursts of machine noise hit both.
     seen = h.make_inputs(h.seed).values
@@ -489,9 +493,9 @@ def _cache_probe(h: Harness, timing: Timing, options: dict[str, Any], ev: Evalua
                      "input set: results look cached by value")
 
 
-def _compiled_baseline(h: Harness, sets: list[list[Any]], options: dict[str, Any], notes: list[str],
+def _compiled_baseline(h: Harness, sets: list[list[Any]], options: EngineOptions, notes: list[str],
                        ev: Evaluation) -> Timing | None:
-    mode = options.get("compile_mode", "default")
+    mode = options.compile_mode
     try:
         compiled = torch.compile(h.model, mode=None if mode == "default" else mode)
         with torch.no_grad():
@@ -503,9 +507,9 @@ def _compiled_baseline(h: Harness, sets: list[list[Any]], options: dict[str, Any
         return None
 
 
-def _profile(h: Harness, task: Task, candidate: Candidate | None, options: dict[str, Any],
+def _profile(h: Harness, task: Task, candidate: Candidate | None, options: EngineOptions,
              dev: torch.device) -> dict[str, Any]:
-    top = int(options.get("top", 10))
+    top = options.top
     inputs = h.make_inputs(h.seed).values
     out: dict[str, Any] = {}
     assert h.model is not None
@@ -515,8 +519,8 @@ def _profile(h: Harness, task: Task, candidate: Candidate | None, options: dict[
         out["reference"] = {"note": f"torch.profiler failed: {type(exc).__name__}: {exc}"}
     if candidate is None:
         return out
-    if dev.type == "cuda" and options.get("ncu", True):
-        out["candidate"] = profile_mod.ncu_profile(task, candidate, options)
+    if dev.type == "cuda" and options.ncu:
+        out["candidate"] = profile_mod.ncu_profile(task, candidate, options.raw)
         if out["candidate"].get("kernels"):
             return out
     if h.candidate_fn is not None:

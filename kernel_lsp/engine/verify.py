@@ -37,6 +37,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from kernel_lsp.engine.options import EngineOptions
 from kernel_lsp.engine.harness import Harness, InputSet, clone_inputs, flat_tensors, tensor_bytes
 
 # KernelBench's current defaults (eval.get_tolerance_for_precision, after torchbench):
@@ -401,14 +402,14 @@ def _set_precision(state: tuple[Any, ...]) -> None:
 STRICT_PRECISION = (False, False, "highest", True, True)
 
 
-def verify(h: Harness, options: dict[str, Any]) -> VerifyResult:
+def verify(h: Harness, options: EngineOptions | dict[str, Any]) -> VerifyResult:
     """Judge h.candidate_fn against h.model. Never raises for the candidate's faults."""
     res = VerifyResult()
     saved = _precision_state()
     _set_precision(STRICT_PRECISION)
     try:
         with torch.no_grad():
-            _verify(h, options, res)
+            _verify(h, EngineOptions.of(options), res)
     except _Fail as fail:
         res.verdict, res.message, res.evidence = fail.verdict, fail.message, _clean(fail.evidence)
     finally:
@@ -420,12 +421,12 @@ def verify(h: Harness, options: dict[str, Any]) -> VerifyResult:
     return res
 
 
-def _verify(h: Harness, options: dict[str, Any], res: VerifyResult) -> None:
+def _verify(h: Harness, options: EngineOptions, res: VerifyResult) -> None:
     assert h.model is not None and h.candidate_fn is not None
     ref, cand, dev = h.model, h.candidate_fn, h.device
-    atol = options.get("atol", h.task.atol)
-    rtol = options.get("rtol", h.task.rtol)
-    n_sets = max(2, int(options.get("input_sets", 3)))
+    atol = options.atol if options.atol is not None else h.task.atol
+    rtol = options.rtol if options.rtol is not None else h.task.rtol
+    n_sets = max(2, options.input_sets)
     base = h.seed + 1_000_003  # fresh seeds: disjoint from the seed used for timing sets
 
     # 1. warm-up set: reference only; learns output sizes, FLOPs and the ops it uses.

@@ -275,3 +275,18 @@ def test_our_own_child_processes_do_not_make_a_gpu_shared() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_engine_options_are_typed_and_a_bad_one_is_one_clear_error() -> None:
+    from kernel_lsp.engine.options import EngineOptions, OptionsError
+
+    o = EngineOptions.from_dict({"runs": "7", "baselines": "false", "atol": 1, "arch": "sm_90", "extra": 1})
+    assert (o.runs, o.baselines, o.atol, o.arch, o.seed) == (7, False, 1.0, "sm_90", 42)
+    assert o.raw["extra"] == 1  # the dict as sent still reaches the builder
+    with pytest.raises(OptionsError, match="'runs'"):
+        EngineOptions.from_dict({"runs": "many"})
+    ref = (CHEATS / "ref_linear.py").read_text()
+    task = Task(name="lin", reference_path=str(CHEATS / "ref_linear.py"), reference_source=ref)
+    ev = run.evaluate(task, Candidate(source="class ModelNew: pass\n", kind="python"), ["compile", "verify"],
+                      {"device": "cpu", "input_sets": "three"}, None)
+    assert ev.verdict == "error" and "engine option 'input_sets' cannot be 'three'" in ev.message
