@@ -89,6 +89,7 @@ class SearchEvent:
     message: str = ""
     parent: str | None = None
     note: str = ""
+    label: str | None = None             # "custom kernel" | "PyTorch rewrite (no custom kernel)"
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -290,7 +291,13 @@ class Search:
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)
 
+    def _built_only(self) -> bool:
+        """A compile-only Search (repairing a compile error: the compiler is the test)."""
+        return not ({"verify", "bench"} & set(self.options.checks))
+
     def _qualifies(self, ev: Evaluation | None) -> bool:
+        if self._built_only():
+            return self._runs(ev) and not (set(ev.flags) & self.options.bad_flags)  # type: ignore[union-attr]
         if ev is None or ev.verdict != "correct" or ev.correct is not True or ev.time is None:
             return False
         bad = self.options.bad_flags
@@ -300,9 +307,11 @@ class Search:
             bad = bad | KERNELS_ONLY_FLAGS
         return not (set(ev.flags) & bad)
 
-    @staticmethod
-    def _runs(ev: Evaluation | None) -> bool:
-        """Correct and timed; flags aside (a flagged start is still what the file holds)."""
+    def _runs(self, ev: Evaluation | None) -> bool:
+        """Correct and timed; flags aside (a flagged start is still what the file holds). In a
+        compile-only Search: built."""
+        if self._built_only():
+            return ev is not None and ev.compile is not None and ev.compile.ok and ev.verdict != "compile_error"
         return ev is not None and ev.verdict == "correct" and ev.correct is True and ev.time is not None
 
     def _start_ok(self) -> bool:
@@ -401,8 +410,8 @@ class Search:
                    speedup=root.speedup, message=root.evaluation.message or "")
         if root.evaluation.verdict == "correct" and root.evaluation.time is None and "bench" in self.options.checks:
             return "the starting source could not be timed"
-        if root.evaluation.verdict == "not_run" or (root.evaluation.verdict == "error"
-                                                    and root.evaluation.correct is None):
+        if (root.evaluation.verdict == "not_run" and not self._built_only()) or (
+                root.evaluation.verdict == "error" and root.evaluation.correct is None):
             # No GPU for a GPU Task, execution off, a broken harness: no child could run either.
             self._cannot_run = True
             return root.evaluation.message or "the starting source could not run"
@@ -569,14 +578,17 @@ class Search:
                              + (f", {child.speedup:.2f}x vs start" if child.speedup else ""))
         self._step("evaluation", ev.message or ev.verdict, failed=not self._qualifies(ev),
                    candidate=child.id, parent=child.parent, verdict=ev.verdict, speedup=child.speedup)
+        label = verdicts.label(ev.custom_kernel)
+        if child.speedup and ev.custom_kernel is False:
+            shown += " (PyTorch rewrite)"
         self._emit("evaluated", candidate=child.id, parent=child.parent, verdict=ev.verdict,
-                   speedup=child.speedup, note=child.candidate.note,
+                   speedup=child.speedup, note=child.candidate.note, label=label,
                    message=f"{child.candidate.note or child.id[:8]}: {shown}")
         if self._beats_start(child) and self._better(child, self.best):
             self.best = child
             self._store("update_search", self.search_id, best=child.id)
             self._emit("new_best", candidate=child.id, verdict=ev.verdict, speedup=child.speedup,
-                       note=child.candidate.note, message=f"new best: {shown}")
+                       note=child.candidate.note, label=label, message=f"new best: {shown}")
             return True
         return False
 

@@ -318,3 +318,17 @@ async def test_noisy_winner_is_flagged(tmp_path):
     assert result.improved and result.measurement == "first run"
     assert result.noisy and result.spread_pct == pytest.approx(30.0)
     assert "noisy, not a reliable number" in result.headline
+
+
+async def test_compile_only_repair_needs_no_run(tmp_path):
+    # Fixing a compile error: the compiler is the test; a .cu without a GPU can still be repaired.
+    global START
+    saved = START
+    START = Candidate(source="__global__ void k() {}\n# verdict: compile_error\n", kind="cuda")
+    try:
+        result, _, proposer, _ = await go(tmp_path, [["# fixed"]], repair_only=True, checks=("compile",))
+    finally:
+        START = saved
+    assert result.improved and result.outcome == "improved" and result.reason == "repaired"
+    assert result.best.note == "# fixed" and result.speedup is None
+    assert proposer.requests[0].mode == "repair"
