@@ -394,6 +394,10 @@ class Search:
             raise
         except Exception as e:
             log.info("device_info failed: %s", e)
+        if self._device.get("cuda") is False and self.start.kind == "cuda" and not self._built_only():
+            self._cannot_run = True  # the engine says no GPU is visible: nothing to time, say so now
+            self._step("device", verdicts.NO_GPU, failed=True)
+            return verdicts.NO_GPU
         precheck = getattr(self.proposer, "precheck", None)
         if precheck is not None:
             problem = precheck(self.start, self._device)

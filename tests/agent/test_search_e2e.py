@@ -274,3 +274,19 @@ async def test_result_against_both_baselines_on_the_cpu(engine, tmp_path):
     doc = result.to_dict()
     assert doc["speedup_eager"] == result.speedup_eager and doc["measurement"] == "confirmation"
     print(result.headline)
+
+
+async def test_cu_task_without_a_gpu_stops_at_once_with_the_reason(engine, tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible: this is the no-GPU behaviour")
+    examples = Path(__file__).parents[2] / "examples"
+    task, cand = find_task(str(examples / "softmax.cu"))
+    t0 = time.monotonic()
+    result = await Search(engine, Store(tmp_path / "store.sqlite"), task, cand, TunerProposer(),
+                          SearchOptions(budget=Budget(proposals=4))).run()
+    assert result.outcome == "cannot_run" and not result.improved
+    assert result.reason == "a .cu candidate needs a GPU to run; none is visible"
+    assert result.to_dict()["failed_steps"] and result.candidates_evaluated == 0
+    assert time.monotonic() - t0 < 10

@@ -332,3 +332,16 @@ async def test_compile_only_repair_needs_no_run(tmp_path):
     assert result.improved and result.outcome == "improved" and result.reason == "repaired"
     assert result.best.note == "# fixed" and result.speedup is None
     assert proposer.requests[0].mode == "repair"
+
+
+async def test_no_gpu_known_from_the_device_stops_before_building(tmp_path):
+    class CpuEngine(FakeEngine):
+        async def device_info(self):
+            return {"cuda": False, "name": "cpu", "note": "no CUDA GPU visible: CPU only"}
+
+    engine = CpuEngine()
+    start = Candidate(source="__global__ void k() {}\n#define BLOCK 128\n", kind="cuda")
+    result = await Search(engine, Store(tmp_path / "s.sqlite"), TASK, start, Scripted([["# ms: 1"]]),
+                          SearchOptions()).run()
+    assert result.outcome == "cannot_run" and result.reason == "a .cu candidate needs a GPU to run; none is visible"
+    assert engine.calls == [] and result.failed_steps[0]["kind"] == "device"
