@@ -222,7 +222,8 @@ def profile_calls(fn: Callable[..., Any], sets: list[list[Any]], device: torch.d
     n = _len(sets)
     with torch.cuda.device(device):
         _cuda_sync()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        # CPU activity too: some torch versions collect no GPU records without it.
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             for i in range(calls):
                 if flush is not None:
                     flush.zero_()
