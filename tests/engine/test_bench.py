@@ -290,3 +290,14 @@ def test_engine_options_are_typed_and_a_bad_one_is_one_clear_error() -> None:
     ev = run.evaluate(task, Candidate(source="class ModelNew: pass\n", kind="python"), ["compile", "verify"],
                       {"device": "cpu", "input_sets": "three"}, None)
     assert ev.verdict == "error" and "engine option 'input_sets' cannot be 'three'" in ev.message
+
+
+def test_profiler_records_are_read_through_this_torchs_api() -> None:
+    # The GPU path reads CUDA records the same way; here the CPU ones prove the calls exist.
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+        torch.randn(64, 64).sum()
+    acts = bench.activities(prof, torch.autograd.DeviceType.CPU)
+    assert any("randn" in a.name for a in acts)
+    assert all(a.end_ns >= a.start_ns > 0 and isinstance(a.stream, int) for a in acts)
