@@ -69,6 +69,27 @@ MOVEMENT_OPS = frozenset(
 )
 
 
+# PyTorch ops that do a kernel's worth of work: beside a custom kernel they make the candidate
+# a partial fallback (labelled a PyTorch rewrite, never a kernel speedup).
+HEAVY_OPS = frozenset(
+    "aten." + n for n in (
+        "mm bmm addmm addmv addbmm baddbmm matmul mv dot linear einsum convolution _convolution "
+        "cudnn_convolution conv1d conv2d conv3d conv_transpose2d _softmax _log_softmax softmax "
+        "native_layer_norm layer_norm native_batch_norm _native_batch_norm_legit batch_norm "
+        "native_group_norm group_norm sum mean var std cumsum amax amin max min prod norm "
+        "_scaled_dot_product_flash_attention _scaled_dot_product_efficient_attention "
+        "_scaled_dot_product_cudnn_attention scaled_dot_product_attention _fft_r2c _fft_c2c topk sort"
+    ).split()
+)
+
+
+def _brings_kernel(h: Harness) -> bool:
+    from kernel_lsp.engine import static_checks
+
+    cand = h.candidate
+    return cand is not None and (cand.kind == "cuda" or static_checks.has_kernel(cand.source))
+
+
 @dataclass
 class VerifyResult:
     verdict: str = "correct"
@@ -536,10 +557,16 @@ def _verify(h: Harness, options: EngineOptions, res: VerifyResult) -> None:
             pass  # it ran fine above; a mode-specific failure is not a verdict
     sync(dev)
     used = sorted((cand_rec.ops - MOVEMENT_OPS) & set(res.reference_ops))
-    if used:
-        res.fallback_ops = used
+    # A kernel beside PyTorch's heavy ops (a matmul, a conv, a reduction the reference wrote
+    # another way): the heavy op likely does the work, so it is a partial fallback too.
+    heavy = sorted((cand_rec.ops & HEAVY_OPS) - set(used)) if _brings_kernel(h) else []
+    if used or heavy:
+        res.fallback_ops = used + heavy
         res.flags.append("torch_fallback")
-        res.notes.append("calls the PyTorch ops the reference uses (" + ", ".join(used) + ")")
+        if used:
+            res.notes.append("calls the PyTorch ops the reference uses (" + ", ".join(used) + ")")
+        if heavy:
+            res.notes.append("runs PyTorch compute ops beside its own kernel (" + ", ".join(heavy) + ")")
     res.message = f"matches the reference on {n_sets + 2} input sets"
 
 

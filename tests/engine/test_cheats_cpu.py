@@ -253,3 +253,17 @@ def test_cu_candidate_builds_without_a_gpu_but_does_not_run() -> None:
                       ["compile", "verify"], {"device": "cpu", "arch": "sm_90"}, build)
     assert ev.compile is not None and ev.compile.ok, ev.compile and ev.compile.log
     assert ev.verdict == "not_run" and "a .cu candidate needs a GPU to run; none is visible" in ev.message
+
+
+def test_kernel_beside_a_heavy_pytorch_op_is_a_partial_fallback(tmp_path: Path) -> None:
+    # Claims a kernel (a ctypes loader) but an einsum (a matmul) does the reference's work: the
+    # label is PyTorch rewrite, never a kernel speedup, though none of the reference's ops ran.
+    src = (CHEATS / "correct.py").read_text() + "\nimport ctypes\nKERNEL_LOADER = ctypes.CDLL\n"
+    (tmp_path / "partial.py").write_text(src)
+    ev = run.evaluate(task(), Candidate(source=src, kind="python"), ["compile", "verify"],
+                      {"device": "cpu", "baselines": False}, _builder())
+    assert ev.verdict == "correct", ev.message
+    assert "torch_fallback" in ev.flags and "not_counted" not in ev.flags
+    assert any(op in ("aten.bmm", "aten.mm") for op in ev.evidence["fallback_ops"]), ev.evidence
+    assert any("beside its own kernel" in n for n in ev.evidence["notes"])
+    assert ev.custom_kernel is False and ev.label == "PyTorch rewrite (no custom kernel)"
