@@ -119,6 +119,7 @@ def test_triton_candidate_without_false_flags() -> None:
                       {"baselines": False, "bench_seconds": 0.5}, build)
     assert ev.verdict == "correct", ev.message
     assert "tampering" not in ev.flags and "torch_fallback" not in ev.flags, ev.evidence
+    assert ev.custom_kernel is True  # a Triton kernel is a custom kernel
     assert ev.time is not None and ev.time.median_ms > 0
 
 
