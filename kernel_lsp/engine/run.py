@@ -14,6 +14,7 @@ comparisons themselves may have been faked.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.metadata
 import os
@@ -311,7 +312,8 @@ def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options
         return
 
     threads_before = set(threading.enumerate())
-    fn, result = h.build_candidate()
+    with _thread_origins():
+        fn, result = h.build_candidate()
     ev.compile = result
     if fn is None:
         ev.verdict, ev.correct = "compile_error", False
@@ -327,11 +329,16 @@ def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options
             ev.profile = _profile(h, task, candidate, options, dev)
         return
 
-    vr = verify(h, options)
-    # Python threads the candidate left running (the baselines' own compile threads come later).
-    if [t for t in threading.enumerate() if t not in threads_before and t.is_alive()]:
+    with _thread_origins():
+        vr = verify(h, options)
+    # Python threads the candidate left running (the baselines' own compile threads come later;
+    # threads torch starts for itself, like torch.compile's compile pool, are not the candidate's).
+    started = [t for t in threading.enumerate() if t not in threads_before and t.is_alive()
+               and not _started_by_torch(t)]
+    if started:
         ev.flags.append("thread_started")
-        notes.append("the candidate left threads running: work may escape the timers")
+        notes.append("the candidate left threads running: work may escape the timers ("
+                     + ", ".join(_thread_origin(t) for t in started[:4]) + ")")
     ev.verdict, ev.correct = vr.verdict, vr.correct
     ev.message, ev.evidence = vr.message, vr.evidence
     ev.flags += vr.flags
@@ -375,6 +382,49 @@ def _explain_launch(ev: Evaluation, candidate: Candidate, dev: torch.device) -> 
         ev.message = (f"{ev.message} - {why}" if ev.verdict == "error"
                       else f"{ev.message}; likely cause: {why}")
         ev.evidence = {**(ev.evidence or {}), "launch_limits": why}
+
+
+_STDLIB_DIR = os.path.dirname(threading.__file__) + os.sep
+
+
+@contextlib.contextmanager
+def _thread_origins() -> Any:
+    """Record on each Thread started meanwhile where it was started from."""
+    import traceback
+
+    real = threading.Thread.start
+
+    def start(self: threading.Thread, *args: Any, **kw: Any) -> Any:
+        self._kernel_lsp_origin = traceback.extract_stack(limit=64)  # type: ignore[attr-defined]
+        return real(self, *args, **kw)
+
+    threading.Thread.start = start  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        threading.Thread.start = real  # type: ignore[method-assign]
+
+
+def _started_by_torch(t: threading.Thread) -> bool:
+    """The innermost caller outside the standard library (threading, concurrent.futures) that
+    started `t` is torch's own code."""
+    origin = getattr(t, "_kernel_lsp_origin", None)
+    if not origin:
+        return False
+    for frame in reversed(origin[:-1]):  # [-1] is the recording wrapper itself
+        if frame.filename.startswith(_STDLIB_DIR):
+            continue
+        return frame.filename.startswith(_TORCH_DIR)
+    return False
+
+
+def _thread_origin(t: threading.Thread) -> str:
+    """A thread's name and the file its code runs in (where it was started from is gone)."""
+    import traceback
+
+    frame = sys._current_frames().get(t.ident or -1)
+    files = [f.filename for f in traceback.extract_stack(frame)] if frame is not None else []
+    return f"{t.name} in {files[0] if files else '?'}"
 
 
 def _timing_sets(h: Harness, options: EngineOptions) -> list[list[Any]]:
