@@ -649,9 +649,12 @@ class Search:
                 self._step("confirmation", f"{s:.3f}x vs start (needs > {limit:.3f})" if s else ev.verdict,
                            failed=not (s and s > limit), candidate=node.id, speedup=s)
                 node.confirmed_speedup, node.confirmed_evaluation = s, ev
-                if s is None:
+                if s is None and not self._runs(start_ev):
+                    self._confirm_note = ("the start did not run when re-timed ("
+                                          + verdicts.evaluation_reason(start_ev) + ")")
+                elif s is None:
                     self._confirm_note = ("the best candidate did not hold up when re-timed ("
-                                          + verdicts.evaluation_reason(ev if self._runs(start_ev) else start_ev) + ")")
+                                          + verdicts.evaluation_reason(ev) + ")")
                 else:
                     self._confirm_note = (f"no candidate stayed faster than the start when re-timed "
                                           f"(best {s:.2f}x, needs > {limit:.2f}x)")

@@ -90,6 +90,10 @@ async def test_confirmation_rerun_can_reject(tmp_path):
     result, store, _, events = await go(tmp_path, [["# ms: 5\n# ms@2: 10"]])
     assert not result.improved and not result.confirmed
     assert "not_confirmed" in [e.kind for e in events]
+    assert "no candidate stayed faster than the start when re-timed (best 1.00x" in result.reason
+    # The ranking shows the re-timed number for the re-timed candidate, and says so.
+    row = next(r for r in result.ranking if r["note"].startswith("# ms: 5"))
+    assert row["measurement"] == "confirmation" and row["speedup"] == pytest.approx(1.0)
     assert store.search(result.search_id)["budget"]["result"]["improved"] is False
 
 
