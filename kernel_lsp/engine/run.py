@@ -43,7 +43,15 @@ from kernel_lsp.engine import roofline, static_checks
 from kernel_lsp.engine.options import EngineOptions, OptionsError
 from kernel_lsp.engine.harness import CandidateError, Harness, HarnessError, tensor_bytes
 from kernel_lsp.engine.verify import verify
-from kernel_lsp.model import DISQUALIFYING_FLAGS, PYTORCH_REWRITE, Candidate, Evaluation, Task, Timing
+from kernel_lsp.model import (
+    DISQUALIFYING_FLAGS,
+    NOISY_SPREAD_PCT,
+    PYTORCH_REWRITE,
+    Candidate,
+    Evaluation,
+    Task,
+    Timing,
+)
 from kernel_lsp.verdicts import NO_GPU, NO_GPU_TASK
 
 # A Candidate carrying any of these is never counted as an optimized kernel.
@@ -475,6 +483,10 @@ def _bench_on(h: Harness, options: EngineOptions, ev: Evaluation, extra: dict[st
         ev.flags += res.flags
         notes += res.notes
         sharing.sample()
+        if res.timing.spread_pct > NOISY_SPREAD_PCT:  # a warning on the number, not on the candidate
+            ev.flags.append("noisy")
+            notes.append(f"the timing's spread is {res.timing.spread_pct:.1f} % (above {NOISY_SPREAD_PCT:.0f} %): "
+                         "the speedup is not a reliable number")
         if res.event_timing and res.streams_timing:
             extra["timing_methods"] = {"events_ms": res.event_timing.median_ms,
                                        "all_streams_ms": res.streams_timing.median_ms}
