@@ -91,11 +91,16 @@ def _facts(text: str, path: str) -> _Facts:
 
 
 def _read(path: str) -> str:
+    """UTF-8 text, undecodable bytes replaced (a Latin-1 comment is no reason to refuse a kernel);
+    a binary file is a TaskError, as the source reader does."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read()
+        with open(path, "rb") as fh:
+            data = fh.read()
     except OSError as exc:
         raise TaskError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    if b"\0" in data:
+        raise TaskError(f"{path} looks binary (it contains NUL bytes), not source text")
+    return data.removeprefix(b"\xef\xbb\xbf").decode("utf-8", errors="replace")
 
 
 def _tolerance(facts: _Facts, name: str, path: str) -> float | None:
