@@ -171,6 +171,18 @@ def _cuda_task(cu_path: str, cu_text: str, harness_path: str, harness_text: str)
     return task, Candidate(source=cu_text, kind="cuda")
 
 
+def compile_task(path: str, text: str | None = None) -> tuple[Task, Candidate]:
+    """A Task for building a .cu alone (no harness needed): repairing a compile error, where the
+    compiler is the test. Only `checks=("compile",)` can run on it."""
+    if os.path.splitext(path)[1].lower() != ".cu":
+        raise TaskError(f"{os.path.basename(path)}: only a .cu builds without a harness")
+    cu_text = text if text is not None else _read(path)
+    stem = os.path.splitext(os.path.basename(path))[0]
+    task = Task(name=stem, reference_path=os.path.splitext(os.path.abspath(path))[0] + ".py",
+                reference_source="", cuda_path=os.path.abspath(path))
+    return task, Candidate(source=cu_text, kind="cuda")
+
+
 def find_task(path: str, text: str | None = None) -> tuple[Task, Candidate | None]:
     """The Task a file belongs to, and the Candidate it holds (None for a bare reference).
 
