@@ -43,6 +43,7 @@ class Settings:
     slow_share: float = 0.3                 # a hot op above this share of forward gets a note
     sandbox: str = "auto"                   # required | auto | off: fence the Workers that run candidates
     whole_model_min_share: float = 0.05     # optimize --whole-model: ops below this share are left alone
+    kernels_only: bool = False              # a PyTorch rewrite never counts (KernelBench-style scoring)
 
     def merged(self, raw: dict[str, Any] | None) -> "Settings":
         """A copy with `raw` (any supported spelling) laid over this one."""

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from kernel_lsp.engine.pool import BuildPool
     from kernel_lsp.engine.process import WorkerProcess, worker_environment
     from kernel_lsp.engine.sandbox import SandboxUnavailable
-    from kernel_lsp.engine.tasks import find_task
+    from kernel_lsp.engine.tasks import compile_task, find_task
 
 _LAZY = {
     "Engine": "kernel_lsp.engine.client",
@@ -26,6 +26,7 @@ _LAZY = {
     "SandboxUnavailable": "kernel_lsp.engine.sandbox",
     "BuildPool": "kernel_lsp.engine.pool",
     "find_task": "kernel_lsp.engine.tasks",
+    "compile_task": "kernel_lsp.engine.tasks",
 }
 
 __all__ = sorted(_LAZY)

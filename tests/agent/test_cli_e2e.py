@@ -79,7 +79,8 @@ def test_optimize_without_improvement_leaves_file(workspace, capsys, monkeypatch
     monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
     before = (workspace / "rowsum_new.py").read_text()
     try:
-        rc = optimize_main(ns("rowsum_new.py", proposer="llm", budget=2, apply=True, json=True))
+        rc = optimize_main(ns("rowsum_new.py", proposer="llm", model="gpt-4o-mini", budget=2, apply=True,
+                                json=True))
     finally:
         server.close()
     doc = json.loads(capsys.readouterr().out)

@@ -122,12 +122,32 @@ def test_task_tolerance_overrides_default() -> None:
     assert ev.verdict == "correct", ev.message
 
 
-def test_torch_fallback_flagged_and_not_counted() -> None:
+def test_torch_fallback_is_a_labelled_pytorch_rewrite() -> None:
+    # A correct candidate doing the reference's work with PyTorch ops is a PyTorch rewrite:
+    # flagged, labelled, never a custom kernel, but not disqualified (kernels_only does that).
     ev = evaluate("fallback")
     assert ev.verdict == "correct"
-    assert "torch_fallback" in ev.flags and "not_counted" in ev.flags
+    assert "torch_fallback" in ev.flags and "not_counted" not in ev.flags
     assert {"aten.addmm", "aten.relu", "aten.mul"} <= set(ev.evidence["fallback_ops"])
-    assert "not counted" in ev.message
+    assert ev.custom_kernel is False and ev.label == "PyTorch rewrite (no custom kernel)"
+    assert "PyTorch rewrite (no custom kernel)" in ev.message
+    assert ev.summary()["custom_kernel"] is False
+
+
+def test_plain_pytorch_candidate_is_a_rewrite_even_without_the_reference_ops() -> None:
+    ev = evaluate("correct")  # einsum + clamp: none of the reference's ops, still no kernel
+    assert ev.verdict == "correct" and "torch_fallback" not in ev.flags
+    assert ev.custom_kernel is False and ev.label == "PyTorch rewrite (no custom kernel)"
+
+
+def test_has_kernel_tells_kernels_from_pytorch() -> None:
+    from kernel_lsp.engine import static_checks
+
+    assert static_checks.has_kernel('from torch.utils.cpp_extension import load_inline\n'
+                                    'src = """__global__ void k(float* x) { x[0] = 1; }"""\n')
+    assert static_checks.has_kernel("import triton\n@triton.jit\ndef k(x_ptr):\n    pass\n")
+    assert not static_checks.has_kernel("import torch\n# load_inline would go here\nx = torch.ops.aten.add\n")
+    assert not static_checks.has_kernel("s = 'load_inline'\n")
 
 
 def test_timer_patch_changes_nothing_measured() -> None:
@@ -232,4 +252,67 @@ def test_cu_candidate_builds_without_a_gpu_but_does_not_run() -> None:
     ev = run.evaluate(t, Candidate(source=(CHEATS / "gpu_relu2_fast.cu").read_text(), kind="cuda"),
                       ["compile", "verify"], {"device": "cpu", "arch": "sm_90"}, build)
     assert ev.compile is not None and ev.compile.ok, ev.compile and ev.compile.log
-    assert ev.verdict == "not_run" and "needs a CUDA GPU" in ev.message
+    assert ev.verdict == "not_run" and "a .cu candidate needs a GPU to run; none is visible" in ev.message
+
+
+def test_kernel_beside_a_heavy_pytorch_op_is_a_partial_fallback(tmp_path: Path) -> None:
+    # Claims a kernel (a ctypes loader) but an einsum (a matmul) does the reference's work: the
+    # label is PyTorch rewrite, never a kernel speedup, though none of the reference's ops ran.
+    src = (CHEATS / "correct.py").read_text() + "\nimport ctypes\nKERNEL_LOADER = ctypes.CDLL\n"
+    (tmp_path / "partial.py").write_text(src)
+    ev = run.evaluate(task(), Candidate(source=src, kind="python"), ["compile", "verify"],
+                      {"device": "cpu", "baselines": False}, _builder())
+    assert ev.verdict == "correct", ev.message
+    assert "torch_fallback" in ev.flags and "not_counted" not in ev.flags
+    assert any(op in ("aten.bmm", "aten.mm") for op in ev.evidence["fallback_ops"]), ev.evidence
+    assert any("beside its own kernel" in n for n in ev.evidence["notes"])
+    assert ev.custom_kernel is False and ev.label == "PyTorch rewrite (no custom kernel)"
+
+
+def test_threads_torch_starts_for_itself_are_not_the_candidates() -> None:
+    # torch.compile's first build leaves a compile pool's threads behind (seen: a cold inductor
+    # cache flagged the tuner's torch.compile candidate thread_started). Where a thread was
+    # started from decides: torch's own code is excused, the candidate's is not.
+    import threading
+
+    original_start = threading.Thread.start
+    stop = threading.Event()
+    code = "import threading\nt = threading.Thread(target=stop.wait, daemon=True)\nt.start()\n"
+    spaces: dict[str, Any] = {}
+    with run._thread_origins():
+        for name, filename in (("torch", run._TORCH_DIR + "_inductor/fake_pool.py"), ("cand", "cand.py")):
+            ns: dict[str, Any] = {"stop": stop}
+            exec(compile(code, filename, "exec"), ns)
+            spaces[name] = ns["t"]
+    try:
+        assert run._started_by_torch(spaces["torch"]) and not run._started_by_torch(spaces["cand"])
+        # A pool started from torch goes through concurrent.futures: still torch's.
+        from concurrent.futures import ThreadPoolExecutor
+
+        with run._thread_origins():
+            ns = {"ThreadPoolExecutor": ThreadPoolExecutor, "stop": stop}
+            exec(compile("pool = ThreadPoolExecutor(1)\npool.submit(stop.wait)\n",
+                         run._TORCH_DIR + "_inductor/fake_async.py", "exec"), ns)
+        worker = [t for t in threading.enumerate() if getattr(t, "_kernel_lsp_origin", None)
+                  and t not in spaces.values()]
+        assert worker and all(run._started_by_torch(t) for t in worker)
+    finally:
+        stop.set()
+    assert threading.Thread.start is original_start  # the recording is undone
+
+
+@pytest.mark.skipif(not (shutil.which("nvcc") or Path("/usr/local/cuda/bin/nvcc").exists()), reason="no nvcc")
+def test_compile_only_needs_no_harness(tmp_path: Path) -> None:
+    # "Fix this compile error" on a .cu without a harness: the build is the whole check.
+    from kernel_lsp.engine import build
+
+    cu = tmp_path / "lonely.cu"
+    t = Task(name="lonely", reference_path=str(tmp_path / "lonely.py"), reference_source="",
+             cuda_path=str(cu))
+    broken = 'extern "C" void go(float* x) { x[0] = 1.0f }\n'
+    ev = run.evaluate(t, Candidate(source=broken, kind="cuda"), ["compile"], {"arch": "sm_90"}, build)
+    assert ev.verdict == "compile_error" and ev.compile is not None and not ev.compile.ok, ev.message
+    assert "harness" not in ev.message and ev.message.startswith("does not build")
+    fixed = broken.replace("1.0f }", "1.0f; }")
+    ev = run.evaluate(t, Candidate(source=fixed, kind="cuda"), ["compile"], {"arch": "sm_90"}, build)
+    assert ev.verdict == "not_run" and ev.message == "built" and ev.compile.ok, ev.message
