@@ -17,6 +17,7 @@ from typing import Any
 
 CHECKS = ("compile", "verify", "bench")
 PROPOSERS = ("auto", "llm", "tuner")
+EXECUTORS = ("local", "ray")
 
 
 class SettingsError(ValueError):
@@ -40,6 +41,10 @@ class Settings:
     agent_base_url: str | None = None
     agent_budget: int = 8                   # proposals per Search
     slow_share: float = 0.3                 # a hot op above this share of forward gets a note
+    executor: str = "local"                 # where Workers live: "local" subprocesses or a "ray" cluster
+    ray_address: str | None = None          # any address ray.init accepts: "ray://host:10001", "host:6379", "auto"
+    gpu: str | None = None                  # GPU kind a candidate must be timed on (Ray), e.g. "H100"
+    max_gpus: int = 0                       # GPU actors one Search may use (Ray); 0: all in the cluster
 
     def merged(self, raw: dict[str, Any] | None) -> "Settings":
         """A copy with `raw` (any supported spelling) laid over this one."""
@@ -122,6 +127,8 @@ def _coerce(name: str, value: Any, current: Any) -> Any:
         return number
     if name == "proposer" and value not in PROPOSERS:
         raise SettingsError(f"setting 'proposer' accepts {', '.join(PROPOSERS)}; got {value!r}")
+    if name == "executor" and value not in EXECUTORS:
+        raise SettingsError(f"setting 'executor' accepts {', '.join(EXECUTORS)}; got {value!r}")
     if name == "arch" and value and not re.fullmatch(r"(sm|compute)_\d+[af]?", str(value)):
         raise SettingsError(f"setting 'arch' must look like sm_90, got {value!r}")
     return str(value) if value != "" else (None if name in _OPTIONAL else current)

@@ -201,6 +201,8 @@ class Evaluation(_Record):
     device: dict[str, Any] | None = None  # name, sm_count, capability, clocks, memory bandwidth
     versions: dict[str, str] = field(default_factory=dict)
     wall_seconds: float = 0.0
+    executor: str = "local"              # where it ran: "local" (a subprocess here) or "ray"
+    node: str | None = None              # the Ray node (address and id) it ran on; None locally
 
     @property
     def speedup_eager(self) -> float | None:
@@ -227,6 +229,8 @@ class Evaluation(_Record):
             "speedup_compile": self.speedup_compile,
             "spread_pct": self.time.spread_pct if self.time else None,
             "device": self.device,
+            "executor": self.executor,
+            "node": self.node,
         }
 
 

@@ -247,6 +247,13 @@ class Search:
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)
 
+    def _width(self) -> int:
+        """Evaluations the Executor runs at once (``engine.concurrency``; 1 for an engine without it)."""
+        try:
+            return max(1, int(getattr(self.engine, "concurrency", 1) or 1))
+        except (TypeError, ValueError):
+            return 1
+
     def _qualifies(self, ev: Evaluation | None) -> bool:
         if ev is None or ev.verdict != "correct" or ev.correct is not True or ev.time is None:
             return False
@@ -412,7 +419,8 @@ class Search:
             self.nodes[parent_id].visits += 1
             parent_id = self.nodes[parent_id].parent
         left = self.budget.proposals_left()
-        count = self.options.children if mode == "optimize" else 1
+        # As many children as the Executor can evaluate at once (Ray: its GPU actors).
+        count = max(self.options.children, self._width()) if mode == "optimize" else 1
         if left is not None:
             count = max(1, min(count, left))
         self._emit("proposing", candidate=node.id, verdict=node.evaluation.verdict if node.evaluation else None,
@@ -467,7 +475,7 @@ class Search:
 
         for child in fresh:  # compile the batch while earlier ones are being timed
             self._prebuild(child.candidate)
-        gate = asyncio.Semaphore(max(1, self.options.max_in_flight))
+        gate = asyncio.Semaphore(max(1, self.options.max_in_flight, self._width()))
 
         async def one(child: Node) -> Node:
             async with gate:

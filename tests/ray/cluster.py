@@ -1,0 +1,134 @@
+"""A real local Ray cluster on 127.0.0.1 for tests and benchmarks: a head and extra nodes,
+each a `ray start --block` process that this module started and stops by its pid.
+
+Ray 2.60 facts this relies on (checked on this machine):
+- `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0` keeps 127.0.0.1 as 127.0.0.1 (otherwise Ray swaps in
+  the machine's interface address); with it, `ray start` refuses to add a worker node, so a
+  worker node starts through `start_node.py`, which lifts only that refusal.
+- `RAY_AUTH_MODE=token` with one `RAY_AUTH_TOKEN` for every node and the driver (a driver
+  without it fails with InvalidAuthToken).
+- A `--block` process ends its children on SIGTERM: stop by pid, never `ray stop` (which would
+  stop every Ray on the machine, other people's included).
+Every port is chosen free on 127.0.0.1, and the temp dir is private, so parallel runs do not meet.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Node:
+    name: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+    resources: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+
+class LocalCluster:
+    def __init__(self, root: Path | None = None) -> None:
+        # Short: Ray's unix socket paths must stay under 107 characters.
+        self.root = Path(root or tempfile.mkdtemp(prefix="klray", dir="/tmp"))
+        self.token = secrets.token_hex(16)
+        self.port = free_port()
+        self.nodes: list[Node] = []
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def ray_env(self) -> dict[str, str]:
+        """What every node and the driver need in their environment."""
+        return {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "token",
+                "RAY_AUTH_TOKEN": self.token, "RAY_USAGE_STATS_ENABLED": "0"}
+
+    def _env(self, extra: dict[str, str] | None) -> dict[str, str]:
+        env = {**os.environ, **self.ray_env(), **(extra or {})}
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        return env
+
+    def _start(self, name: str, args: list[str], env: dict[str, str] | None, resources: dict[str, float],
+               timeout: float) -> Node:
+        log = self.root / f"{name}.log"
+        common = ["--block", "--node-ip-address=127.0.0.1", "--disable-usage-stats",
+                  f"--object-store-memory={100 * 1024 * 1024}",
+                  f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
+                  f"--metrics-export-port={free_port()}", f"--runtime-env-agent-port={free_port()}",
+                  f"--min-worker-port={0}", f"--max-worker-port={0}"]
+        if resources:
+            common.append("--resources=" + json.dumps(resources))
+        with open(log, "wb") as out:
+            proc = subprocess.Popen([sys.executable, str(HERE / "start_node.py"), "start", *args, *common],
+                                    stdout=out, stderr=subprocess.STDOUT, env=self._env(env),
+                                    cwd=str(self.root), start_new_session=True)
+        node = Node(name, proc, log, resources)
+        self.nodes.append(node)
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            text = log.read_text(errors="replace")
+            if "Ray runtime started" in text:
+                return node
+            if proc.poll() is not None:
+                break
+            time.sleep(0.2)
+        self.stop_node(node)
+        raise RuntimeError(f"ray node {name} did not start:\n{log.read_text(errors='replace')[-3000:]}")
+
+    def start_head(self, num_cpus: int = 1, num_gpus: int = 0, resources: dict[str, float] | None = None,
+                   env: dict[str, str] | None = None, timeout: float = 60.0) -> Node:
+        args = ["--head", f"--port={self.port}", f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}",
+                f"--temp-dir={self.root / 'ray'}", "--include-dashboard=false",
+                f"--dashboard-port={free_port()}", f"--ray-client-server-port={free_port()}",
+                f"--node-manager-port={free_port()}", f"--object-manager-port={free_port()}"]
+        return self._start("head", args, env, resources or {}, timeout)
+
+    def add_node(self, name: str, num_cpus: int = 1, num_gpus: int = 0, resources: dict[str, float] | None = None,
+                 env: dict[str, str] | None = None, timeout: float = 60.0) -> Node:
+        args = [f"--address={self.address}", f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}",
+                f"--node-manager-port={free_port()}", f"--object-manager-port={free_port()}"]
+        return self._start(name, args, env, resources or {}, timeout)
+
+    def stop_node(self, node: Node, timeout: float = 30.0) -> None:
+        """SIGTERM the `ray start --block` process (it ends its raylet and workers); if it is
+        still there after `timeout`, SIGKILL the process group it leads (ours)."""
+        if node.proc.poll() is None:
+            node.proc.send_signal(signal.SIGTERM)
+            try:
+                node.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(node.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                node.proc.wait(10)
+        if node in self.nodes:
+            self.nodes.remove(node)
+
+    def stop(self) -> None:
+        for node in reversed(list(self.nodes)):
+            self.stop_node(node)
+        shutil.rmtree(self.root, ignore_errors=True)
