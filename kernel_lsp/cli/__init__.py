@@ -49,12 +49,14 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
                        help="bound on each candidate run (default 300)")
     bench.add_argument("--compile-mode", choices=("default", "max-autotune"), default="default")
+    _executor_flags(bench)
     bench.set_defaults(run=_engine_command("bench_main"))
 
     profile = sub.add_parser("profile", help="hot ops of a PyTorch task, Nsight Compute metrics of a kernel")
     profile.add_argument("paths", nargs="+", metavar="PATH")
     profile.add_argument("--json", action="store_true")
     profile.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS")
+    _executor_flags(profile)
     profile.set_defaults(run=_engine_command("profile_main"))
 
     optimize = sub.add_parser("optimize", help="search for a faster, verified version of a Target")
@@ -70,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--apply", action="store_true", help="rewrite the target in place if improved")
     where.add_argument("--out", metavar="FILE", help="write the best candidate's file here if improved")
     optimize.add_argument("--json", action="store_true")
+    _executor_flags(optimize)
     optimize.set_defaults(run=_agent_command("optimize_main"))
 
     report = sub.add_parser("report", help="render a Search as an HTML page")
@@ -120,3 +123,8 @@ def _agent_command(name: str):
     return run
 
 
+def _executor_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--executor", choices=("local", "ray"),
+                        help="where candidates run: local subprocesses (default) or a Ray cluster")
+    parser.add_argument("--ray-address", metavar="ADDRESS",
+                        help="the Ray cluster (ray://host:10001, host:6379 or auto); implies --executor ray")

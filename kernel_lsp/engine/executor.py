@@ -103,11 +103,12 @@ async def open_executor(
 
 
 def executor_settings(settings: Any, ns: Any = None) -> dict[str, Any]:
-    """``open_executor`` keywords from Settings, with command-line flags (``--executor``,
-    ``--ray-address``) laid over them."""
-    kind = getattr(ns, "executor", None) or getattr(settings, "executor", None) or "local"
-    address = getattr(ns, "ray_address", None) or getattr(settings, "ray_address", None)
-    if address and not getattr(ns, "executor", None) and kind == "local" and getattr(ns, "ray_address", None):
-        kind = "ray"  # --ray-address alone means: use it
+    """``open_executor`` keywords from Settings (``executor``, ``ray_address``, ``gpu``,
+    ``max_gpus``), with command-line flags (``--executor``, ``--ray-address``) laid over them;
+    ``--ray-address`` alone means the Ray executor."""
+    flag_kind = getattr(ns, "executor", None)
+    flag_address = getattr(ns, "ray_address", None)
+    kind = flag_kind or ("ray" if flag_address else None) or getattr(settings, "executor", None) or "local"
+    address = flag_address or getattr(settings, "ray_address", None)
     max_gpus = getattr(settings, "max_gpus", 0) or None
     return {"kind": kind, "ray_address": address, "gpu": getattr(settings, "gpu", None), "max_gpus": max_gpus}

@@ -353,8 +353,11 @@ class RayExecutor:
         await asyncio.to_thread(self._probe)
         if not ray.is_initialized():
             def init() -> None:
+                # The job's runtime_env: this kernel_lsp (py_modules may be uploaded only at the
+                # job level) and the allow-listed env_vars; tasks and actors inherit it.
                 ray.init(address=self.address, namespace="kernel-lsp", log_to_driver=False,
-                         logging_level=logging.WARNING, configure_logging=False)
+                         logging_level=logging.WARNING, configure_logging=False,
+                         runtime_env=self._runtime_env())
             try:
                 await _blocking(init, self.connect_timeout, "init")
             except asyncio.TimeoutError:
@@ -376,9 +379,9 @@ class RayExecutor:
         self._build_fn = ray.remote(build_in_cluster)
         await asyncio.gather(*(self._start_spawn() for _ in range(self._target)))
         if not self._live():
+            why = self.message
             await self.aclose()
-            raise ExecutorUnavailable(f"no GPU actor started on the Ray cluster at {self.address} within "
-                                      f"{self.place_timeout:.0f} s: {self.message}")
+            raise ExecutorUnavailable(f"no GPU actor started on the Ray cluster at {self.address}: {why}")
         self._set_state("connected", f"{len(self._live())} GPU actor(s) on {len({s.info.get('node_id') for s in self._live()})} node(s)")
         self._watch = asyncio.ensure_future(self._watchdog())
 
@@ -405,8 +408,7 @@ class RayExecutor:
 
     async def _spawn(self) -> None:
         """Start one GPU actor and wait until its Worker is warm; on failure it is dropped."""
-        opts: dict[str, Any] = {"num_cpus": 0, "num_gpus": 1, "max_restarts": 0, "max_task_retries": 0,
-                                "runtime_env": self._runtime_env()}
+        opts: dict[str, Any] = {"num_cpus": 0, "num_gpus": 1, "max_restarts": 0, "max_task_retries": 0}
         if self.gpu:
             opts["accelerator_type"] = self.gpu
         handle = None
@@ -624,7 +626,7 @@ class RayExecutor:
 
     async def _run_build(self, kind: str, source: str, filename: str, opts: dict[str, Any]) -> tuple[CompileResult, Any]:
         result_ref, files_ref = self._build_fn.options(
-            num_cpus=1, num_returns=2, max_retries=1, runtime_env=self._runtime_env(),
+            num_cpus=1, num_returns=2, max_retries=1,
         ).remote(kind, source, filename, opts)
         data = await asyncio.wait_for(asyncio.wrap_future(result_ref.future()), 900.0)
         result = CompileResult.from_dict(data)

@@ -31,6 +31,22 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 
 
+def loopback_env(token: str) -> dict[str, str]:
+    """The environment every node and the driver need. Ray reads the first setting when it is
+    imported: set these before `import ray` (then check with `assert_loopback()`)."""
+    return {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN": token, "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+def assert_loopback() -> None:
+    """Fail before any connection if this process's Ray would swap 127.0.0.1 for the machine's
+    interface address (it was imported before RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 was set)."""
+    import ray._private.ray_constants as constants
+
+    if constants.ENABLE_RAY_CLUSTER:
+        raise RuntimeError("ray was imported before RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0: it would leave 127.0.0.1")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -50,10 +66,10 @@ class Node:
 
 
 class LocalCluster:
-    def __init__(self, root: Path | None = None) -> None:
+    def __init__(self, root: Path | None = None, token: str | None = None) -> None:
         # Short: Ray's unix socket paths must stay under 107 characters.
         self.root = Path(root or tempfile.mkdtemp(prefix="klray", dir="/tmp"))
-        self.token = secrets.token_hex(16)
+        self.token = token or secrets.token_hex(16)
         self.port = free_port()
         self.nodes: list[Node] = []
 
@@ -62,9 +78,7 @@ class LocalCluster:
         return f"127.0.0.1:{self.port}"
 
     def ray_env(self) -> dict[str, str]:
-        """What every node and the driver need in their environment."""
-        return {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "token",
-                "RAY_AUTH_TOKEN": self.token, "RAY_USAGE_STATS_ENABLED": "0"}
+        return loopback_env(self.token)
 
     def _env(self, extra: dict[str, str] | None) -> dict[str, str]:
         env = {**os.environ, **self.ray_env(), **(extra or {})}
