@@ -47,6 +47,28 @@ def assert_loopback() -> None:
         raise RuntimeError("ray was imported before RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0: it would leave 127.0.0.1")
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (from /proc), deepest last."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    out: list[int] = []
+    todo = list(children.get(pid, []))
+    while todo:
+        p = todo.pop(0)
+        out.append(p)
+        todo += children.get(p, [])
+    return out
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -127,18 +149,22 @@ class LocalCluster:
         return self._start(name, args, env, resources or {}, timeout)
 
     def stop_node(self, node: Node, timeout: float = 30.0) -> None:
-        """SIGTERM the `ray start --block` process (it ends its raylet and workers); if it is
-        still there after `timeout`, SIGKILL the process group it leads (ours)."""
+        """SIGTERM the `ray start --block` process (it ends its raylet and workers); whatever of
+        its process tree (ours: listed before the signal) is still there after `timeout` is
+        SIGKILLed, as when a machine is lost."""
         if node.proc.poll() is None:
+            tree = descendants(node.pid)
             node.proc.send_signal(signal.SIGTERM)
             try:
                 node.proc.wait(timeout)
             except subprocess.TimeoutExpired:
+                pass
+            for pid in [node.pid, *tree]:
                 try:
-                    os.killpg(node.pid, signal.SIGKILL)
+                    os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-                node.proc.wait(10)
+            node.proc.wait(10)
         if node in self.nodes:
             self.nodes.remove(node)
 
