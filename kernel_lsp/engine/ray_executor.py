@@ -634,6 +634,10 @@ class RayExecutor:
 
     async def prebuild(self, task: Task, candidate: Candidate, options: dict[str, Any] | None = None,
                        timeout: float | None = None) -> CompileResult:
+        if not needs_build(candidate):
+            # Nothing to compile: a cluster task would only start a Worker to import the module,
+            # which the evaluation does anyway.
+            return CompileResult(ok=True, log="nothing to build before the evaluation")
         opts = {**self.options, **(options or {})}
         coro = self._build(task, candidate, opts)
         result, _ = await (asyncio.wait_for(coro, timeout) if timeout else coro)
