@@ -112,3 +112,15 @@ def executor_settings(settings: Any, ns: Any = None) -> dict[str, Any]:
     address = flag_address or getattr(settings, "ray_address", None)
     max_gpus = getattr(settings, "max_gpus", 0) or None
     return {"kind": kind, "ray_address": address, "gpu": getattr(settings, "gpu", None), "max_gpus": max_gpus}
+
+
+async def open_or_local(kind: str | None = "local", **kw: Any) -> tuple[Executor, str | None]:
+    """For the server: the asked Executor, or, when a Ray cluster cannot be used, the local one
+    and the sentence saying why (show it; local evaluations keep working meanwhile)."""
+    try:
+        return await open_executor(kind, **kw), None
+    except ExecutorUnavailable as exc:
+        if (kind or "local") == "local":
+            raise
+        local_kw = {k: kw[k] for k in ("store", "python", "device", "timeout", "options") if k in kw}
+        return LocalExecutor(**local_kw), f"{exc}; running on this machine instead"
