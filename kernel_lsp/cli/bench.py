@@ -170,6 +170,8 @@ def _bench_table(evs: list[Evaluation], info: dict[str, Any], names: list[str], 
                           f"{e.get('input_set')}: got {e.get('got')}, expected {e.get('expected')}")
         for note in (ev.evidence or {}).get("notes", []):
             console.print(f"  note: {note}", soft_wrap=True)
+        if ev.executor != "local":
+            console.print(f"  ran on {ev.executor}: {ev.node or 'unknown node'}", soft_wrap=True, highlight=False)
 
 
 async def _profile(ns: argparse.Namespace, err: TextIO) -> list[dict[str, Any]]:

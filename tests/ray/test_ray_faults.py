@@ -80,6 +80,12 @@ async def test_a_node_stopped_mid_search_the_search_still_ends_right(cluster, th
 
 
 @async_test
+async def test_a_cluster_without_the_gpu_kind_says_which_kinds_it_has(cluster):
+    with pytest.raises(ExecutorUnavailable, match="has no GPU of kind H100 \\(GPU kinds there: CPUTEST\\)"):
+        await open_executor("ray", ray_address=cluster.address, gpu="H100")
+
+
+@async_test
 async def test_an_unreachable_address_is_a_clear_error_at_once():
     port = free_port()  # nothing listens there
     t0 = time.monotonic()
