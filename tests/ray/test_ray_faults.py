@@ -144,3 +144,13 @@ def test_a_silent_address_does_not_hang_the_cli():
         srv.close()
     assert proc.returncode == 2, (proc.stdout, proc.stderr[-2000:])
     assert "Ray cluster at 127.0.0.1" in proc.stderr and took < 60, proc.stderr[-2000:]
+
+
+def test_bench_json_through_the_cluster_says_where_it_ran(cluster):
+    import json
+
+    proc, took = _cli("bench", str(START_PATH), "--ray-address", cluster.address, "--json", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    target = json.loads(proc.stdout)["targets"][0]
+    assert target["verdict"] == "correct"
+    assert target["executor"] == "ray" and "127.0.0.1 (node " in target["node"]
