@@ -1,6 +1,6 @@
 """Evaluations per minute through the Ray Executor against the local Executor, same candidates (issue 12).
 
-    python benchmarks/ray_throughput.py [--out-dir DIR] [--gpus N] [--quick]
+    python benchmarks/ray_throughput.py [--out-dir DIR] [--gpus N] [--quick] [--searches]
 
 Starts a local Ray cluster on 127.0.0.1 (tests/ray/cluster.py: a `ray start --head --block` that
 this script stops by pid), with the machine's GPUs (`--num-gpus`, default: what torch sees), or,
@@ -145,7 +145,13 @@ async def main_async(ns: argparse.Namespace) -> dict[str, Any]:
 
     # 1. local, from a fresh build cache
     with tempfile.TemporaryDirectory(prefix="klsp-bench-local-") as cache:
-        local = LocalExecutor(timeout=600, options=options, env={"KERNEL_LSP_CACHE": cache})
+        env = {"KERNEL_LSP_CACHE": cache}
+        if not on_gpu:
+            # Ray starts its workers with OMP_NUM_THREADS=1 (an actor asks for no CPU): the same
+            # here, or the CPU comparison measures torch's thread count, not the Executor.
+            env["OMP_NUM_THREADS"] = "1"
+        results["local_env"] = {k: v for k, v in env.items() if k != "KERNEL_LSP_CACHE"}
+        local = LocalExecutor(timeout=600, options=options, env=env)
         try:
             info = await local.device_info()
             results["device"] = info.get("name") or "cpu"
@@ -178,6 +184,8 @@ async def main_async(ns: argparse.Namespace) -> dict[str, Any]:
                                                   else cand.source + "\n# fresh\n", cand.kind), options)
                 build_s.append(time.perf_counter() - t1)
             results["build_task_s"] = round(statistics.mean(build_s), 3) if build_s else 0.0
+            if ns.searches:
+                results["searches"] = await searches(ex, ns.search_budget)
         finally:
             await ex.aclose()
     finally:
@@ -186,6 +194,36 @@ async def main_async(ns: argparse.Namespace) -> dict[str, Any]:
     results["ray_vs_local"] = round(results["ray"]["evals_per_min"] / results["local"]["evals_per_min"], 3)
     results["model"] = model(results, gpus)
     return results
+
+
+async def searches(ex: Any, budget: int) -> list[dict[str, Any]]:
+    """The examples' Searches (tuner, no LLM) through the Ray Executor: what a user of a GPU box gets."""
+    from kernel_lsp.agent.budget import Budget
+    from kernel_lsp.agent.search import Search, SearchOptions
+    from kernel_lsp.agent.tuner import TunerProposer
+
+    out = []
+    for cu in sorted((ROOT / "examples").glob("*.cu")):
+        try:
+            task, cand = find_task(str(cu))
+        except Exception as exc:  # noqa: BLE001 - reported, the rest still runs
+            out.append({"example": cu.name, "error": str(exc)})
+            continue
+        if cand is None:
+            continue
+        t0 = time.perf_counter()
+        search = Search(ex, None, task, cand, TunerProposer(), SearchOptions(budget=Budget(proposals=budget)))
+        nodes: set[str] = set()
+        res = await search.run()
+        for node in search.nodes.values():
+            if node.evaluation is not None:
+                nodes.add(f"{node.evaluation.executor}: {node.evaluation.node}")
+        out.append({"example": cu.name, "improved": res.improved, "speedup": res.speedup, "confirmed": res.confirmed,
+                    "evaluated": res.candidates_evaluated, "reason": res.reason, "wall_s": round(time.perf_counter() - t0, 1),
+                    "start_verdict": res.start_evaluation.verdict if res.start_evaluation else None,
+                    "ran_on": sorted(nodes)})
+        log(f"search {cu.name}: {out[-1]}")
+    return out
 
 
 def model(r: dict[str, Any], gpus: int) -> list[dict[str, Any]]:
@@ -228,6 +266,16 @@ def table(r: dict[str, Any]) -> str:
         a, b = row["cpus_here"], row["cpus_8_per_gpu"]
         lines.append(f"| {row['gpus']} | {a['evals_per_min']} ({a['cpus']} CPUs) | {a['limit']} | "
                      f"{b['evals_per_min']} | {b['limit']} |")
+    if r.get("searches"):
+        lines += ["", "Examples' Searches (tuner) through Ray:", "",
+                  "| example | start | improved | speedup | evaluated | wall s | ran on |", "| --- | --- | --- | ---: | ---: | ---: | --- |"]
+        for x in r["searches"]:
+            if "error" in x:
+                lines.append(f"| {x['example']} | error: {x['error'][:60]} | | | | | |")
+                continue
+            sp = f"{x['speedup']:.2f}x" if x.get("speedup") else "-"
+            lines.append(f"| {x['example']} | {x['start_verdict']} | {x['improved']} | {sp} | {x['evaluated']} | "
+                         f"{x['wall_s']} | {'; '.join(x['ran_on'])} |")
     return "\n".join(lines) + "\n"
 
 
@@ -236,6 +284,8 @@ def main() -> int:
     ap.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--gpus", type=int, default=None, help="GPUs for the cluster (default: what torch sees)")
     ap.add_argument("--quick", action="store_true", help="fewer candidates")
+    ap.add_argument("--searches", action="store_true", help="also run the examples' tuner Searches through Ray")
+    ap.add_argument("--search-budget", type=int, default=6, metavar="N", help="proposals per example Search")
     ns = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run still stops its cluster
     r = asyncio.run(main_async(ns))
