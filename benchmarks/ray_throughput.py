@@ -130,7 +130,7 @@ def summarize(name: str, wall: float, evs: list[Evaluation]) -> dict[str, Any]:
     }
 
 
-async def main_async(ns: argparse.Namespace) -> dict[str, Any]:
+async def main_async(ns: argparse.Namespace, results: dict[str, Any]) -> dict[str, Any]:
     gpus = ns.gpus if ns.gpus is not None else gpu_count()
     on_gpu = gpus > 0
     work = candidates(on_gpu, ns.quick)
@@ -139,9 +139,9 @@ async def main_async(ns: argparse.Namespace) -> dict[str, Any]:
     if not on_gpu:
         options.update({"device": "cpu", "bench_seconds": 0.3, "cache_probe": False})
     log(f"{len(work)} candidates on {'%d GPU(s)' % gpus if on_gpu else 'the CPU (one logical GPU)'}")
-    results: dict[str, Any] = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                               "host": platform.node(), "python": platform.python_version(), "gpus": gpus,
-                               "candidates": len(work), "checks": list(checks), "options": options}
+    results.update({"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                    "host": platform.node(), "python": platform.python_version(), "gpus": gpus,
+                    "candidates": len(work), "checks": list(checks), "options": options})
 
     # 1. local, from a fresh build cache
     with tempfile.TemporaryDirectory(prefix="klsp-bench-local-") as cache:
@@ -185,7 +185,8 @@ async def main_async(ns: argparse.Namespace) -> dict[str, Any]:
                 build_s.append(time.perf_counter() - t1)
             results["build_task_s"] = round(statistics.mean(build_s), 3) if build_s else 0.0
             if ns.searches:
-                results["searches"] = await searches(ex, ns.search_budget)
+                results["searches"] = []
+                await searches(ex, ns.search_budget, results["searches"])
         finally:
             await ex.aclose()
     finally:
@@ -193,16 +194,16 @@ async def main_async(ns: argparse.Namespace) -> dict[str, Any]:
     log(f"ray: {results['ray']}")
     results["ray_vs_local"] = round(results["ray"]["evals_per_min"] / results["local"]["evals_per_min"], 3)
     results["model"] = model(results, gpus)
+    results["complete"] = True
     return results
 
 
-async def searches(ex: Any, budget: int) -> list[dict[str, Any]]:
+async def searches(ex: Any, budget: int, out: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The examples' Searches (tuner, no LLM) through the Ray Executor: what a user of a GPU box gets."""
     from kernel_lsp.agent.budget import Budget
     from kernel_lsp.agent.search import Search, SearchOptions
     from kernel_lsp.agent.tuner import TunerProposer
 
-    out = []
     for cu in sorted((ROOT / "examples").glob("*.cu")):
         try:
             task, cand = find_task(str(cu))
@@ -288,11 +289,15 @@ def main() -> int:
     ap.add_argument("--search-budget", type=int, default=6, metavar="N", help="proposals per example Search")
     ns = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run still stops its cluster
-    r = asyncio.run(main_async(ns))
+    r: dict[str, Any] = {}
     out = Path(ns.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    suffix = "_gpu" if r["gpus"] else "_cpu"
-    (out / f"ray_throughput{suffix}.json").write_text(json.dumps(r, indent=2) + "\n")
+    try:
+        asyncio.run(main_async(ns, r))
+    finally:  # what was measured is kept, even from a run stopped part-way
+        suffix = "_gpu" if r.get("gpus") else "_cpu"
+        r.setdefault("complete", False)
+        (out / f"ray_throughput{suffix}.json").write_text(json.dumps(r, indent=2, default=str) + "\n")
     md = table(r)
     (out / f"ray_throughput{suffix}.md").write_text(md)
     print(md)
