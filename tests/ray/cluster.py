@@ -102,6 +102,7 @@ class LocalCluster:
         self.root = Path(root or tempfile.mkdtemp(prefix="klray", dir="/tmp"))
         self.token = token or secrets.token_hex(16)
         self.port = free_port()
+        self.client_port = free_port()   # Ray Client (ray://) on the head
         self.nodes: list[Node] = []
 
     @property
@@ -147,7 +148,7 @@ class LocalCluster:
                    env: dict[str, str] | None = None, timeout: float = 60.0) -> Node:
         args = ["--head", f"--port={self.port}", f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}",
                 f"--temp-dir={self.root / 'ray'}", "--include-dashboard=false",
-                f"--dashboard-port={free_port()}", f"--ray-client-server-port={free_port()}",
+                f"--dashboard-port={free_port()}", f"--ray-client-server-port={self.client_port}",
                 f"--node-manager-port={free_port()}", f"--object-manager-port={free_port()}"]
         return self._start("head", args, env, resources or {}, timeout)
 

@@ -146,10 +146,13 @@ def test_a_silent_address_does_not_hang_the_cli():
     assert "Ray cluster at 127.0.0.1" in proc.stderr and took < 60, proc.stderr[-2000:]
 
 
-def test_bench_json_through_the_cluster_says_where_it_ran(cluster):
+@pytest.mark.parametrize("scheme", ["", "ray://"])
+def test_bench_json_through_the_cluster_says_where_it_ran(cluster, scheme):
+    """A driver in the cluster (host:port) and a laptop's Ray Client (ray://host:port)."""
     import json
 
-    proc, took = _cli("bench", str(START_PATH), "--ray-address", cluster.address, "--json", timeout=300)
+    address = f"ray://127.0.0.1:{cluster.client_port}" if scheme else cluster.address
+    proc, took = _cli("bench", str(START_PATH), "--ray-address", address, "--json", timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     target = json.loads(proc.stdout)["targets"][0]
     assert target["verdict"] == "correct"
