@@ -8,7 +8,7 @@
 - Evaluations go to a free actor; a Search gets ``concurrency`` = the number of actors.
 - Builds run as CPU tasks anywhere in the cluster, each in a fresh build Worker with its own
   cache folder; the built files travel back through Ray's object store, keyed by the content
-  hash the build cache already uses, and the GPU actor unpacks them into its node's cache
+  hash the build cache already uses (cluster_build.py), and the GPU actor unpacks them into its node's cache
   before its Worker loads the candidate (a cache hit: the GPU never waits for nvcc).
 - What crosses to the cluster is the Task, the Candidate and options, and the kernel_lsp package
   itself (``py_modules``). Never this process's environment: the actors' ``env_vars`` hold only
@@ -24,15 +24,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import json
 import logging
 import os
-import re
-import shutil
 import socket
-import tarfile
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -47,6 +42,7 @@ from kernel_lsp.engine.client import (
     looks_secret,
     needs_build,
 )
+from kernel_lsp.engine.cluster_build import build_in_cluster, unpack_artefact
 from kernel_lsp.engine.executor import ExecutorUnavailable, StatusCallback
 from kernel_lsp.model import Candidate, CompileResult, Evaluation, Task, source_hash
 
@@ -105,76 +101,6 @@ def _error_kind(exc: BaseException) -> str:
 
 def _is_actor_death(exc: BaseException) -> bool:
     return any(k.__name__ in ACTOR_ERRORS for k in type(exc).__mro__)
-
-
-# -- build artefacts: what a CPU build task hands to a GPU actor --------------------------------
-
-# The files a later load needs (build.py's layout): an extern "C" library and its report,
-# a torch extension's .so and its done marker. Object files and ninja state stay behind.
-_KEEP = re.compile(r"^(so/[^/]+\.(so|json)|ext/[^/]+/[^/]+\.so|ext/[^/]+/\.kernel-lsp-done)$")
-
-
-def pack_artefact(root: Path) -> bytes | None:
-    buf = io.BytesIO()
-    count = 0
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for path in sorted(root.rglob("*")):
-            rel = path.relative_to(root).as_posix()
-            if path.is_file() and _KEEP.match(rel):
-                tar.add(str(path), arcname=rel)
-                count += 1
-    return buf.getvalue() if count else None
-
-
-def unpack_artefact(blob: bytes | None, root: Path | None = None) -> int:
-    """Add the artefact's files to this node's build cache; files there already stay. Each
-    file is written under a temporary name and renamed; libraries before their markers, so
-    a reader never sees a marker without its library."""
-    if not blob:
-        return 0
-    if root is None:
-        from kernel_lsp.engine.build import cache_root  # noqa: PLC0415
-
-        root = cache_root()
-    written = 0
-    with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tar:
-        members = [m for m in tar.getmembers() if m.isfile() and _KEEP.match(m.name)]
-        members.sort(key=lambda m: (not m.name.endswith(".so"), m.name))
-        for m in members:
-            dest = root / m.name
-            if dest.exists():
-                continue
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            src = tar.extractfile(m)
-            if src is None:
-                continue
-            tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
-            with open(tmp, "wb") as fh:
-                shutil.copyfileobj(src, fh)
-            os.chmod(tmp, 0o755 if m.name.endswith(".so") else 0o644)
-            os.replace(tmp, dest)
-            written += 1
-    return written
-
-
-def build_in_cluster(kind: str, source: str, filename: str, options: dict[str, Any]) -> tuple[dict[str, Any], bytes | None]:
-    """A Ray CPU task: build one Candidate in a fresh build Worker whose cache is a private
-    folder, and return (CompileResult, the files a GPU node needs)."""
-    from kernel_lsp.engine.pool import BuildPool  # noqa: PLC0415
-
-    tmp = Path(tempfile.mkdtemp(prefix="kernel-lsp-build-"))
-    try:
-        async def go() -> CompileResult:
-            pool = BuildPool(size=1, env={"KERNEL_LSP_CACHE": str(tmp)})
-            try:
-                return await pool.build(kind, source, filename, options)
-            finally:
-                await pool.aclose()
-
-        result = asyncio.run(go())
-        return result.to_dict(), (pack_artefact(tmp) if result.ok else None)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 # -- the actor ------------------------------------------------------------------------------------

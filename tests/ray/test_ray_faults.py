@@ -19,7 +19,7 @@ from kernel_lsp.store import Store
 
 from .cluster import free_port
 from .conftest import GPU_KIND
-from .test_ray_executor import FASTER, OPTIONS, SLEEPY_FASTER, SLOWER, START_PATH, Scripted, search_for, wait_until
+from .test_ray_executor import FASTER, OPTIONS, SLOWER, START_PATH, Scripted, search_for, wait_until
 
 pytestmark = [pytest.mark.slow]
 async_test = pytest.mark.asyncio(loop_scope="module")
