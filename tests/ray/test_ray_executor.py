@@ -165,6 +165,22 @@ async def test_an_actor_that_dies_twice_is_crashed_with_its_node_named(executor)
     await wait_until(lambda: len(executor._live()) == 2, 120, "replacement actors")
 
 
+HANG = START_SRC.replace("        ones = torch", "        while True:\n            pass\n        ones = torch")
+
+
+async def test_a_hung_kernel_is_killed_at_its_deadline_and_the_actor_stays(executor):
+    task, _ = find_task(str(START_PATH))
+    pids = {s.pid for s in executor._live()}
+    replaced = executor.replaced
+    t0 = time.monotonic()
+    ev = await executor.evaluate(task, Candidate(HANG, "python"), timeout=8)
+    assert ev.verdict == "timeout" and ev.executor == "ray" and "127.0.0.1" in ev.node, ev.message
+    assert time.monotonic() - t0 < 8 + 30  # the deadline, the Worker's restart, not the actor margin
+    assert executor.replaced == replaced and {s.pid for s in executor._live()} == pids  # same actors
+    ok = await executor.evaluate(task, Candidate(FASTER, "python"), timeout=60)
+    assert ok.verdict == "correct"
+
+
 ENV_PROBE = '''
 import os
 SUSPECT = ("KEY", "TOKEN", "SECRET", "AUTH", "PASSWORD", "OPENAI", "HF_")
