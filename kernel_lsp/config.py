@@ -18,6 +18,7 @@ from typing import Any
 CHECKS = ("compile", "verify", "bench")
 PROPOSERS = ("auto", "llm", "tuner")
 SANDBOX_MODES = ("required", "auto", "off")  # engine/sandbox.py; docs/sandbox.md
+EXECUTORS = ("local", "ray")
 
 
 class SettingsError(ValueError):
@@ -44,6 +45,10 @@ class Settings:
     sandbox: str = "auto"                   # required | auto | off: fence the Workers that run candidates
     whole_model_min_share: float = 0.05     # optimize --whole-model: ops below this share are left alone
     kernels_only: bool = False              # a PyTorch rewrite never counts (KernelBench-style scoring)
+    executor: str = "local"                 # where Workers live: "local" subprocesses or a "ray" cluster
+    ray_address: str | None = None          # any address ray.init accepts: "ray://host:10001", "host:6379", "auto"
+    gpu: str | None = None                  # GPU kind a candidate must be timed on (Ray), e.g. "H100"
+    max_gpus: int = 0                       # GPU actors one Search may use (Ray); 0: all in the cluster
 
     def merged(self, raw: dict[str, Any] | None) -> "Settings":
         """A copy with `raw` (any supported spelling) laid over this one."""
@@ -128,6 +133,8 @@ def _coerce(name: str, value: Any, current: Any) -> Any:
         raise SettingsError(f"setting 'proposer' accepts {', '.join(PROPOSERS)}; got {value!r}")
     if name == "sandbox" and value not in SANDBOX_MODES:
         raise SettingsError(f"setting 'sandbox' accepts {', '.join(SANDBOX_MODES)}; got {value!r}")
+    if name == "executor" and value not in EXECUTORS:
+        raise SettingsError(f"setting 'executor' accepts {', '.join(EXECUTORS)}; got {value!r}")
     if name == "arch" and value and not re.fullmatch(r"(sm|compute)_\d+[af]?", str(value)):
         raise SettingsError(f"setting 'arch' must look like sm_90, got {value!r}")
     return str(value) if value != "" else (None if name in _OPTIONAL else current)

@@ -238,6 +238,8 @@ class Evaluation(_Record):
         """torch.compile of the reference beats this candidate (None: not both timed)."""
         s = self.speedup_compile
         return None if s is None else s < 1.0
+    executor: str = "local"              # where it ran: "local" (a subprocess here) or "ray"
+    node: str | None = None              # the Ray node (address and id) it ran on; None locally
 
     @property
     def speedup_eager(self) -> float | None:
@@ -270,6 +272,8 @@ class Evaluation(_Record):
             "noisy": self.noisy,
             "compile_faster": self.compile_faster,
             "shared_gpu": self.shared_gpu,
+            "executor": self.executor,
+            "node": self.node,
         }
 
 

@@ -301,6 +301,12 @@ class Search:
     def _built_only(self) -> bool:
         """A compile-only Search (repairing a compile error: the compiler is the test)."""
         return not ({"verify", "bench"} & set(self.options.checks))
+    def _width(self) -> int:
+        """Evaluations the Executor runs at once (``engine.concurrency``; 1 for an engine without it)."""
+        try:
+            return max(1, int(getattr(self.engine, "concurrency", 1) or 1))
+        except (TypeError, ValueError):
+            return 1
 
     def _qualifies(self, ev: Evaluation | None) -> bool:
         if self._built_only():
@@ -504,7 +510,8 @@ class Search:
             self.nodes[parent_id].visits += 1
             parent_id = self.nodes[parent_id].parent
         left = self.budget.proposals_left()
-        count = self.options.children if mode == "optimize" else 1
+        # As many children as the Executor can evaluate at once (Ray: its GPU actors).
+        count = max(self.options.children, self._width()) if mode == "optimize" else 1
         if left is not None:
             count = max(1, min(count, left))
         self._emit("proposing", candidate=node.id, verdict=node.evaluation.verdict if node.evaluation else None,
@@ -559,7 +566,7 @@ class Search:
 
         for child in fresh:  # compile the batch while earlier ones are being timed
             self._prebuild(child.candidate)
-        gate = asyncio.Semaphore(max(1, self.options.max_in_flight))
+        gate = asyncio.Semaphore(max(1, self.options.max_in_flight, self._width()))
 
         async def one(child: Node) -> Node:
             async with gate:

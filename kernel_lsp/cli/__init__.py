@@ -55,12 +55,14 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
                        help="bound on each candidate run (default 300)")
     bench.add_argument("--compile-mode", choices=("default", "max-autotune"), default="default")
+    _executor_flags(bench)
     bench.set_defaults(run=_engine_command("bench_main"))
 
     profile = sub.add_parser("profile", help="hot ops of a PyTorch task, Nsight Compute metrics of a kernel")
     profile.add_argument("paths", nargs="+", metavar="PATH")
     profile.add_argument("--json", action="store_true")
     profile.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS")
+    _executor_flags(profile)
     profile.set_defaults(run=_engine_command("profile_main"))
 
     optimize = sub.add_parser("optimize", help="search for a faster, verified version of a Target")
@@ -80,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help="profile the model, search a kernel per hot op, put the winners back behind guards")
     optimize.add_argument("--min-share", type=float, metavar="F",
                           help="--whole-model: ops below this share of forward are left alone (default 0.05)")
+    _executor_flags(optimize)
     optimize.set_defaults(run=_optimize)
 
     report = sub.add_parser("report", help="render a Search as an HTML page")
@@ -140,3 +143,8 @@ def _agent_command(name: str):
     return run
 
 
+def _executor_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--executor", choices=("local", "ray"),
+                        help="where candidates run: local subprocesses (default) or a Ray cluster")
+    parser.add_argument("--ray-address", metavar="ADDRESS",
+                        help="the Ray cluster (ray://host:10001, host:6379 or auto); implies --executor ray")

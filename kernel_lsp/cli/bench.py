@@ -61,15 +61,31 @@ def _options(ns: argparse.Namespace, gpu: bool) -> dict[str, Any]:
     return opts
 
 
-async def _bench(ns: argparse.Namespace, err: TextIO) -> tuple[list[Evaluation], dict[str, Any], list[str]]:
-    from kernel_lsp.engine import Engine
+async def _executor(ns: argparse.Namespace, timeout: float) -> Any:
+    """The Executor the settings and --executor / --ray-address ask for (ExecutorUnavailable: exit 2)."""
+    from kernel_lsp.engine.executor import executor_settings, open_executor
 
+    try:
+        from kernel_lsp.config import load_settings
+
+        settings = load_settings(os.getcwd())
+    except Exception:  # settings are optional for the CLI; defaults apply
+        settings = None
+    return await open_executor(timeout=timeout, **executor_settings(settings, ns))
+
+
+def _unavailable(command: str, exc: Exception) -> int:
+    print(f"kernel-lsp {command}: {exc}", file=sys.stderr)
+    return 2
+
+
+async def _bench(ns: argparse.Namespace, err: TextIO) -> tuple[list[Evaluation], dict[str, Any], list[str]]:
     paths = _expand(list(ns.paths))
     rows = _targets(paths, set(ns.paths))
     evs: list[Evaluation] = []
     names = [os.path.basename(path) for path, *_ in rows]
     timeout = float(getattr(ns, "timeout", 300.0) or 300.0)
-    async with Engine(timeout=timeout) as engine:
+    async with await _executor(ns, timeout) as engine:
         info = await engine.device_info()
         gpu = bool(info.get("cuda"))
         if not gpu:
@@ -106,11 +122,15 @@ def _x(x: float | None) -> str:
 
 
 def bench_main(ns: argparse.Namespace) -> int:
+    from kernel_lsp.engine.executor import ExecutorUnavailable
+
     out, err = sys.stdout, sys.stderr
     try:
         evs, info, names = asyncio.run(_bench(ns, err))
     except KeyboardInterrupt:
         return 130
+    except ExecutorUnavailable as exc:
+        return _unavailable("bench", exc)
     if getattr(ns, "json", False):
         json.dump({"targets": [ev.summary() for ev in evs]}, out, indent=2, default=str)
         out.write("\n")
@@ -150,15 +170,15 @@ def _bench_table(evs: list[Evaluation], info: dict[str, Any], names: list[str], 
                           f"{e.get('input_set')}: got {e.get('got')}, expected {e.get('expected')}")
         for note in (ev.evidence or {}).get("notes", []):
             console.print(f"  note: {note}", soft_wrap=True)
+        if ev.executor != "local":
+            console.print(f"  ran on {ev.executor}: {ev.node or 'unknown node'}", soft_wrap=True, highlight=False)
 
 
 async def _profile(ns: argparse.Namespace, err: TextIO) -> list[dict[str, Any]]:
-    from kernel_lsp.engine import Engine
-
     rows = _targets(_expand(list(ns.paths)), set(ns.paths))
     timeout = float(getattr(ns, "timeout", 300.0) or 300.0)
     results: list[dict[str, Any]] = []
-    async with Engine(timeout=timeout) as engine:
+    async with await _executor(ns, timeout) as engine:
         info = await engine.device_info()
         gpu = bool(info.get("cuda"))
         if not gpu:
@@ -175,11 +195,15 @@ async def _profile(ns: argparse.Namespace, err: TextIO) -> list[dict[str, Any]]:
 
 
 def profile_main(ns: argparse.Namespace) -> int:
+    from kernel_lsp.engine.executor import ExecutorUnavailable
+
     out, err = sys.stdout, sys.stderr
     try:
         results = asyncio.run(_profile(ns, err))
     except KeyboardInterrupt:
         return 130
+    except ExecutorUnavailable as exc:
+        return _unavailable("profile", exc)
     if getattr(ns, "json", False):
         json.dump({"targets": results}, out, indent=2, default=str)
         out.write("\n")

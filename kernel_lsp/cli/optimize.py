@@ -117,7 +117,8 @@ def _table(result: SearchResult) -> None:
 
 
 async def _optimize(ns: argparse.Namespace, path: str, show: bool) -> tuple[SearchResult | None, Any, str]:
-    from kernel_lsp.engine import Engine, find_task
+    from kernel_lsp.engine import find_task
+    from kernel_lsp.engine.executor import executor_settings, open_executor
     from kernel_lsp.store import Store
 
     root = os.getcwd()
@@ -129,9 +130,15 @@ async def _optimize(ns: argparse.Namespace, path: str, show: bool) -> tuple[Sear
         cand = Candidate(source=task.reference_source.rstrip("\n") + "\n\n\nclass ModelNew(Model):\n    pass\n",
                          kind="python", note="the reference as ModelNew")
     store = Store.for_workspace(root)
-    engine = Engine(store=None, python=getattr(settings, "python", None), device=getattr(settings, "device", None),
-                    timeout=float(getattr(ns, "timeout", None) or 300.0))
-    proposer = _make_proposer(ns, settings)
+    proposer = _make_proposer(ns, settings)  # a missing model fails here, before any cluster is joined
+    try:
+        engine = await open_executor(store=None, python=getattr(settings, "python", None),
+                                     device=getattr(settings, "device", None),
+                                     timeout=float(getattr(ns, "timeout", None) or 300.0),
+                                     **executor_settings(settings, ns))
+    except BaseException:
+        await proposer.aclose()
+        raise
     budget = Budget(proposals=int(getattr(ns, "budget", None) or 8))
     opts = SearchOptions(budget=budget)
     if getattr(ns, "baselines", True) is False:  # --no-baselines: skip eager/torch.compile timing
@@ -166,11 +173,15 @@ def optimize_main(ns: argparse.Namespace) -> int:
             return 2
     as_json = bool(getattr(ns, "json", False))
     show = not as_json and sys.stderr.isatty()
+    from kernel_lsp.engine.executor import ExecutorUnavailable
     try:
         result, search, target_path = asyncio.run(_optimize(ns, path, show))
     except KeyboardInterrupt:
         print("kernel-lsp optimize: cancelled; what was evaluated is in the store", file=sys.stderr)
         return 130
+    except ExecutorUnavailable as e:  # an unreachable cluster: could not run
+        print(f"kernel-lsp optimize: {e}", file=sys.stderr)
+        return 2
     except Exception as e:  # a missing harness, a broken store: one clear line
         print(f"kernel-lsp optimize: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
@@ -189,6 +200,11 @@ def optimize_main(ns: argparse.Namespace) -> int:
         doc = result.to_dict()
         doc["written"] = written
         doc["best_source"] = result.best.source if result.best else None
+        # Where each evaluated candidate ran (executor "local" or "ray", and the Ray node).
+        doc["evaluations"] = [
+            {"candidate": n.id, "verdict": n.evaluation.verdict, "executor": n.evaluation.executor,
+             "node": n.evaluation.node}
+            for n in getattr(search, "nodes", {}).values() if n.evaluation is not None]
         print(json.dumps(doc, indent=2, default=str))
     else:
         _table(result)

@@ -1,0 +1,126 @@
+"""Executors: where Workers live (DESIGN.md's word), behind one small interface.
+
+The CLI, the server and the agent ask ``open_executor`` for an engine-like object and use
+only what ``Executor`` names: ``evaluate``, ``prebuild``, ``profile``, ``device_info``,
+``aclose``, plus ``kind``, ``concurrency`` (evaluations worth running at once: the
+Search's batch width) and ``status()`` (for the editor's "cluster connected / lost").
+
+- ``LocalExecutor``: the existing ``Engine`` (a Worker subprocess on this machine); the default.
+- ``RayExecutor`` (ray_executor.py, the optional extra ``kernel-lsp[ray]``): one actor per
+  GPU of a Ray cluster, each holding a warm local Engine on its node.
+
+An Executor that cannot start (no ``ray`` package, an unreachable address, no GPU of the
+asked kind) raises ``ExecutorUnavailable`` with one clear sentence: the CLI exits 2 on it,
+and the server keeps working with the local Executor.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Protocol, runtime_checkable
+
+from kernel_lsp.engine.client import Engine, Progress
+from kernel_lsp.model import Candidate, CompileResult, Evaluation, Task
+
+EXECUTORS = ("local", "ray")
+
+# status() and the on_status callback carry one dict:
+#   {"executor": "local" | "ray", "state": "connected" | "lost" | "closed",
+#    "address": str | None, "gpus": int, "nodes": [str], "message": str}
+StatusCallback = Callable[[dict[str, Any]], Any]
+
+
+class ExecutorUnavailable(Exception):
+    """The Executor cannot run anything; the message says why, in one sentence."""
+
+
+@runtime_checkable
+class Executor(Protocol):
+    kind: str                   # "local" | "ray"
+    store: Any
+
+    @property
+    def concurrency(self) -> int: ...
+
+    async def evaluate(self, task: Task, candidate: Candidate, checks: Iterable[str] = ...,
+                       progress: Progress | None = None, timeout: float | None = None,
+                       options: dict[str, Any] | None = None) -> Evaluation: ...
+
+    async def prebuild(self, task: Task, candidate: Candidate, options: dict[str, Any] | None = None,
+                       timeout: float | None = None) -> CompileResult: ...
+
+    async def profile(self, task: Task, candidate: Candidate | None = None, timeout: float | None = None,
+                      options: dict[str, Any] | None = None) -> dict[str, Any]: ...
+
+    async def device_info(self, timeout: float | None = None) -> dict[str, Any]: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class LocalExecutor(Engine):
+    """The Engine as an Executor: one Worker subprocess here, one evaluation on the GPU at a time
+    (its Evaluations carry executor="local", the model's default)."""
+
+    kind = "local"
+
+    @property
+    def concurrency(self) -> int:
+        return 1
+
+    def status(self) -> dict[str, Any]:
+        return {"executor": "local", "state": "connected", "address": None, "gpus": 1, "nodes": [],
+                "message": "Workers run as subprocesses on this machine"}
+
+
+async def open_executor(
+    kind: str | None = "local",
+    *,
+    ray_address: str | None = None,
+    gpu: str | None = None,
+    max_gpus: int | None = None,
+    store: Any = None,
+    python: str | None = None,
+    device: int | str | None = None,
+    timeout: float = 120.0,
+    options: dict[str, Any] | None = None,
+    on_status: StatusCallback | None = None,
+    connect_timeout: float = 30.0,
+) -> Executor:
+    """The Executor for settings (``executor``, ``ray_address``, ``gpu``, ``max_gpus``).
+    Raises ExecutorUnavailable when a Ray cluster cannot be used."""
+    kind = (kind or "local").lower()
+    if kind == "local":
+        return LocalExecutor(store=store, python=python, device=device, timeout=timeout, options=options)
+    if kind != "ray":
+        raise ExecutorUnavailable(f"unknown executor {kind!r} (use one of: {', '.join(EXECUTORS)})")
+    from kernel_lsp.engine.ray_executor import RayExecutor  # noqa: PLC0415 - ray only when asked for
+
+    ex = RayExecutor(ray_address, store=store, gpu=gpu, max_gpus=max_gpus, timeout=timeout,
+                     python=python, options=options, on_status=on_status, connect_timeout=connect_timeout)
+    await ex.connect()
+    return ex
+
+
+def executor_settings(settings: Any, ns: Any = None) -> dict[str, Any]:
+    """``open_executor`` keywords from Settings (``executor``, ``ray_address``, ``gpu``,
+    ``max_gpus``), with command-line flags (``--executor``, ``--ray-address``) laid over them;
+    ``--ray-address`` alone means the Ray executor."""
+    flag_kind = getattr(ns, "executor", None)
+    flag_address = getattr(ns, "ray_address", None)
+    kind = flag_kind or ("ray" if flag_address else None) or getattr(settings, "executor", None) or "local"
+    address = flag_address or getattr(settings, "ray_address", None)
+    max_gpus = getattr(settings, "max_gpus", 0) or None
+    return {"kind": kind, "ray_address": address, "gpu": getattr(settings, "gpu", None), "max_gpus": max_gpus}
+
+
+async def open_or_local(kind: str | None = "local", **kw: Any) -> tuple[Executor, str | None]:
+    """For the server: the asked Executor, or, when a Ray cluster cannot be used, the local one
+    and the sentence saying why (show it; local evaluations keep working meanwhile)."""
+    try:
+        return await open_executor(kind, **kw), None
+    except ExecutorUnavailable as exc:
+        if (kind or "local") == "local":
+            raise
+        local_kw = {k: kw[k] for k in ("store", "python", "device", "timeout", "options") if k in kw}
+        return LocalExecutor(**local_kw), f"{exc}; running on this machine instead"
