@@ -40,6 +40,7 @@ import types
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from kernel_lsp.engine.cache import cache_root
 from kernel_lsp.model import CompileResult, Diagnostic, Span, source_hash
 
 DEFAULT_ARCH = "sm_90"  # the lent H200; used only when neither option, env nor device says
@@ -61,18 +62,6 @@ class BuildError(RuntimeError):
 
 
 # -- where things go --------------------------------------------------------
-
-
-def cache_root() -> Path:
-    """$KERNEL_LSP_CACHE, else $XDG_CACHE_HOME/kernel-lsp, else ~/.cache/kernel-lsp."""
-    env = os.environ.get("KERNEL_LSP_CACHE")
-    if env:
-        root = Path(env)
-    else:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        root = Path(base) / "kernel-lsp"
-    root.mkdir(parents=True, exist_ok=True)
-    return root
 
 
 def configure(arch: str | None) -> None:

@@ -44,7 +44,7 @@ def unpack_artefact(blob: bytes | None, root: Path | None = None) -> int:
     if not blob:
         return 0
     if root is None:
-        from kernel_lsp.engine.build import cache_root  # noqa: PLC0415
+        from kernel_lsp.engine.cache import cache_root  # noqa: PLC0415
 
         root = cache_root()
     written = 0

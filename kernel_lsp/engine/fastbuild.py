@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from kernel_lsp.engine import inline_split
+from kernel_lsp.engine.cache import cache_root
 
 PCH_HEADER = """#include <torch/extension.h>
 #include <cuda.h>
@@ -81,8 +82,6 @@ def pch_root() -> Path:
     env = os.environ.get("KERNEL_LSP_PCH_CACHE")
     if env:
         return Path(env)
-    from kernel_lsp.engine.build import cache_root  # noqa: PLC0415 - no cycle at import
-
     return cache_root() / "pch"
 
 

@@ -43,7 +43,7 @@ from kernel_lsp.engine.client import (
     needs_build,
 )
 from kernel_lsp.engine.cluster_build import build_in_cluster, unpack_artefact
-from kernel_lsp.engine.executor import ExecutorUnavailable, StatusCallback
+from kernel_lsp.engine.executor_api import ExecutorUnavailable, StatusCallback
 from kernel_lsp.model import Candidate, CompileResult, Evaluation, Task, source_hash
 
 log = logging.getLogger(__name__)
