@@ -348,11 +348,12 @@ class Engine:
         return self._sandbox.with_readable(*self._readable)
 
     def _see(self, task: Task) -> None:
-        """Remember the folders of a task's files: a sandboxed Worker gets them read-only."""
+        """Remember the projects of a task's files: a sandboxed Worker gets them read-only."""
+        env = {**os.environ, **self.extra_env}
         for path in (task.reference_path, task.cuda_path):
             if path and os.path.isabs(path):
-                folder = os.path.dirname(path)
-                if folder not in self._readable and sandboxing.hidden(folder, {**os.environ, **self.extra_env}):
+                folder = sandboxing.workspace_of(path, env)
+                if folder not in self._readable and sandboxing.hidden(folder, env):
                     self._readable.append(folder)
 
     async def restart(self) -> None:

@@ -209,6 +209,26 @@ def hidden(path: str, env: dict[str, str] | None = None) -> bool:
     return any(_under(p, h) and p != h for p in {q, os.path.realpath(q)} for h in roots)
 
 
+def workspace_of(path: str, env: dict[str, str] | None = None) -> str:
+    """The folder a task file's Worker must read: the project it belongs to (the folder above a
+    ``.kernel-lsp/``, else the nearest one with ``pyproject.toml`` or ``.git``), never HOME or
+    /tmp themselves; the file's own folder when no project is found. An op Task under
+    ``.kernel-lsp/ops/`` imports its model two folders up; a candidate may import its neighbours."""
+    folder = os.path.dirname(_abs(path))
+    roots = hidden_roots(dict(os.environ) if env is None else env)
+    parts = folder.split(os.sep)
+    if ".kernel-lsp" in parts:
+        above = os.sep.join(parts[: parts.index(".kernel-lsp")]) or os.sep
+        if above not in roots and above != os.sep:
+            return above
+    probe = folder
+    while probe not in roots and probe != os.sep:
+        if os.path.exists(os.path.join(probe, "pyproject.toml")) or os.path.exists(os.path.join(probe, ".git")):
+            return probe
+        probe = os.path.dirname(probe)
+    return folder
+
+
 def cache_paths(env: dict[str, str]) -> dict[str, str]:
     """The caches a Worker writes, as its environment will resolve them."""
     home = _home(env)

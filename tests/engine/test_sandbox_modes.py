@@ -233,3 +233,20 @@ async def test_a_sandbox_that_cannot_start_is_not_run_not_a_crash(monkeypatch):
         ev = await engine.evaluate(TASK, CAND)
     assert ev.verdict == "not_run" and "the sandbox could not start" in ev.message, ev.message
     assert "nonexistent-klsp" in ev.message
+
+
+def test_workspace_of_is_the_project_a_task_belongs_to(tmp_path: Path) -> None:
+    from kernel_lsp.engine.sandbox import workspace_of
+
+    env = {"HOME": str(tmp_path / "home")}
+    proj = tmp_path / "home" / "proj"
+    (proj / ".kernel-lsp" / "ops").mkdir(parents=True)
+    (proj / "pkg").mkdir()
+    (proj / "pyproject.toml").write_text("")
+    # an op Task imports its model two folders up: the project is readable, not just ops/
+    assert workspace_of(str(proj / ".kernel-lsp" / "ops" / "m_fc.py"), env) == str(proj)
+    assert workspace_of(str(proj / "pkg" / "k.py"), env) == str(proj)
+    # no project marker below HOME: the file's own folder (HOME itself is never bound back)
+    (tmp_path / "home" / "loose").mkdir()
+    assert workspace_of(str(tmp_path / "home" / "loose" / "k.py"), env) == str(tmp_path / "home" / "loose")
+    assert workspace_of(str(tmp_path / "home" / "k.py"), env) == str(tmp_path / "home")
