@@ -196,6 +196,7 @@ class OptimizeFeature(LanguageFeature):
                          op: str | None, title: str, cancel) -> dict[str, Any]:
         from kernel_lsp.agent import Budget, Search, SearchOptions
         from kernel_lsp.engine.tasks import TaskError
+        from kernel_lsp.verdicts import CannotRun
 
         ls = self.server
         progress = WorkProgress(ls, title, on_cancel=cancel)
@@ -204,7 +205,7 @@ class OptimizeFeature(LanguageFeature):
         budget = Budget(proposals=2 if repair_only else ls.settings.agent_budget)
         try:
             engine: Any
-            options = SearchOptions(budget=budget, repair_only=repair_only)
+            options = SearchOptions(budget=budget, repair_only=repair_only, kernels_only=ls.settings.kernels_only)
             if repair_only and state.is_cuda and not os.path.exists(harness_path(state.path)):
                 # A compile error needs no harness: the compiler is the test.
                 task, candidate, engine = self._compile_only(state, run.text)
@@ -235,7 +236,7 @@ class OptimizeFeature(LanguageFeature):
                 progress.report(message + best, int(100 * (total - (left if left is not None else total)) / total))
 
             result = await search.run(progress=on_event)
-        except (TaskError, ExecutionDisabled, ValueError) as exc:
+        except (TaskError, ExecutionDisabled, ValueError, CannotRun) as exc:  # no model, no GPU, ...
             progress.end(str(exc))
             ls.show(f"kernel-lsp: {exc}", types.MessageType.Error)
             return {"improved": False, "reason": str(exc)}
