@@ -238,6 +238,7 @@ def search_facts(result: SearchResult, search: Any = None) -> dict[str, Any]:
     if beats is None:
         beats = sp_compile is not None and sp_compile < 1.0
     facts["compile_beats_best"] = bool(beats)
+    facts["proposer"] = getattr(getattr(search, "proposer", None), "name", None)
     facts["noisy"] = numbers.noisy(spread) or numbers.noisy(facts["speedup_eager_spread"])
     return facts
 
@@ -250,6 +251,15 @@ def _kind(search: Any, candidate: str) -> str:
     if custom is None:
         custom = numbers.has_kernel(node.candidate.source, node.candidate.kind)
     return numbers.label_for(node.evaluation.flags, custom)
+
+
+def _first_spread(search: Any, result: SearchResult, candidate: str) -> float | None:
+    """The spread of a candidate's first-run speedup over the start (both first runs)."""
+    nodes = getattr(search, "nodes", {}) if search is not None else {}
+    node, root = nodes.get(candidate), nodes.get(result.start.id)
+    if node is None or root is None:
+        return None
+    return numbers.ratio_spread(_timing(node.evaluation), _timing(root.evaluation))
 
 
 def _table(result: SearchResult, facts: dict[str, Any], search: Any = None) -> None:
@@ -270,7 +280,8 @@ def _table(result: SearchResult, facts: dict[str, Any], search: Any = None) -> N
         kind = "the start" if r["candidate"] == result.start.id else (r.get("label") or _kind(search, r["candidate"]))
         t.add_row(str(i), r["candidate"][:10], kind, r["origin"], (r["note"] or "")[:50],
                   f"{r['time_ms']:.4f}" if r["time_ms"] else "-",
-                  numbers.speedup_text(r["speedup"], r.get("spread"), short=True) if r["speedup"] else "-")
+                  numbers.speedup_text(r["speedup"], r.get("spread", _first_spread(search, result, r["candidate"])),
+                                       short=True) if r["speedup"] else "-")
     if t.row_count:
         console.print(t)
     else:
@@ -286,12 +297,12 @@ def summary_lines(result: SearchResult, facts: dict[str, Any]) -> list[str]:
     its kind, and a warning or a better option where there is one."""
     lines = [f"why: {facts['reason']}"]
     if (not result.improved and result.candidates_evaluated <= 1 and "nothing left to expand" in facts["reason"]
-            and getattr(result, "search_id", None) is not None and not any(
+            and facts.get("proposer") == "tuner" and not any(
                 st.get("kind") == "proposal" and not st.get("failed") for st in result.steps)):
         lines.append("the tuner found nothing to tune here (it changes integer constants, block sizes and, on "
                      "a GPU, torch.compile modes); rewriting the code needs --proposer llm with a model")
     if result.best is not None:
-        lines.append(f"best: {facts['label']}; measured in the {facts['measurement']}; "
+        lines.append(f"best: {facts['label']}, timed in the {facts['measurement']}: "
                      f"vs PyTorch eager {numbers.speedup_text(facts['speedup_eager'], facts['speedup_eager_spread'])}, "
                      f"vs torch.compile {numbers.speedup_text(facts['speedup_compile'], facts['speedup_compile_spread'])}")
         if facts["custom_kernel"] is False:
