@@ -458,26 +458,27 @@ def report_main(ns: argparse.Namespace) -> int:
 
     root = getattr(ns, "root", None) or "."
     if not store_path(root).exists():
-        print(f"kernel-lsp report: no store at {store_path(root)}", file=sys.stderr)
-        return 1
+        print(f"kernel-lsp report: no store at {store_path(root)} (run `kernel-lsp optimize` here first, "
+              "or pass --root)", file=sys.stderr)
+        return CANNOT_RUN
     store = Store(store_path(root))
     if getattr(ns, "search", None):
         try:
             sid = int(ns.search)
         except ValueError:
             print(f"kernel-lsp report: a search id is a number, got {ns.search!r}", file=sys.stderr)
-            return 2
+            return CANNOT_RUN
     else:
         rows = store.searches()
         if not rows:
-            print("kernel-lsp report: no searches in the store", file=sys.stderr)
-            return 1
+            print("kernel-lsp report: no searches in the store (run `kernel-lsp optimize` first)", file=sys.stderr)
+            return CANNOT_RUN
         sid = rows[0]["id"]
     try:
         page = render_report(store, sid)
     except KeyError:
         print(f"kernel-lsp report: no search {sid}", file=sys.stderr)
-        return 1
+        return CANNOT_RUN
     out = Path(ns.out) if getattr(ns, "out", None) else Path(root) / ".kernel-lsp" / "reports" / f"search-{sid}.html"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(page)
