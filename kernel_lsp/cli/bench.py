@@ -84,6 +84,10 @@ async def _bench(ns: argparse.Namespace, err: TextIO
     names = [os.path.basename(path) for path, *_ in rows]
     kernels: list[bool | None] = []
     timeout = float(getattr(ns, "timeout", 300.0) or 300.0)
+    if all(task is None for _, task, _, _ in rows):  # nothing to run: no Worker to start
+        evs = [Evaluation(task=os.path.basename(path), candidate="", verdict="not_run", correct=None, message=error)
+               for path, _, _, error in rows]
+        return evs, {}, names, [None] * len(evs)
     async with Engine(timeout=timeout) as engine:
         info = await engine.device_info()
         gpu = bool(info.get("cuda"))
@@ -223,6 +227,8 @@ async def _profile(ns: argparse.Namespace, err: TextIO) -> list[dict[str, Any]]:
     rows = _targets(_expand(list(ns.paths)), set(ns.paths))
     timeout = float(getattr(ns, "timeout", 300.0) or 300.0)
     results: list[dict[str, Any]] = []
+    if all(task is None for _, task, _, _ in rows):  # nothing to run: no Worker to start
+        return [{"target": os.path.basename(path), "error": error} for path, _, _, error in rows]
     async with Engine(timeout=timeout) as engine:
         info = await engine.device_info()
         gpu = bool(info.get("cuda"))

@@ -38,7 +38,7 @@ class FileReport:
 
     @property
     def errors(self) -> int:
-        return (1 if self.error else 0) + (1 if self.wrong else 0) + sum(d.severity == "error" for d in self.diagnostics)
+        return (1 if self.wrong else 0) + sum(d.severity == "error" for d in self.diagnostics)
 
     @property
     def warnings(self) -> int:
@@ -47,7 +47,7 @@ class FileReport:
     def to_dict(self) -> dict:
         return {
             "path": self.path,
-            "ok": self.errors == 0 and not self.skipped,
+            "ok": self.errors == 0 and not self.skipped and not self.error,
             "error": self.error,
             "diagnostics": [d.to_dict() for d in self.diagnostics],
             "resources": [r.to_dict() for r in self.resources],
@@ -114,7 +114,7 @@ async def verify_reports(reports: list[FileReport], settings: Settings) -> None:
     async with Engine(python=settings.python, device=settings.device, timeout=settings.timeout,
                       options={"arch": settings.effective_arch}) as engine:
         for report in reports:
-            if report.errors or report.skipped or not report.path.endswith((".cu", ".py")):
+            if report.errors or report.skipped or report.error or not report.path.endswith((".cu", ".py")):
                 continue
             try:
                 task, candidate = find_task(report.path, read_text(report.path))
@@ -163,13 +163,14 @@ def check_main(ns: argparse.Namespace) -> int:
         json.dump({"files": [r.to_dict() for r in reports], "errors": errors,
                    "warnings": sum(r.warnings for r in reports),
                    "not_verified": len(unverified), "skipped": sum(1 for r in reports if r.skipped),
+                   "unreadable": sum(1 for r in reports if r.error),
                    "hint": hint}, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         print_reports(reports, hint)
     if errors:
         return PROBLEM
-    if unverified or any(r.skipped for r in reports):
+    if unverified or any(r.skipped or r.error for r in reports):
         return CANNOT_RUN
     return OK
 
@@ -185,7 +186,7 @@ def print_reports(reports: list[FileReport], hint: str | None = None) -> None:
     console = make_console()
     for report in reports:
         if report.error:
-            console.print(f"{report.path}: [red]error[/]: {report.error}", soft_wrap=True)
+            console.print(f"{report.path}: [yellow]cannot check[/]: {report.error}", soft_wrap=True)
         if report.skipped:
             console.print(f"{report.path}: not checked: {report.skipped}", soft_wrap=True)
         for d in report.diagnostics:
@@ -214,7 +215,7 @@ def print_reports(reports: list[FileReport], hint: str | None = None) -> None:
         console.print(table)
     errors = sum(r.errors for r in reports)
     warnings = sum(r.warnings for r in reports)
-    checked = sum(1 for r in reports if not r.skipped)
+    checked = sum(1 for r in reports if not r.skipped and not r.error)
     line = f"{_plural(checked, 'file')} checked: {_plural(errors, 'error')}, {_plural(warnings, 'warning')}"
     unverified = sum(1 for r in reports if r.not_verified)
     skipped = sum(1 for r in reports if r.skipped)
@@ -222,6 +223,9 @@ def print_reports(reports: list[FileReport], hint: str | None = None) -> None:
         line += f"; {unverified} not verified (the correctness check could not run)"
     if skipped:
         line += f"; {skipped} not checked (no kernel)"
+    unreadable = sum(1 for r in reports if r.error)
+    if unreadable:
+        line += f"; {unreadable} not readable"
     console.print(line, highlight=False)
     if hint:
         console.print(f"hint: {hint}", soft_wrap=True, highlight=False)
