@@ -26,9 +26,13 @@ test-python: setup
 test-editors: setup
 	bash editors/vscode/ci.sh
 
-# On a GPU machine with torch: the gpu-marked tests (the server's skips without the LSP packages).
+# On a GPU machine: the gpu-marked tests (the server's skip without the LSP packages), with
+# GPU_PY, an interpreter that has a CUDA build of torch and pytest (default: .venv's if
+# there is one, else python3). It fails, never passes with everything skipped, without a GPU.
+GPU_PY ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
 gpu-test:
-	$(PY) -m pytest -q -ra -m gpu tests/engine tests/test_examples.py tests/agent/test_gpu.py tests/test_server_gpu.py
+	@$(GPU_PY) tests/gpu_preflight.py || exit 2
+	KERNEL_LSP_REQUIRE_GPU=1 $(GPU_PY) -m pytest -q -ra -m gpu tests/engine tests/test_examples.py tests/agent/test_gpu.py tests/test_server_gpu.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .kernel-lsp

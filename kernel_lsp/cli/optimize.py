@@ -302,7 +302,7 @@ def summary_lines(result: SearchResult, facts: dict[str, Any]) -> list[str]:
         lines.append("the tuner found nothing to tune here (it changes integer constants, block sizes and, on "
                      "a GPU, torch.compile modes); rewriting the code needs --proposer llm with a model")
     if result.best is not None:
-        lines.append(f"best: {facts['label']}, timed in the {facts['measurement']}: "
+        lines.append(f"best: {facts['label']}; its time from the {facts['measurement']} run: "
                      f"vs PyTorch eager {numbers.speedup_text(facts['speedup_eager'], facts['speedup_eager_spread'])}, "
                      f"vs torch.compile {numbers.speedup_text(facts['speedup_compile'], facts['speedup_compile_spread'])}")
         if facts["custom_kernel"] is False:
@@ -355,8 +355,9 @@ async def _optimize(ns: argparse.Namespace, path: str, show: bool) -> tuple[Sear
         kernels_only = bool(getattr(settings, "kernels_only", False))
     if hasattr(opts, "kernels_only"):
         opts.kernels_only = kernels_only  # type: ignore[attr-defined]
-    elif not kernels_only:
-        pass  # this engine refuses PyTorch rewrites anyway (its only rule)
+    elif kernels_only:
+        print("kernel-lsp optimize: warning: this build's Search has no kernels-only rule; it refuses only "
+              "candidates flagged torch_fallback", file=sys.stderr)
     if getattr(ns, "baselines", True) is False:  # --no-baselines: skip eager/torch.compile timing
         opts.start_engine_options = {"baselines": False}
     search = Search(engine, store, task, cand, proposer, opts)
