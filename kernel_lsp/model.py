@@ -1,4 +1,4 @@
-"""The shared records behind DESIGN.md's words.
+"""The shared records: Task, Candidate, Evaluation and the rest.
 
 Standard library only: the Worker (engine), the agent, the store, the CLI and the
 server all exchange these, and the Worker runs where no LSP package is installed.
@@ -33,8 +33,8 @@ VERDICTS = (
 )
 
 
-# Evaluation flags that keep a candidate from counting as an optimized kernel (DESIGN.md's
-# cheats); the engine adds "not_counted" beside any of them, and the guard refuses both.
+# Evaluation flags that keep a candidate from counting as an optimized kernel (the cheats
+# of docs/cheats.md); the engine adds "not_counted" beside any of them, and the guard refuses both.
 DISQUALIFYING_FLAGS = frozenset({
     "torch_fallback", "timer_patch", "tampering", "side_stream", "thread_started", "result_cache",
     "result_cache_suspected", "precision_lowering", "cuda_graph", "beyond_roofline",
@@ -145,7 +145,7 @@ class Target(_Record):
 
 @dataclass
 class Task(_Record):
-    """A Target plus its harness (the KernelBench contract, DESIGN.md)."""
+    """A Target plus its harness (the KernelBench contract: see docs/architecture.md)."""
 
     name: str
     reference_path: str          # the .py with Model, get_inputs, get_init_inputs
