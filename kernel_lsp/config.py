@@ -40,6 +40,7 @@ class Settings:
     agent_base_url: str | None = None
     agent_budget: int = 8                   # proposals per Search
     slow_share: float = 0.3                 # a hot op above this share of forward gets a note
+    kernels_only: bool = False              # a PyTorch rewrite never counts (KernelBench-style scoring)
 
     def merged(self, raw: dict[str, Any] | None) -> "Settings":
         """A copy with `raw` (any supported spelling) laid over this one."""

@@ -33,12 +33,21 @@ VERDICTS = (
 )
 
 
-# Evaluation flags that keep a candidate from counting as an optimized kernel (the cheats
-# of docs/cheats.md); the engine adds "not_counted" beside any of them, and the guard refuses both.
+# Evaluation flags that keep a candidate from counting (the cheats of docs/cheats.md); the engine
+# adds "not_counted" beside any of them, and the guard refuses both. "torch_fallback" is not
+# one: a correct, faster PyTorch rewrite is a real result for the user, labelled
+# PYTORCH_REWRITE (Evaluation.custom_kernel False) and never counted as a kernel speedup;
+# KERNELS_ONLY_FLAGS is the strict rule (`kernels_only`) for people who score custom kernels.
 DISQUALIFYING_FLAGS = frozenset({
-    "torch_fallback", "timer_patch", "tampering", "side_stream", "thread_started", "result_cache",
+    "timer_patch", "tampering", "side_stream", "thread_started", "result_cache",
     "result_cache_suspected", "precision_lowering", "cuda_graph", "beyond_roofline",
 })
+KERNELS_ONLY_FLAGS = DISQUALIFYING_FLAGS | {"torch_fallback"}
+
+# The two kinds of result (Evaluation.label) and the spread above which a timing is a warning.
+CUSTOM_KERNEL = "custom kernel"
+PYTORCH_REWRITE = "PyTorch rewrite (no custom kernel)"
+NOISY_SPREAD_PCT = 10.0
 
 
 class _Record:
@@ -201,6 +210,30 @@ class Evaluation(_Record):
     device: dict[str, Any] | None = None  # name, sm_count, capability, clocks, memory bandwidth
     versions: dict[str, str] = field(default_factory=dict)
     wall_seconds: float = 0.0
+    # True: the speed comes from the candidate's own kernel; False: a PyTorch rewrite (no custom
+    # kernel, or PyTorch ops doing the reference's work beside one); None: not known (not run).
+    custom_kernel: bool | None = None
+    # Other processes used the GPU while this was timed: {"processes": [{pid, name, memory_mib}],
+    # "count", "source": "nvml" | "nvidia-smi", "spread_pct"}; None when alone or not a GPU.
+    shared_gpu: dict[str, Any] | None = None
+
+    @property
+    def label(self) -> str | None:
+        """CUSTOM_KERNEL or PYTORCH_REWRITE; None when unknown."""
+        if self.custom_kernel is None:
+            return None
+        return CUSTOM_KERNEL if self.custom_kernel else PYTORCH_REWRITE
+
+    @property
+    def noisy(self) -> bool:
+        """The candidate's timing spread is above NOISY_SPREAD_PCT: a warning, not a fact."""
+        return self.time is not None and self.time.spread_pct > NOISY_SPREAD_PCT
+
+    @property
+    def compile_faster(self) -> bool | None:
+        """torch.compile of the reference beats this candidate (None: not both timed)."""
+        s = self.speedup_compile
+        return None if s is None else s < 1.0
 
     @property
     def speedup_eager(self) -> float | None:
@@ -227,6 +260,11 @@ class Evaluation(_Record):
             "speedup_compile": self.speedup_compile,
             "spread_pct": self.time.spread_pct if self.time else None,
             "device": self.device,
+            "custom_kernel": self.custom_kernel,
+            "label": self.label,
+            "noisy": self.noisy,
+            "compile_faster": self.compile_faster,
+            "shared_gpu": self.shared_gpu,
         }
 
 

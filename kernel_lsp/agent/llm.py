@@ -3,6 +3,10 @@
 Configured by model, base_url and api_key (or OPENAI_API_KEY / OPENAI_BASE_URL /
 KERNEL_LSP_MODEL). The key lives only in the client object: never logged, never put
 in a prompt, a note, an event or the store.
+
+No model configured is an immediate `NoModelConfigured` (never a default model at a public
+endpoint); an endpoint that does not answer is `EndpointUnreachable` from `check()` and a
+fatal failed Proposal (no retry loop) from `propose()`. Both are `verdicts.CannotRun`: exit 2.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from kernel_lsp.model import Candidate
+from kernel_lsp.verdicts import CannotRun, EndpointUnreachable, NoModelConfigured
 
 from .budget import Pricing
 from .patches import ParseError, parse_answer
@@ -23,9 +28,6 @@ from .prompts import build_messages
 from .proposer import Proposal, ProposalRequest
 
 log = logging.getLogger(__name__)
-
-DEFAULT_MODEL = "gpt-4o-mini"
-
 
 @dataclass
 class LLMConfig:
@@ -48,7 +50,7 @@ class LLMConfig:
                  api_key: str | None = None, env: dict[str, str] | None = None, **kw: Any) -> "LLMConfig":
         env = dict(os.environ) if env is None else env
         return cls(
-            model=model or env.get("KERNEL_LSP_MODEL") or DEFAULT_MODEL,
+            model=model or env.get("KERNEL_LSP_MODEL") or None,
             base_url=base_url or env.get("OPENAI_BASE_URL") or None,
             api_key=api_key or env.get("OPENAI_API_KEY") or None,
             **kw,
@@ -60,11 +62,23 @@ class LLMConfig:
                 "api_key": "set" if self.api_key else "unset"}
 
 
+    def problem(self) -> str | None:
+        """Why this configuration cannot work, before any request; None when it may."""
+        if not self.model:
+            return NoModelConfigured().reason
+        if not self.base_url and not self.api_key:
+            return (f"model {self.model!r} is set but no endpoint is: set --base-url / OPENAI_BASE_URL "
+                    "(agent.baseUrl in the editor) for a local or private server, or OPENAI_API_KEY "
+                    "for api.openai.com")
+        return None
+
+
 class LLMError(Exception):
-    def __init__(self, reason: str, fatal: bool = False):
+    def __init__(self, reason: str, fatal: bool = False, kind: str = ""):
         super().__init__(reason)
         self.reason = reason
         self.fatal = fatal
+        self.kind = kind      # "unreachable" | "auth" | "refused" | ""
 
 
 @dataclass
@@ -85,10 +99,13 @@ class LLMProposer:
 
     def __init__(self, config: LLMConfig | None = None, *,
                  sleep: Callable[[float], Any] = asyncio.sleep) -> None:
+        self.config = config or LLMConfig.from_env()
+        problem = self.config.problem()
+        if problem is not None:
+            raise NoModelConfigured(problem)
         import openai  # the agent's one hard dependency; imported here so the rest loads without it
 
-        self.config = config or LLMConfig.from_env()
-        self.model = self.config.model or DEFAULT_MODEL
+        self.model: str = self.config.model or ""
         self._openai = openai
         self._sleep = sleep
         self._refused: set[str] = set()   # request parameters the endpoint rejected
@@ -102,6 +119,24 @@ class LLMProposer:
 
     async def aclose(self) -> None:
         await self._client.close()
+
+    async def check(self, timeout: float = 10.0) -> None:
+        """Raise EndpointUnreachable at once when the endpoint does not answer (any HTTP answer,
+        404 included, means it is there; authentication is judged by the first real request)."""
+        oa = self._openai
+        try:
+            await self._client.with_options(timeout=timeout, max_retries=0).models.list()
+        except oa.APITimeoutError:
+            raise EndpointUnreachable(f"endpoint unreachable: {self._where()} did not answer within "
+                                      f"{timeout:.0f} s") from None
+        except oa.APIConnectionError as e:
+            raise EndpointUnreachable(f"endpoint unreachable: cannot reach {self._where()}: "
+                                      f"{_short(e) or 'connection failed'}") from None
+        except oa.APIError:
+            pass  # it answered (401, 404, ...): there is an endpoint; the real request judges the rest
+
+    def _where(self) -> str:
+        return str(self._client.base_url).rstrip("/")
 
     async def propose(self, request: ProposalRequest) -> list[Proposal]:
         calls = [self._one(request, i) for i in range(max(1, request.count))]
@@ -142,10 +177,11 @@ class LLMProposer:
                 return Completion(text, pt, ct, attempt, time.monotonic() - t0)
             except oa.AuthenticationError as e:
                 raise LLMError(f"authentication failed (HTTP {e.status_code}): check the API key",
-                               fatal=True) from None
+                               fatal=True, kind="auth") from None
             except (oa.PermissionDeniedError, oa.NotFoundError) as e:
                 raise LLMError(f"endpoint refused the request (HTTP {e.status_code}): "
-                               f"{_short(e)}; check the model name and base URL", fatal=True) from None
+                               f"{_short(e)}; check the model name and base URL", fatal=True,
+                               kind="refused") from None
             except oa.RateLimitError as e:
                 last = f"rate limited (HTTP 429): {_short(e)}"
                 wait = self._retry_after(e) or self._backoff(attempt)
@@ -161,16 +197,17 @@ class LLMProposer:
                 last = f"request timed out after {self.config.request_timeout:.0f}s"
                 wait = self._backoff(attempt)
             except oa.APIConnectionError as e:
-                last = f"cannot reach the endpoint: {_short(e)}"
-                wait = self._backoff(attempt)
+                # The client already retried the connection: an endpoint that is not there now
+                # will not be there in a minute either. Say so at once.
+                raise LLMError(f"endpoint unreachable: cannot reach the endpoint {self._where()}: "
+                               f"{_short(e)}", fatal=True, kind="unreachable") from None
             except oa.APIError as e:  # e.g. an error event in the middle of a stream
                 last = f"API error: {_short(e)}"
                 wait = self._backoff(attempt)
             if attempt < self.config.attempts:
                 log.info("LLM request failed (%s); retry %d in %.1fs", last, attempt, wait)
                 await self._sleep(wait)
-        raise LLMError(f"{last} (after {self.config.attempts} attempts)",
-                       fatal=last.startswith("cannot reach"))
+        raise LLMError(f"{last} (after {self.config.attempts} attempts)")
 
     def _adapt(self, message: str) -> bool:
         """Reasoning models refuse `max_tokens` (want `max_completion_tokens`) or a temperature;

@@ -9,6 +9,12 @@ so a cancelled Search leaves every evaluated Candidate and the best so far behin
 The guard: the result is the fastest Candidate verified correct, without flags,
 and faster than the starting source by more than the measured noise, re-timed
 against the start in a final confirmation run; otherwise improved=False.
+
+A PyTorch rewrite (Evaluation.custom_kernel False) counts when correct and faster,
+labelled as such; `kernels_only` keeps the strict rule. Every result says why
+(`reason`), what kind of result it is (`label`), against both baselines, with its spread
+and which measurement its speedup comes from (`measurement`: "confirmation" or
+"first run"; the ranking uses the same number per candidate).
 """
 
 from __future__ import annotations
@@ -20,7 +26,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from kernel_lsp.model import DISQUALIFYING_FLAGS, Candidate, Evaluation, Task
+from collections import Counter
+
+from kernel_lsp import verdicts
+from kernel_lsp.model import DISQUALIFYING_FLAGS, KERNELS_ONLY_FLAGS, Candidate, Evaluation, Task, Timing
 
 from .budget import Budget
 from .proposer import Proposal, ProposalRequest, Proposer
@@ -62,6 +71,7 @@ class SearchOptions:
     start_engine_options: dict[str, Any] | None = None
     max_errors: int = 3                  # consecutive transport failures before stopping
     repair_only: bool = False            # fix the start (fixCompileError): no optimize rounds
+    kernels_only: bool = False           # a PyTorch rewrite never counts (KernelBench-style scoring)
 
 
 @dataclass
@@ -98,6 +108,8 @@ class Node:
     exhausted: bool = False
     profile: dict[str, Any] | None = None
     step: int = 0
+    confirmed_speedup: float | None = None   # from the final confirmation run, when re-timed there
+    confirmed_evaluation: Evaluation | None = None
 
     @property
     def id(self) -> str:
@@ -120,7 +132,28 @@ class SearchResult:
     candidates_evaluated: int
     usage: dict[str, Any]
     steps: list[dict[str, Any]]
-    ranking: list[dict[str, Any]]        # correct candidates, fastest first
+    ranking: list[dict[str, Any]]        # correct candidates: the winner first, then by speedup
+    # What happened, for front ends (kernel_lsp.verdicts turns it into text and exit codes):
+    outcome: str = "no_improvement"      # improved | no_improvement | cannot_run | cancelled | failed
+    # The best candidate (the winner; None without one):
+    speedup_eager: float | None = None   # vs the reference run eagerly
+    speedup_compile: float | None = None  # vs torch.compile of the reference
+    spread_pct: float | None = None      # the larger relative spread of best and start, percent
+    noisy: bool = False                  # spread above verdicts.NOISY_SPREAD_PCT: a warning
+    measurement: str | None = None       # "confirmation" | "first run": where `speedup` comes from
+    custom_kernel: bool | None = None    # False: a PyTorch rewrite (no custom kernel)
+    label: str | None = None             # "custom kernel" | "PyTorch rewrite (no custom kernel)"
+    compile_faster: bool | None = None   # torch.compile of the reference beats the best
+    shared_gpu: dict[str, Any] | None = None  # timed while other processes used the GPU
+
+    @property
+    def failed_steps(self) -> list[dict[str, Any]]:
+        return [s for s in self.steps if s.get("failed")]
+
+    @property
+    def headline(self) -> str:
+        """One sentence for the user (verdicts.search_reason)."""
+        return verdicts.search_reason(self)
 
     @property
     def tokens(self) -> int:
@@ -140,7 +173,12 @@ class SearchResult:
             "start_ms": _ms(self.start_evaluation), "best_ms": _ms(self.best_evaluation),
             "candidates_evaluated": self.candidates_evaluated,
             "tokens": self.tokens, "cost": round(self.cost, 6), "usage": self.usage,
-            "ranking": self.ranking, "failed_steps": [s for s in self.steps if s.get("failed")],
+            "ranking": self.ranking, "failed_steps": self.failed_steps,
+            "outcome": self.outcome, "headline": self.headline,
+            "speedup_eager": self.speedup_eager, "speedup_compile": self.speedup_compile,
+            "spread_pct": self.spread_pct, "noisy": self.noisy, "measurement": self.measurement,
+            "custom_kernel": self.custom_kernel, "label": self.label,
+            "compile_faster": self.compile_faster, "shared_gpu": self.shared_gpu,
         }
 
 
@@ -179,6 +217,8 @@ class Search:
         self._evaluated = 0
         self._errors = 0
         self._fatal: str | None = None       # a Proposer failure that ends the Search
+        self._cannot_run = False             # nothing could be measured: outcome "cannot_run"
+        self._confirm_note: str | None = None  # why confirmation found no winner
         self._tasks: set[asyncio.Task[Any]] = set()
 
     # -- events and store ------------------------------------------------------
@@ -250,7 +290,12 @@ class Search:
     def _qualifies(self, ev: Evaluation | None) -> bool:
         if ev is None or ev.verdict != "correct" or ev.correct is not True or ev.time is None:
             return False
-        return not (set(ev.flags) & self.options.bad_flags)
+        bad = self.options.bad_flags
+        if self.options.kernels_only:
+            if ev.custom_kernel is False:
+                return False
+            bad = bad | KERNELS_ONLY_FLAGS
+        return not (set(ev.flags) & bad)
 
     @staticmethod
     def _runs(ev: Evaluation | None) -> bool:
@@ -322,12 +367,28 @@ class Search:
             await asyncio.wait(list(self._tasks), timeout=0.5)
 
     async def _loop(self, root: Node) -> str:
+        # A Proposer that cannot work (endpoint down) says so before any timing is spent.
+        check = getattr(self.proposer, "check", None)
+        if check is not None:
+            try:
+                await check()
+            except verdicts.CannotRun as e:
+                self._cannot_run = True
+                self._step("proposer", e.reason, failed=True)
+                return e.reason
         try:
             self._device = dict(await self.engine.device_info() or {})
         except asyncio.CancelledError:
             raise
         except Exception as e:
             log.info("device_info failed: %s", e)
+        precheck = getattr(self.proposer, "precheck", None)
+        if precheck is not None:
+            problem = precheck(self.start, self._device)
+            if problem:
+                self._cannot_run = True
+                self._step("proposer", problem, failed=True)
+                return problem
         self._emit("evaluating", candidate=root.id, message="timing the starting source")
         root.evaluation = await self._evaluate(self.start, self.options.start_engine_options)
         self._evaluated += 1
@@ -337,6 +398,11 @@ class Search:
                    speedup=root.speedup, message=root.evaluation.message or "")
         if root.evaluation.verdict == "correct" and root.evaluation.time is None and "bench" in self.options.checks:
             return "the starting source could not be timed"
+        if root.evaluation.verdict == "not_run" or (root.evaluation.verdict == "error"
+                                                    and root.evaluation.correct is None):
+            # No GPU for a GPU Task, execution off, a broken harness: no child could run either.
+            self._cannot_run = True
+            return root.evaluation.message or "the starting source could not run"
 
         while True:
             why = self.budget.exhausted()
@@ -346,7 +412,7 @@ class Search:
                 return "repaired" if not self._start_ok() else "the start already works"
             picked = self._select()
             if picked is None:
-                return "nothing left to expand"
+                return "the proposer had nothing more to try"
             node, mode = picked
             self.round += 1
             gained = await self._expand(node, mode)
@@ -356,6 +422,9 @@ class Search:
             if self._errors >= self.options.max_errors:
                 return f"stopped after {self._errors} proposer failures in a row: {self.steps[-1]['reason']}"
             if self._fatal:
+                if self._evaluated <= 1:  # nothing but the start was ever evaluated
+                    self._cannot_run = True
+                    return self._fatal
                 return f"proposer cannot go on: {self._fatal}"
 
     def _select(self) -> tuple[Node, str] | None:
@@ -510,6 +579,30 @@ class Search:
 
     # -- the guard -------------------------------------------------------------
 
+    def _rank_rows(self, winner: Node | None, first: Evaluation | None) -> list[dict[str, Any]]:
+        """Counted candidates, each with ONE speedup: the confirmation's where it was re-timed,
+        else the first run's (and which it is); the winner first, then by that speedup."""
+        rows = []
+        for n in self.nodes.values():
+            if not self._qualifies(n.evaluation):
+                continue
+            confirmed = n.confirmed_speedup is not None and n.confirmed_evaluation is not None
+            ev = n.confirmed_evaluation if confirmed else n.evaluation
+            speedup = n.confirmed_speedup if confirmed else n.speedup
+            assert ev is not None
+            spread = ev.time.spread_pct if ev.time else None
+            rows.append({"candidate": n.id, "note": n.candidate.note, "origin": n.candidate.origin,
+                         "depth": n.depth, "time_ms": _ms(ev), "speedup": speedup,
+                         "measurement": "confirmation" if confirmed else "first run",
+                         "speedup_eager": _vs(first, "eager", speedup, ev),
+                         "speedup_compile": _vs(first, "compiled", speedup, ev),
+                         "spread_pct": spread, "noisy": verdicts.is_noisy(spread),
+                         "custom_kernel": ev.custom_kernel, "label": verdicts.label(ev.custom_kernel),
+                         "winner": winner is not None and n.id == winner.id})
+        rows.sort(key=lambda r: (not r["winner"], -(r["speedup"] if r["speedup"] is not None else -math.inf),
+                                 r["time_ms"] if r["time_ms"] is not None else math.inf))
+        return rows
+
     def _ranking(self) -> list[Node]:
         nodes = [n for n in self.nodes.values() if n.id != self.start.id and self._beats_start(n)]
         return sorted(nodes, key=lambda n: n.evaluation.time.median_ms if n.evaluation and n.evaluation.time else math.inf)
@@ -536,6 +629,13 @@ class Search:
                 limit = noise_threshold(start_ev, ev, self.options.min_gain, self.options.noise_factor)
                 self._step("confirmation", f"{s:.3f}x vs start (needs > {limit:.3f})" if s else ev.verdict,
                            failed=not (s and s > limit), candidate=node.id, speedup=s)
+                node.confirmed_speedup, node.confirmed_evaluation = s, ev
+                if s is None:
+                    self._confirm_note = ("the best candidate did not hold up when re-timed ("
+                                          + verdicts.evaluation_reason(ev if self._runs(start_ev) else start_ev) + ")")
+                else:
+                    self._confirm_note = (f"no candidate stayed faster than the start when re-timed "
+                                          f"(best {s:.2f}x, needs > {limit:.2f}x)")
                 if s is not None and s > limit:
                     winner, win_ev, speedup, confirmed = node, ev, s, True
                     break
@@ -547,10 +647,44 @@ class Search:
             winner, win_ev, speedup = ranked[0], ranked[0].evaluation, ranked[0].speedup
         if winner is not None and speedup is None and self._runs(start_ev) and win_ev and win_ev.time:
             speedup = start_ev.time.median_ms / win_ev.time.median_ms  # type: ignore[union-attr]
-        result = self._final(state, reason if winner else f"{reason}; no improvement",
-                             confirmed=confirmed, winner=winner, win_ev=win_ev, speedup=speedup,
-                             start_ev=start_ev)
+        if winner is None and not self._cannot_run:
+            reason = self._why_not(reason)
+        result = self._final(state, reason, confirmed=confirmed, winner=winner, win_ev=win_ev,
+                             speedup=speedup, start_ev=start_ev)
         return result
+
+    def _why_not(self, stop: str) -> str:
+        """Why the Search stopped, then why no candidate won, in the user's words."""
+        return f"{stop}; {self._no_winner()}"
+
+    def _no_winner(self) -> str:
+        if self._confirm_note:
+            return self._confirm_note
+        tried = [n for n in self.nodes.values() if n.id != self.start.id and n.evaluation is not None]
+        if not tried:
+            failed = [st for st in self.steps if st["kind"] == "proposal" and st["failed"]]
+            if failed:
+                return f"no proposal gave a candidate ({len(failed)} failed; last: {failed[-1]['reason'][:160]})"
+            return "no candidate was proposed"
+        correct = [n for n in tried if self._runs(n.evaluation)]
+        if not correct:
+            counts = Counter(n.evaluation.verdict for n in tried if n.evaluation is not None)
+            what = ", ".join(f"{k} {v}" for k, v in counts.most_common())
+            return f"no candidate was correct ({what})"
+        counted = [n for n in correct if self._qualifies(n.evaluation)]
+        if not counted:
+            if self.options.kernels_only and any(
+                    n.evaluation is not None and n.evaluation.custom_kernel is False for n in correct):
+                return "the correct candidates were PyTorch rewrites, which kernels_only does not count"
+            flags = sorted({f for n in correct if n.evaluation is not None for f in n.evaluation.flags}
+                           & (self.options.bad_flags | KERNELS_ONLY_FLAGS))
+            return f"every correct candidate was disqualified ({', '.join(flags) or 'flags'})"
+        best = max((n.speedup for n in counted if n.speedup is not None), default=None)
+        if best is None:
+            return "the start could not be compared with the candidates"
+        if best <= 1.0:
+            return f"{verdicts.ALL_SLOWER} than the start (best {best:.2f}x)"
+        return f"no candidate was faster than the start by more than the measured noise (best {best:.2f}x)"
 
     def _final(self, state: str, reason: str, *, confirmed: bool, winner: Node | None = None,
                win_ev: Evaluation | None = None, speedup: float | None = None,
@@ -563,20 +697,36 @@ class Search:
             best_so_far = self.best
         else:
             best_so_far = winner
-        ranking = [{"candidate": n.id, "note": n.candidate.note, "origin": n.candidate.origin,
-                    "depth": n.depth, "time_ms": _ms(n.evaluation), "speedup": n.speedup}
-                   for n in sorted((n for n in self.nodes.values() if self._qualifies(n.evaluation)),
-                                   key=lambda n: _ms(n.evaluation) or math.inf)]
+        first = root.evaluation if root is not None else None
+        ranking = self._rank_rows(winner, first)
+        if state == "cancelled":
+            outcome = "cancelled"
+        elif state == "failed":
+            outcome = "failed"
+        elif self._cannot_run:
+            outcome = "cannot_run"
+        else:
+            outcome = "improved" if winner is not None else "no_improvement"
         result = SearchResult(
             search_id=self.search_id, task=self.task.name, state=state, reason=reason,
             improved=winner is not None, start=self.start, start_evaluation=start_ev,
             best=winner.candidate if winner else None, best_evaluation=win_ev, speedup=speedup,
             confirmed=confirmed, candidates_evaluated=self._evaluated, usage=self.budget.usage(),
-            steps=list(self.steps), ranking=ranking)
-        summary = {"improved": result.improved, "speedup": speedup, "confirmed": confirmed,
-                   "best": winner.id if winner else None, "reason": reason,
-                   "best_so_far": best_so_far.id if best_so_far else None,
-                   "candidates_evaluated": self._evaluated}
+            steps=list(self.steps), ranking=ranking, outcome=outcome)
+        if winner is not None and win_ev is not None:
+            result.measurement = "confirmation" if confirmed else "first run"
+            result.speedup_eager = _vs(first, "eager", speedup, win_ev)
+            result.speedup_compile = _vs(first, "compiled", speedup, win_ev)
+            spreads = [e.time.spread_pct for e in (win_ev, start_ev) if e is not None and e.time is not None]
+            result.spread_pct = max(spreads) if spreads else None
+            result.noisy = verdicts.is_noisy(result.spread_pct)
+            result.custom_kernel = win_ev.custom_kernel
+            result.label = verdicts.label(win_ev.custom_kernel)
+            result.compile_faster = None if result.speedup_compile is None else result.speedup_compile < 1.0
+        shared = [e.shared_gpu for e in (win_ev, start_ev, first) if e is not None and e.shared_gpu]
+        result.shared_gpu = shared[0] if shared else None
+        summary = {k: v for k, v in result.to_dict().items() if k not in ("failed_steps", "usage")}
+        summary["best_so_far"] = best_so_far.id if best_so_far else None
         if self.search_id is not None:
             # Plain synchronous sqlite: runs to the end even while the task is being cancelled.
             self._store("update_search", self.search_id, budget=self._doc(summary))
@@ -584,6 +734,21 @@ class Search:
                         best=best_so_far.id if best_so_far else None, message=reason)
         self.result = result
         return result
+
+
+def _vs(first: Evaluation | None, baseline: str, speedup: float | None, ev: Evaluation) -> float | None:
+    """A candidate's speedup over a baseline of the reference. The baselines are timed once, with
+    the start: baseline/start from that run times the candidate's speedup over the start (from the
+    measurement `speedup` comes from), so both speedups describe the same measurement; without
+    a timed start, baseline / candidate time directly."""
+    base: Timing | None = getattr(first, baseline, None) if first is not None else None
+    if base is None or base.median_ms <= 0:
+        return None
+    if speedup is not None and first is not None and first.time is not None and first.time.median_ms > 0:
+        return base.median_ms / first.time.median_ms * speedup
+    if ev.time is not None and ev.time.median_ms > 0:
+        return base.median_ms / ev.time.median_ms
+    return None
 
 
 def _transport(reason: str) -> bool:

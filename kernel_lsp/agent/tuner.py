@@ -4,7 +4,10 @@ CUDA (a .cu, or CUDA text embedded in a Python file): `#define NAME <int>`,
 `constexpr int NAME = <int>`, template int parameters with defaults,
 `__launch_bounds__(N)`, `#pragma unroll N`, literal block sizes in `<<<grid, 128>>>`
 and `dim3 block(16, 16)`. Python: top-level `NAME = <int>` constants, and
-`torch.compile` modes on ModelNew (CUDA graphs through "reduce-overhead") on a GPU.
+`torch.compile` modes on ModelNew (CUDA graphs through "reduce-overhead") on a GPU, and
+on the CPU torch.compile's default mode when the start's own torch.compile baseline beat it.
+These are labelled candidates: the engine calls them PyTorch rewrites (no custom kernel).
+With nothing to vary, the tuner says so at once (`precheck`): such a source needs an LLM.
 
 Each call proposes one-parameter changes of the parent (powers of two around the
 current value, within the parameter's limits); with the Search expanding its best
@@ -190,16 +193,31 @@ def variants(source: str, kind: str = "cuda") -> list[tuple[str, str]]:
     return out
 
 
-def compile_variants(source: str) -> list[tuple[str, str]]:
+_MODE_NOTES = {"reduce-overhead": " (CUDA graphs)"}
+
+
+def compile_variants(source: str, modes: tuple[str, ...] = _COMPILE_MODES) -> list[tuple[str, str]]:
     """torch.compile modes on ModelNew; "reduce-overhead" uses CUDA graphs."""
-    if "ModelNew" not in source or "torch.compile" in source:
+    if not can_compile(source):
         return []
     out = []
-    for mode in _COMPILE_MODES:
+    for mode in modes:
         tail = (f"\n\n# kernel-lsp tuner: torch.compile mode={mode!r}\n"
                 f"ModelNew.forward = torch.compile(ModelNew.forward, mode={mode!r})\n")
-        out.append((source.rstrip("\n") + tail, f"torch.compile(mode={mode!r})"))
+        out.append((source.rstrip("\n") + tail, f"torch.compile(mode={mode!r}){_MODE_NOTES.get(mode, '')}"))
     return out
+
+
+def can_compile(source: str) -> bool:
+    return "ModelNew" in source and "torch.compile" not in source
+
+
+NEEDS_LLM = ("rewriting it needs an LLM: configure a model endpoint (--model / KERNEL_LSP_MODEL, "
+             "and --base-url / OPENAI_BASE_URL for a local server)")
+
+
+def parent_is_python(request: ProposalRequest) -> bool:
+    return request.parent.kind == "python" and can_compile(request.parent.source)
 
 
 class TunerProposer:
@@ -219,17 +237,40 @@ class TunerProposer:
     async def aclose(self) -> None:
         pass
 
+    def _on_gpu(self, device: dict) -> bool:
+        dev = str(device.get("name", "") or device.get("type", "")).lower()
+        return bool(dev) and "cpu" not in dev
+
+    def _compile_modes(self, request: ProposalRequest) -> tuple[str, ...]:
+        if self.torch_compile is not None:
+            return _COMPILE_MODES if self.torch_compile else ()
+        if self._on_gpu(request.device):
+            return _COMPILE_MODES
+        # CPU: inductor builds are slow (minutes for a Python loop); offer its default mode only
+        # when the start's own torch.compile baseline showed it is faster here.
+        start = request.start_evaluation
+        if start is not None and start.speedup_compile is not None and start.speedup_compile < 1.0:
+            return ("default",)
+        return ()
+
     def _all_for(self, request: ProposalRequest) -> list[Candidate]:
         parent = request.parent
         pairs = variants(parent.source, parent.kind)
-        use_compile = self.torch_compile
-        if use_compile is None:
-            dev = str(request.device.get("name", "") or request.device.get("type", "")).lower()
-            use_compile = bool(dev) and "cpu" not in dev
-        if parent.kind == "python" and use_compile:
-            pairs += compile_variants(parent.source)
+        if parent.kind == "python":
+            pairs += compile_variants(parent.source, self._compile_modes(request))
         return [Candidate(source=s, kind=parent.kind, origin="tuner", parent=parent.id, note=n)
                 for s, n in pairs]
+
+    def precheck(self, start: Candidate, device: dict) -> str | None:
+        """Why the tuner cannot do anything for `start`, before any timing; None when it may."""
+        if find_tunables(start.source, start.kind):
+            return None
+        if start.kind == "python" and can_compile(start.source) and self.torch_compile is not False:
+            return None  # torch.compile modes (on the CPU only if its baseline wins; see propose)
+        return ("the tuner found nothing to vary in this source (no tunable constants such as "
+                "`#define BLOCK 256`, launch block sizes or UPPER_CASE integers"
+                + (", and torch.compile needs a ModelNew without it" if start.kind == "python" else "")
+                + f"); {NEEDS_LLM}")
 
     async def propose(self, request: ProposalRequest) -> list[Proposal]:
         if request.mode == "repair":
@@ -241,6 +282,12 @@ class TunerProposer:
             self._seen.add(request.start_evaluation.candidate)  # stepping back to the start is no news
         if pid not in self._queues:
             self._queues[pid] = self._all_for(request)
+            if not self._queues[pid] and request.start_evaluation is not None \
+                    and pid == request.start_evaluation.candidate:
+                why = ("torch.compile was not faster than the start on this CPU"
+                       if parent_is_python(request) else "no tunable constants")
+                return [Proposal.failed(f"the tuner has nothing to try for this source ({why}); {NEEDS_LLM}",
+                                        fatal=True, form="tuner")]
         queue = self._queues[pid]
         out: list[Proposal] = []
         while queue and len(out) < max(1, request.count):

@@ -6,13 +6,19 @@ is loaded (the Worker imports this module first): a candidate that later reassig
 or `builtins.sorted` changes nothing measured here (cheat 7).
 
 GPU method, per run: L2 flushed (a buffer of 2x the device's L2 written), device-wide sync,
-`start` event, one call on the next of several rotating input sets, `end` event, device-wide
-sync, then a `done` event recorded after that sync. `end - start` is the classic event time;
-`done - start` minus the sync's own latency (calibrated with an empty call) also covers work
-the candidate hid on another stream (cheat 5). If the second is clearly longer, the run is
-flagged `side_stream_work` and the longer time is reported. CPU: `perf_counter_ns` around each
-call, same structure, no cache flush. Runs are adaptive: at least `min_runs`, more for short
-calls, bounded by `budget_s`.
+`start` event, one call on the next of several rotating input sets, `end` event, sync.
+`end - start` is the event time on the launching stream.
+
+Work the candidate hid on another stream (cheat 5) is found from this process's OWN kernels:
+a few calls run under the PyTorch profiler (CUPTI activity records: every kernel, copy and
+memset of this process with its stream), each call framed by two marker kernels on the
+launching stream. A kernel on any other stream inside a frame is side-stream work: the run is
+flagged `side_stream_work` and the time reported is the span from the first to the last
+kernel of the call over all streams. A device-wide "busy until idle" measure is not used: it
+counts other processes' work (a 0.017 ms kernel read 0.42 ms on a shared GPU).
+
+CPU: `perf_counter_ns` around each call, same structure, no cache flush. Runs are adaptive:
+at least `min_runs`, more for short calls, bounded by `budget_s`.
 """
 
 from __future__ import annotations
@@ -42,9 +48,10 @@ _gpu_sleep = torch.cuda._sleep
 # Cycles of GPU busy-wait queued before each timed call: the start event then fires only once
 # the host has enqueued the call, so Python's launch overhead (ctypes, allocations: 10-20 us)
 # is not counted as kernel time, as do_bench and ncu do not count it. ~60 us at boost clock.
-# The price: side-stream work that ends inside this lead is not seen by the device-wide
-# measure; the static check flags side streams, and longer hidden work is still counted.
 LEAD_CYCLES = 120_000
+MARKER = "spin_kernel"   # the kernel torch.cuda._sleep launches: frames each profiled call
+SIDE_STREAM_CALLS = 5    # calls profiled to look for side-stream work
+SIDE_STREAM_TIMED_CALLS = 20  # calls timed over every stream once some was found
 _cuda_available = torch.cuda.is_available
 
 
@@ -60,9 +67,47 @@ class BenchResult:
     timing: Timing
     samples_ms: list[float]
     event_timing: Timing | None = None   # CUDA: end - start on the launching stream
-    device_timing: Timing | None = None  # CUDA: until every stream was idle, sync latency removed
+    streams_timing: Timing | None = None  # CUDA, side-stream work found: first to last kernel, all streams
+    side_streams: list[dict[str, Any]] = field(default_factory=list)  # the kernels seen off the timed stream
     flags: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Activity:
+    """One GPU activity record of this process (CUPTI through the PyTorch profiler)."""
+
+    name: str
+    stream: int
+    start_ns: int
+    end_ns: int
+
+
+@dataclass
+class CallActivity:
+    span_ms: float                       # first start to last end over every stream, 0 without kernels
+    side: list[Activity]                 # records on other streams than the timed one
+
+
+def frame_calls(records: list[Activity], marker: str = MARKER) -> list[CallActivity]:
+    """Split a profiled run into calls: marker kernels on the timed stream come in pairs
+    (before and after each call, the second after a device sync), so everything of call i
+    lies between the two markers of pair i. The timed stream is the markers' stream."""
+    records = _sorted(records, key=lambda r: r.start_ns)
+    marks = [r for r in records if marker in r.name]
+    if not marks:
+        return []
+    timed = marks[0].stream
+    marks = [m for m in marks if m.stream == timed]
+    calls: list[CallActivity] = []
+    for i in range(0, _len(marks) - 1, 2):
+        lo, hi = marks[i].end_ns, marks[i + 1].start_ns
+        inside = [r for r in records if lo <= r.start_ns < hi and marker not in r.name]
+        span = 0.0
+        if inside:
+            span = (_max(r.end_ns for r in inside) - _min(r.start_ns for r in inside)) / 1e6
+        calls.append(CallActivity(span_ms=span, side=[r for r in inside if r.stream != timed]))
+    return calls
 
 
 def stats(samples_ms: list[float]) -> Timing:
@@ -94,14 +139,18 @@ def l2_flush_buffer(device: torch.device) -> torch.Tensor | None:
 
 def time_fn(fn: Callable[..., Any], input_sets: list[list[Any]], device: torch.device | str, *,
             warmup: int = 5, min_runs: int = 20, max_runs: int = 2000, budget_s: float = 2.0,
-            flush_l2: bool = True) -> BenchResult:
-    """Time separate calls `fn(*input_sets[i % n])` (results discarded)."""
+            flush_l2: bool = True, side_streams: bool = True) -> BenchResult:
+    """Time separate calls `fn(*input_sets[i % n])` (results discarded). `side_streams`: look
+    for work on other streams of this process (the candidate's; our baselines skip it)."""
     device = torch.device(device)
     if not input_sets:
         input_sets = [[]]
     with torch.no_grad():
         if device.type == "cuda":
-            return _time_cuda(fn, input_sets, device, warmup, min_runs, max_runs, budget_s, flush_l2)
+            res = _time_cuda(fn, input_sets, device, warmup, min_runs, max_runs, budget_s, flush_l2)
+            if side_streams:
+                _side_streams(fn, input_sets, device, res, flush_l2)
+            return res
         return _time_cpu(fn, input_sets, warmup, min_runs, max_runs, budget_s)
 
 
@@ -134,52 +183,95 @@ def _time_cpu(fn: Callable[..., Any], sets: list[list[Any]], warmup: int, min_ru
 
 
 def _cuda_run(fn: Callable[..., Any], args: list[Any], flush: torch.Tensor | None,
-              events: tuple[Any, Any, Any]) -> tuple[float, float]:
-    start, end, done = events
+              events: tuple[Any, Any]) -> float:
+    start, end = events
     if flush is not None:
         flush.zero_()
     _cuda_sync()
-    if fn is not _noop:
-        _gpu_sleep(LEAD_CYCLES)
+    _gpu_sleep(LEAD_CYCLES)
     _event_record(start)
     fn(*args)
     _event_record(end)
-    _cuda_sync()   # device-wide: waits for every stream, side streams included
-    _event_record(done)
     _cuda_sync()
-    return _event_elapsed(start, end), _event_elapsed(start, done)
+    return _event_elapsed(start, end)
 
 
 def _time_cuda(fn: Callable[..., Any], sets: list[list[Any]], device: torch.device, warmup: int,
                min_runs: int, max_runs: int, budget_s: float, flush_l2: bool) -> BenchResult:
     with torch.cuda.device(device):
         flush = l2_flush_buffer(device) if flush_l2 else None
-        events = (_Event(enable_timing=True), _Event(enable_timing=True), _Event(enable_timing=True))
-        # Calibrate the latency of "sync, then record" with a call that does nothing.
-        idle = [_cuda_run(_noop, [], None, events) for _ in range(10)]
-        sync_latency = _sorted(d - e for e, d in idle)[5]
+        events = (_Event(enable_timing=True), _Event(enable_timing=True))
         n = _len(sets)
-        warm = [_cuda_run(fn, sets[i % n], flush, events)[0] for i in range(_max(1, warmup))]
+        warm = [_cuda_run(fn, sets[i % n], flush, events) for i in range(_max(1, warmup))]
         runs = _runs_for(_sorted(warm)[_len(warm) // 2] + 0.01, min_runs, max_runs, budget_s)
-        ev_samples: list[float] = []
-        dev_samples: list[float] = []
+        samples: list[float] = []
         deadline = _perf_counter_ns() + int(budget_s * 1.5e9)
         for r in range(runs):
-            ev, full = _cuda_run(fn, sets[r % n], flush, events)
-            ev_samples.append(ev)
-            dev_samples.append(_max(0.0, full - sync_latency))
+            samples.append(_cuda_run(fn, sets[r % n], flush, events))
             if r + 1 >= min_runs and _perf_counter_ns() > deadline:
                 break
-    ev_t, dev_t = stats(ev_samples), stats(dev_samples)
-    result = BenchResult(timing=ev_t, samples_ms=ev_samples, event_timing=ev_t, device_timing=dev_t)
-    # Work the launching stream's events missed: the device stayed busy clearly longer.
-    if dev_t.median_ms > 1.25 * ev_t.median_ms + 0.02:
-        worst = [_max(e, d) for e, d in zip(ev_samples, dev_samples)]
-        result.timing, result.samples_ms = stats(worst), worst
-        result.flags.append("side_stream_work")
-        result.notes.append(f"the device stayed busy {dev_t.median_ms:.4g} ms against {ev_t.median_ms:.4g} ms "
-                            "on the launching stream: work on another stream counted")
-    return result
+    ev_t = stats(samples)
+    return BenchResult(timing=ev_t, samples_ms=samples, event_timing=ev_t)
+
+
+def profile_calls(fn: Callable[..., Any], sets: list[list[Any]], device: torch.device, calls: int,
+                  flush: torch.Tensor | None = None) -> list[Activity]:
+    """Every GPU activity record of this process over `calls` framed calls."""
+    from torch.profiler import ProfilerActivity, profile
+
+    n = _len(sets)
+    with torch.cuda.device(device):
+        _cuda_sync()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for i in range(calls):
+                if flush is not None:
+                    flush.zero_()
+                _cuda_sync()
+                _gpu_sleep(1000)      # opening marker, on the launching stream
+                fn(*sets[i % n])
+                _cuda_sync()          # every stream of this process done
+                _gpu_sleep(1000)      # closing marker
+                _cuda_sync()
+    out: list[Activity] = []
+    for e in prof.profiler.kineto_results.events():
+        if e.device_type() != torch.autograd.DeviceType.CUDA:
+            continue
+        out.append(Activity(name=e.name(), stream=int(e.device_resource_id()), start_ns=int(e.start_ns()),
+                            end_ns=int(e.end_ns())))
+    return out
+
+
+def _side_streams(fn: Callable[..., Any], sets: list[list[Any]], device: torch.device, res: BenchResult,
+                  flush_l2: bool) -> None:
+    """Look for this process's work on other streams; when found, time over every stream."""
+    flush = l2_flush_buffer(device) if flush_l2 else None
+    try:
+        calls = frame_calls(profile_calls(fn, sets, device, SIDE_STREAM_CALLS, flush))
+    except Exception as exc:  # a profiler that cannot start (another one active, no CUPTI)
+        res.notes.append(f"side-stream check unavailable: {type(exc).__name__}: {str(exc)[:160]}")
+        return
+    if not calls:
+        res.notes.append("side-stream check unavailable: the profiler recorded no GPU activity")
+        return
+    side = [a for c in calls for a in c.side]
+    if not side:
+        return
+    try:  # time it over every stream, on more calls than the look
+        more = frame_calls(profile_calls(fn, sets, device, SIDE_STREAM_TIMED_CALLS, flush))
+        calls = more or calls
+    except Exception:
+        pass
+    res.streams_timing = stats([c.span_ms for c in calls])
+    if res.streams_timing.median_ms > res.timing.median_ms:
+        res.timing, res.samples_ms = res.streams_timing, [c.span_ms for c in calls]
+    names = _sorted({a.name for a in side})
+    res.side_streams = [{"name": a.name, "stream": a.stream, "ms": (a.end_ns - a.start_ns) / 1e6}
+                        for a in side[:10]]
+    res.flags.append("side_stream_work")
+    events_ms = res.event_timing.median_ms if res.event_timing else float("nan")
+    res.notes.append(f"the candidate ran work on another stream ({', '.join(names[:3])}): a call took "
+                     f"{res.streams_timing.median_ms:.4g} ms over every stream of this process against "
+                     f"{events_ms:.4g} ms on the launching stream; the longer time is reported")
 
 
 def time_each(fn: Callable[..., Any], input_sets: list[list[Any]], device: torch.device | str,
@@ -191,20 +283,15 @@ def time_each(fn: Callable[..., Any], input_sets: list[list[Any]], device: torch
         if device.type == "cuda":
             with torch.cuda.device(device):
                 flush = l2_flush_buffer(device) if flush_l2 else None
-                events = (_Event(enable_timing=True), _Event(enable_timing=True), _Event(enable_timing=True))
+                events = (_Event(enable_timing=True), _Event(enable_timing=True))
                 for args in input_sets:
-                    ev, full = _cuda_run(fn, args, flush, events)
-                    out.append(_max(ev, full))
+                    out.append(_cuda_run(fn, args, flush, events))
             return out
         for args in input_sets:
             t0 = _perf_counter_ns()
             fn(*args)
             out.append((_perf_counter_ns() - t0) / 1e6)
     return out
-
-
-def _noop(*_: Any) -> None:
-    return None
 
 
 def measured_copy_bandwidth(device: torch.device, nbytes: int = 256 << 20) -> float | None:
@@ -215,6 +302,6 @@ def measured_copy_bandwidth(device: torch.device, nbytes: int = 256 << 20) -> fl
         src = torch.empty(nbytes, dtype=torch.uint8, device=device)
         dst = torch.empty_like(src)
         res = time_fn(lambda: dst.copy_(src), [[]], device, warmup=3, min_runs=10, max_runs=20,
-                      budget_s=0.5, flush_l2=False)
+                      budget_s=0.5, flush_l2=False, side_streams=False)
     ms = res.timing.min_ms
     return 2 * nbytes / (ms / 1e3) if ms > 0 else None

@@ -36,11 +36,13 @@ try:  # dynamo wraps torch.manual_seed & co. when first imported: do it before a
 except Exception:  # pragma: no cover - a torch without dynamo still evaluates
     pass
 
+from kernel_lsp.engine import gpu_share
 from kernel_lsp.engine import profile as profile_mod
 from kernel_lsp.engine import roofline, static_checks
 from kernel_lsp.engine.harness import CandidateError, Harness, HarnessError, tensor_bytes
 from kernel_lsp.engine.verify import verify
-from kernel_lsp.model import DISQUALIFYING_FLAGS, Candidate, Evaluation, Task, Timing
+from kernel_lsp.model import DISQUALIFYING_FLAGS, PYTORCH_REWRITE, Candidate, Evaluation, Task, Timing
+from kernel_lsp.verdicts import NO_GPU, NO_GPU_TASK
 
 # A Candidate carrying any of these is never counted as an optimized kernel.
 
@@ -229,7 +231,7 @@ def evaluate(task: Task, candidate: Candidate | None, checks: list[str] | tuple[
     finally:
         _check_integrity(integrity, ev, extra, notes)
         integrity.restore()
-    _finish(ev, extra, notes)
+    _finish(ev, extra, notes, candidate)
     ev.wall_seconds = (bench._perf_counter_ns() - t0) / 1e9
     return ev
 
@@ -251,13 +253,26 @@ def _check_integrity(integrity: Integrity, ev: Evaluation, extra: dict[str, Any]
                   + ", ".join(changed[:5]) + "): its results cannot be trusted")
 
 
-def _finish(ev: Evaluation, extra: dict[str, Any], notes: list[str]) -> None:
+def custom_kernel(candidate: Candidate | None, flags: list[str]) -> bool | None:
+    """Does the candidate's speed come from its own kernel? False for a PyTorch rewrite, and for
+    a custom kernel beside PyTorch ops doing the reference's work (partial fallback)."""
+    if candidate is None:
+        return None
+    if "torch_fallback" in flags:
+        return False
+    return candidate.kind == "cuda" or static_checks.has_kernel(candidate.source)
+
+
+def _finish(ev: Evaluation, extra: dict[str, Any], notes: list[str], candidate: Candidate | None = None) -> None:
     ev.flags = sorted(set(ev.flags))
+    ev.custom_kernel = custom_kernel(candidate, ev.flags)
     bad = sorted(set(ev.flags) & DISQUALIFYING_FLAGS)
     if bad:
         ev.flags.append("not_counted")
         if ev.verdict == "correct":
-            ev.message += f"; not counted as an optimized kernel ({', '.join(bad)})"
+            ev.message += f"; not counted ({', '.join(bad)})"
+    elif ev.verdict == "correct" and ev.custom_kernel is False:
+        ev.message += f"; a {PYTORCH_REWRITE}"
     if notes:
         extra["notes"] = notes
     if extra:
@@ -274,7 +289,7 @@ def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options
             extra["static"] = findings
             ev.flags += static_checks.flags(findings)
     if dev.type == "cuda" and not torch.cuda.is_available():
-        ev.verdict, ev.message = "not_run", "no CUDA GPU visible: nothing can run on cuda"
+        ev.verdict, ev.message = "not_run", NO_GPU if candidate is not None and candidate.kind == "cuda" else NO_GPU_TASK
         return
     h = Harness(task, candidate, builder, device=dev, seed=seed, build_options=options)
     h.load_reference()
@@ -297,7 +312,7 @@ def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options
         ev.message = f"does not build: {first.message}" if first else "does not build"
         return
     if candidate.kind == "cuda" and dev.type != "cuda":
-        ev.verdict, ev.message = "not_run", "built; a .cu candidate needs a CUDA GPU to run"
+        ev.verdict, ev.message = "not_run", f"built; {NO_GPU}"
         return
     if not checks & {"verify", "bench"}:
         ev.verdict, ev.message = "not_run", "built" + ("" if result.ok else " with errors")
@@ -341,10 +356,11 @@ def _timing_sets(h: Harness, options: dict[str, Any]) -> list[list[Any]]:
     return [first.values] + [h.make_inputs(h.seed + i).values for i in range(1, n)]
 
 
-def _time(fn: Any, sets: list[list[Any]], dev: torch.device, options: dict[str, Any]) -> bench.BenchResult:
+def _time(fn: Any, sets: list[list[Any]], dev: torch.device, options: dict[str, Any],
+          side_streams: bool = False) -> bench.BenchResult:
     return bench.time_fn(fn, sets, dev, warmup=int(options.get("warmup", 5)),
                          min_runs=int(options.get("runs", 20)), max_runs=int(options.get("max_runs", 2000)),
-                         budget_s=float(options.get("bench_seconds", 1.0)))
+                         budget_s=float(options.get("bench_seconds", 1.0)), side_streams=side_streams)
 
 
 def _bench(h: Harness, options: dict[str, Any], ev: Evaluation, extra: dict[str, Any], notes: list[str],
@@ -368,10 +384,11 @@ def _bench_on(h: Harness, options: dict[str, Any], ev: Evaluation, extra: dict[s
     dev = h.device
     sets = _timing_sets(h, options)
     assert h.model is not None
+    sharing = gpu_share.Watch(dev)   # other processes on this GPU while we time
     if candidate_too:
         assert h.candidate_fn is not None
         try:
-            res = _time(h.candidate_fn, sets, dev, options)
+            res = _time(h.candidate_fn, sets, dev, options, side_streams=True)
         except Exception as exc:
             ev.verdict, ev.correct = "error", False
             ev.message = f"the candidate raised while timed: {type(exc).__name__}: {str(exc)[:200]}"
@@ -379,9 +396,11 @@ def _bench_on(h: Harness, options: dict[str, Any], ev: Evaluation, extra: dict[s
         ev.time = res.timing
         ev.flags += res.flags
         notes += res.notes
-        if res.event_timing and res.device_timing:
+        sharing.sample()
+        if res.event_timing and res.streams_timing:
             extra["timing_methods"] = {"events_ms": res.event_timing.median_ms,
-                                       "device_idle_ms": res.device_timing.median_ms}
+                                       "all_streams_ms": res.streams_timing.median_ms}
+            extra["side_streams"] = res.side_streams
         _cache_probe(h, res.timing, options, ev, notes)
         if integrity is not None:  # the candidate's part ends here; baselines are ours
             _check_integrity(integrity, ev, extra, notes)
@@ -392,6 +411,15 @@ def _bench_on(h: Harness, options: dict[str, Any], ev: Evaluation, extra: dict[s
     if options.get("baselines", True):
         ev.eager = _time(h.model, sets, dev, options).timing
         ev.compiled = _compiled_baseline(h, sets, options, notes, ev)
+    shared = sharing.finish()
+    if shared is not None:
+        # Their work slows ours and widens the spread; it says nothing about the candidate.
+        timed = ev.time or ev.eager
+        shared["spread_pct"] = timed.spread_pct if timed is not None else None
+        ev.shared_gpu = shared
+        notes.append(f"timed on a shared GPU: {shared['count']} other process(es) used it "
+                     f"({shared['source']})" + (f"; spread {shared['spread_pct']:.1f} %"
+                                                if shared["spread_pct"] is not None else ""))
     if dev.type == "cuda" and ev.eager is not None and ev.eager.median_ms < 0.02:
         ev.flags.append("launch_overhead_sized")
         notes.append("the reference takes under 20 us: launch overhead dominates, speedups mean little")

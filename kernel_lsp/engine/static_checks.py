@@ -60,7 +60,8 @@ _PY_FALLBACK = re.compile(
     r"\b(F|torch\.nn\.functional)\.\w+\(|\btorch\.(matmul|mm|bmm|addmm|einsum|softmax|log_softmax|conv\w*|"
     r"layer_norm|relu|sigmoid|tanh|nn\.functional\.\w+)\(|[\w\)\]]\s*@\s*[\w\(]"
 )
-_PY_HAS_KERNEL = re.compile(r"load_inline|cpp_extension|@triton\.jit|triton\.jit|ctypes\.CDLL|torch\.ops\.\w+")
+_PY_HAS_KERNEL = re.compile(r"load_inline|cpp_extension|@triton\.jit|triton\.jit|ctypes\.CDLL|"
+                            r"torch\.ops\.(?!aten\b|prims\b|quantized\b)\w+")
 
 _LOW_PRECISION_WORDS = re.compile(r"half|float16|bfloat16|float8|__half|__nv_bfloat16")
 
@@ -150,6 +151,15 @@ def scan(source: str, kind: str, reference_source: str = "") -> list[dict[str, A
             findings.append({"flag": "torch_fallback", "line": number, "text": raw.strip()[:160],
                              "why": "forward calls PyTorch compute ops beside its custom kernel"})
     return _dedupe(findings)
+
+
+def has_kernel(source: str) -> bool:
+    """A Python candidate that brings its own kernel (load_inline / cpp_extension CUDA, Triton,
+    a ctypes library, a custom op); without one its speed is PyTorch's."""
+    code, c_lines = _python_parts(source)
+    if any("__global__" in text for _, text in c_lines):
+        return True
+    return bool(_PY_HAS_KERNEL.search("\n".join(code.values())))
 
 
 def _dedupe(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:

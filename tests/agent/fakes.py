@@ -4,7 +4,9 @@ use the real Engine). A candidate's source says what evaluating it gives:
     # verdict: mismatch        (default: correct)
     # ms: 2.5                  (default: 10.0)
     # spread: 1.0              (percent; default 0.5)
-    # flags: torch_fallback
+    # flags: torch_fallback     (as the engine: also custom_kernel False, a PyTorch rewrite)
+    # rewrite                  (custom_kernel False without a flag; default True)
+    # compiled: 3.0            (the torch.compile baseline's ms; default none)
     # hang                     (sleeps until cancelled)
 The start is re-timed like any other candidate; `ms@2: 9` overrides the 2nd evaluation.
 """
@@ -63,10 +65,17 @@ class FakeEngine:
                 Diagnostic(span=Span(3, 0, 3, 5), severity="error", message="expected ';'")])
             return Evaluation(task=task.name, candidate=candidate.id, verdict=verdict, correct=None,
                               message="did not build", compile=comp)
+        if verdict == "not_run":  # what the engine says on a machine without a GPU
+            from kernel_lsp.verdicts import NO_GPU
+
+            return Evaluation(task=task.name, candidate=candidate.id, verdict=verdict, correct=None,
+                              message=f"built; {NO_GPU}")
         if verdict != "correct":
             return Evaluation(task=task.name, candidate=candidate.id, verdict=verdict, correct=False,
                               message=f"fake {verdict}", evidence={"max_abs_err": 1.5})
         flags = [f for f in field("flags", "").split(",") if f]
+        compiled = field("compiled", "")
         return Evaluation(task=task.name, candidate=candidate.id, verdict="correct", correct=True,
                           flags=flags, time=timing(float(field("ms", "10.0")), float(field("spread", "0.5"))),
-                          eager=timing(10.0))
+                          eager=timing(10.0), compiled=timing(float(compiled)) if compiled else None,
+                          custom_kernel=not ("torch_fallback" in flags or "# rewrite" in src))

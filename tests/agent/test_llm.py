@@ -129,12 +129,42 @@ async def test_wrong_key_is_fatal_and_clear(server):
 
 
 async def test_endpoint_down(server):
+    import time
+
+    from kernel_lsp.verdicts import CannotRun, EndpointUnreachable
+
     port = server.port
     server.close()
-    p = proposer(server, base_url=f"http://127.0.0.1:{port}/v1", attempts=2)
+    p = proposer(server, base_url=f"http://127.0.0.1:{port}/v1", attempts=3)
+    t0 = time.monotonic()
+    with pytest.raises(EndpointUnreachable) as info:
+        await p.check()
+    assert isinstance(info.value, CannotRun) and f"127.0.0.1:{port}" in info.value.reason
     [prop] = await p.propose(request())
     await p.aclose()
     assert prop.candidate is None and prop.fatal and "cannot reach the endpoint" in prop.error
+    assert prop.error.startswith("endpoint unreachable") and p.sleeps == []  # no retry loop
+    assert time.monotonic() - t0 < 5.0
+
+
+async def test_check_passes_for_a_live_endpoint(server):
+    p = proposer(server)
+    await p.check()  # GET /models answered
+    await p.aclose()
+
+
+def test_no_model_configured_is_an_immediate_clear_error():
+    from kernel_lsp.verdicts import CannotRun, NoModelConfigured
+
+    cfg = LLMConfig.from_env(env={})
+    assert cfg.model is None  # never a default model
+    with pytest.raises(NoModelConfigured) as info:
+        LLMProposer(cfg)
+    assert isinstance(info.value, CannotRun) and "KERNEL_LSP_MODEL" in info.value.reason
+    # A model but no endpoint and no key: not the public endpoint with a placeholder key.
+    with pytest.raises(NoModelConfigured) as info:
+        LLMProposer(LLMConfig.from_env(env={"KERNEL_LSP_MODEL": "m1"}))
+    assert "OPENAI_BASE_URL" in info.value.reason
 
 
 async def test_request_timeout(server):

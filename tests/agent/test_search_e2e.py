@@ -94,6 +94,10 @@ async def test_llm_search_repairs_rejects_and_finds_the_faster(engine, tmp_path,
     assert result.best.source == FASTER
     assert result.speedup > 2
     assert result.best_evaluation.verdict == "correct"
+    # A plain-PyTorch winner is a real result, said as such, with one number everywhere.
+    assert result.custom_kernel is False and result.label == "PyTorch rewrite (no custom kernel)"
+    assert result.measurement == "confirmation" and result.outcome == "improved"
+    assert result.ranking[0]["candidate"] == result.best.id and result.ranking[0]["speedup"] == result.speedup
 
     row = store.search(result.search_id)
     assert row["state"] == "done" and row["best"] == result.best.id
@@ -133,7 +137,10 @@ async def test_only_slower_or_wrong_means_no_improvement(engine, tmp_path):
     finally:
         await proposer.aclose()
         server.close()
-    assert not result.improved and result.best is None and "no improvement" in result.reason
+    assert not result.improved and result.best is None and result.outcome == "no_improvement"
+    assert "every candidate was slower than the start" in result.reason
+    assert result.headline.startswith("no improvement: proposal budget spent (3/3)")
+    assert result.to_dict()["failed_steps"] and result.to_dict()["reason"] == result.reason
     row = store.search(result.search_id)
     assert row["state"] == "done" and row["best"] is None
     assert row["budget"]["result"]["improved"] is False
@@ -219,3 +226,18 @@ async def test_wrong_key_stops_cleanly(engine, tmp_path):
     assert not result.improved and "authentication failed (HTTP 401)" in result.reason
     assert store.search(result.search_id)["state"] == "done"
     assert len(server.requests) == 1  # neither retried nor asked again
+
+
+async def test_endpoint_down_stops_before_any_timing(engine, tmp_path):
+    task, start_cand = find_task(str(START_PATH))
+    server = start([])
+    server.close()  # a port nothing listens on any more
+    proposer = llm(server)
+    t0 = time.monotonic()
+    try:
+        result = await Search(engine, Store(tmp_path / "store.sqlite"), task, start_cand, proposer,
+                              SearchOptions(budget=Budget(proposals=3), children=1, profile=False)).run()
+    finally:
+        await proposer.aclose()
+    assert result.outcome == "cannot_run" and result.reason.startswith("endpoint unreachable")
+    assert result.candidates_evaluated == 0 and time.monotonic() - t0 < 10

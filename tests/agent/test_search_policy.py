@@ -63,7 +63,7 @@ async def go(tmp_path, script, engine=None, **opts):
 async def test_guard_picks_fastest_correct_never_wrong_or_slower(tmp_path):
     result, store, _, events = await go(tmp_path, [
         ["# ms: 12  slower", "# verdict: mismatch\n# ms: 1  wrong but fast"],
-        ["# ms: 1.5 flagged\n# flags: torch_fallback", "# ms: 5  faster"],
+        ["# ms: 1.5 flagged\n# flags: timer_patch", "# ms: 5  faster"],
     ])
     assert result.improved and result.confirmed
     assert "# ms: 5" in result.best.source
@@ -80,8 +80,9 @@ async def test_guard_picks_fastest_correct_never_wrong_or_slower(tmp_path):
 async def test_noise_sized_gain_is_no_improvement(tmp_path):
     # 3% faster, but the start's spread is 4%: inside the noise.
     result, *_ = await go(tmp_path, [["# ms: 9.7\n# spread: 4"]])
-    assert not result.improved and result.best is None
-    assert "no improvement" in result.reason
+    assert not result.improved and result.best is None and result.outcome == "no_improvement"
+    assert "no candidate was faster than the start by more than the measured noise (best 1.03x)" in result.reason
+    assert result.headline.startswith("no improvement: ")
 
 
 async def test_confirmation_rerun_can_reject(tmp_path):
@@ -136,7 +137,9 @@ async def test_failed_and_fatal_proposals_are_recorded_steps(tmp_path):
         [Proposal.failed("unusable answer: prose only")],
         [Proposal.failed("authentication failed (HTTP 401): check the API key", fatal=True)],
     ], budget=Budget(proposals=10, patience=5))
-    assert "proposer cannot go on" in result.reason and result.state == "done"
+    # Nothing but the start ever ran: the proposer could not work at all (exit 2 on the CLI).
+    assert "authentication failed" in result.reason and result.state == "done"
+    assert result.outcome == "cannot_run" and len(result.failed_steps) == 2
     steps = store.search(result.search_id)["budget"]["steps"]
     assert [s["reason"] for s in steps if s["failed"]] == [
         "unusable answer: prose only", "authentication failed (HTTP 401): check the API key"]
@@ -228,3 +231,90 @@ async def test_repair_only_stops_once_repaired(tmp_path):
     proposer = Scripted([["# ms: 1"]])
     result = await Search(FakeEngine(), store, TASK, START, proposer, SearchOptions(repair_only=True)).run()
     assert proposer.requests == [] and not result.improved
+
+
+# -- what the result says (issue: reasons, both baselines, PyTorch rewrites) -------------------
+
+async def test_faster_pytorch_rewrite_wins_labelled_with_both_baselines(tmp_path):
+    # The start: 10 ms, eager 10 ms, torch.compile 3 ms. A rewrite at 5 ms is the winner: 2x the
+    # start and eager, but torch.compile is faster, and every front end must be able to say so.
+    global START
+    saved = START
+    START = Candidate(source="class ModelNew: ...\n# ms: 10\n# compiled: 3\n", kind="python")
+    try:
+        result, store, _, _ = await go(tmp_path, [["# ms: 5  vectorized\n# rewrite", "# ms: 12  slower"]],
+                                       budget=Budget(proposals=2, patience=3))
+    finally:
+        START = saved
+    assert result.improved and result.outcome == "improved" and result.measurement == "confirmation"
+    assert result.custom_kernel is False and result.label == "PyTorch rewrite (no custom kernel)"
+    assert result.speedup == pytest.approx(2.0)
+    assert result.speedup_eager == pytest.approx(2.0) and result.speedup_compile == pytest.approx(0.6)
+    assert result.compile_faster is True and result.noisy is False and result.spread_pct == pytest.approx(0.5)
+    doc = result.to_dict()
+    for key in ("reason", "failed_steps", "speedup_eager", "speedup_compile", "custom_kernel", "label",
+                "measurement", "spread_pct", "noisy", "compile_faster", "outcome", "headline"):
+        assert key in doc
+    # One number per candidate: the ranking's winner row is the result's own measurement.
+    top = doc["ranking"][0]
+    assert top["winner"] and top["speedup"] == result.speedup and top["measurement"] == "confirmation"
+    assert top["label"] == "PyTorch rewrite (no custom kernel)"
+    assert "torch.compile of the reference is faster" in result.headline
+    assert "PyTorch rewrite (no custom kernel)" in result.headline
+    # The store keeps this Search's own numbers for its report.
+    stored = store.search(result.search_id)["budget"]["result"]
+    assert stored["speedup_compile"] == pytest.approx(0.6) and stored["label"] == result.label
+
+
+async def test_kernels_only_keeps_the_strict_rule(tmp_path):
+    result, *_ = await go(tmp_path, [["# ms: 5  vectorized\n# flags: torch_fallback", "# ms: 4\n# rewrite"]],
+                          budget=Budget(proposals=2, patience=3), kernels_only=True)
+    assert not result.improved and result.outcome == "no_improvement"
+    assert "PyTorch rewrites, which kernels_only does not count" in result.reason
+    # Without kernels_only the same two candidates win, as rewrites.
+    result, *_ = await go(tmp_path / "b", [["# ms: 5  vectorized\n# flags: torch_fallback", "# ms: 4\n# rewrite"]],
+                          budget=Budget(proposals=2, patience=3))
+    assert result.improved and result.label == "PyTorch rewrite (no custom kernel)"
+
+
+async def test_no_gpu_stops_at_once_with_the_reason(tmp_path):
+    global START
+    saved = START
+    START = Candidate(source="__global__ void k() {}\n# verdict: not_run\n", kind="cuda")
+    try:
+        result, _, proposer, _ = await go(tmp_path, [["# ms: 1"]])
+    finally:
+        START = saved
+    assert result.outcome == "cannot_run" and not result.improved
+    assert result.reason == "built; a .cu candidate needs a GPU to run; none is visible"
+    assert proposer.requests == []  # nothing was proposed: it could not have run
+    assert result.headline.startswith("could not run: ")
+    assert result.candidates_evaluated == 1
+
+
+async def test_proposer_precheck_and_check_stop_before_timing(tmp_path):
+    from kernel_lsp.verdicts import EndpointUnreachable
+
+    class Nothing(Scripted):
+        def precheck(self, start, device):
+            return "the tuner found nothing to vary in this source; rewriting it needs an LLM"
+
+    class Down(Scripted):
+        async def check(self):
+            raise EndpointUnreachable("endpoint unreachable: cannot reach http://127.0.0.1:9/v1")
+
+    for cls, words in ((Nothing, "nothing to vary"), (Down, "endpoint unreachable")):
+        engine = FakeEngine()
+        store = Store(tmp_path / f"{cls.__name__}.sqlite")
+        result = await Search(engine, store, TASK, START, cls([["# ms: 1"]]), SearchOptions()).run()
+        assert result.outcome == "cannot_run" and words in result.reason
+        assert engine.calls == []  # not even the start was timed
+        assert result.failed_steps and words in result.failed_steps[0]["reason"]
+
+
+async def test_noisy_winner_is_flagged(tmp_path):
+    result, *_ = await go(tmp_path, [["# ms: 2\n# spread: 30"]], confirm=False,
+                          budget=Budget(proposals=1, patience=3))
+    assert result.improved and result.measurement == "first run"
+    assert result.noisy and result.spread_pct == pytest.approx(30.0)
+    assert "noisy, not a reliable number" in result.headline

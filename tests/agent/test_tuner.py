@@ -54,7 +54,40 @@ def test_python_constants_and_compile_modes():
     src = "import torch\nCHUNK = 1\nclass ModelNew(torch.nn.Module):\n    pass\n"
     assert [n for _, n in variants(src, "python")] == ["CHUNK 1 -> 2", "CHUNK 1 -> 4"]
     modes = [n for _, n in compile_variants(src)]
-    assert "torch.compile(mode='reduce-overhead')" in modes
+    assert "torch.compile(mode='reduce-overhead') (CUDA graphs)" in modes
+    assert [n for _, n in compile_variants(src, ("default",))] == ["torch.compile(mode='default')"]
+
+
+def test_precheck_says_at_once_when_there_is_nothing_to_vary():
+    tuner = TunerProposer()
+    plain_cu = Candidate(source="__global__ void k(float* x) { x[threadIdx.x] = 0; }\n", kind="cuda")
+    why = tuner.precheck(plain_cu, {"name": "cpu"})
+    assert why and "nothing to vary" in why and "needs an LLM" in why and "KERNEL_LSP_MODEL" in why
+    assert tuner.precheck(Candidate(source=CU, kind="cuda"), {"name": "cpu"}) is None
+    module = Candidate(source="import torch\nclass ModelNew(torch.nn.Module):\n    pass\n", kind="python")
+    assert tuner.precheck(module, {"name": "cpu"}) is None        # torch.compile may help
+    compiled = Candidate(source=module.source + "ModelNew = torch.compile(ModelNew)\n", kind="python")
+    assert "torch.compile needs a ModelNew without it" in tuner.precheck(compiled, {"name": "cpu"})
+
+
+async def test_cpu_offers_torch_compile_only_when_its_baseline_won():
+    from kernel_lsp.model import Evaluation, Timing
+
+    task = Task(name="t", reference_path="t.py", reference_source="")
+    start = Candidate(source="import torch\nclass ModelNew(torch.nn.Module):\n    pass\n", kind="python")
+
+    def ev(compiled_ms):
+        t = lambda ms: Timing(median_ms=ms, min_ms=ms, max_ms=ms, spread_pct=1.0, runs=20)  # noqa: E731
+        return Evaluation(task="t", candidate=start.id, verdict="correct", correct=True, time=t(10.0),
+                          eager=t(10.0), compiled=t(compiled_ms))
+
+    req = lambda e: ProposalRequest(task=task, parent=start, evaluation=e, device={"name": "cpu"},  # noqa: E731
+                                    count=4, start_evaluation=e)
+    [p] = await TunerProposer().propose(req(ev(2.0)))
+    assert p.candidate is not None and p.candidate.note == "torch.compile(mode='default')"
+    [p] = await TunerProposer().propose(req(ev(20.0)))
+    assert p.candidate is None and p.fatal and "torch.compile was not faster" in p.error
+    assert "needs an LLM" in p.error
 
 
 async def test_proposer_hands_out_each_variant_once():
@@ -79,7 +112,7 @@ async def test_tuner_refuses_repair_and_skips_compile_on_cpu():
     [p] = await tuner.propose(ProposalRequest(task=task, parent=parent, evaluation=None, mode="repair"))
     assert p.candidate is None and "cannot repair" in p.error
     assert await tuner.propose(ProposalRequest(task=task, parent=parent, evaluation=None,
-                                               device={"name": "cpu"}, count=9)) == []
+                                               device={"name": "cpu"}, count=9)) == []  # not the start
     got = await TunerProposer().propose(ProposalRequest(task=task, parent=parent, evaluation=None,
                                                         device={"name": "NVIDIA H200"}, count=9))
     assert len(got) == 3

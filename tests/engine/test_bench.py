@@ -181,3 +181,78 @@ def test_cli_bench_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     (target,) = doc["targets"]
     assert target["target"] == "lin" and target["verdict"] == "mismatch"
     assert target["evidence"]["where"] == [3, 7]
+
+
+# -- side-stream work from this process's own kernels; shared GPUs ----------------------------
+
+def _act(name: str, stream: int, start_us: float, end_us: float) -> "bench.Activity":
+    return bench.Activity(name=name, stream=stream, start_ns=int(start_us * 1000), end_ns=int(end_us * 1000))
+
+
+def test_frame_calls_finds_work_on_other_streams_only() -> None:
+    M = "at::cuda::(anonymous namespace)::spin_kernel(long)"
+    records = [
+        # call 0: one kernel on the timed stream 7
+        _act(M, 7, 0, 1), _act("relu2_kernel", 7, 2, 12), _act(M, 7, 20, 21),
+        # call 1: the kernel on the timed stream, a spin left running on stream 13
+        _act(M, 7, 30, 31), _act("relu2_kernel", 7, 32, 42), _act("spin", 13, 33, 1033), _act(M, 7, 1040, 1041),
+    ]
+    calls = bench.frame_calls(list(reversed(records)))  # order of records does not matter
+    assert len(calls) == 2
+    assert calls[0].side == [] and calls[0].span_ms == pytest.approx(0.010)
+    assert [a.name for a in calls[1].side] == ["spin"]
+    assert calls[1].span_ms == pytest.approx(1.001)  # first start to last end, every stream
+    assert bench.frame_calls([_act("k", 7, 0, 1)]) == []  # no markers: nothing can be framed
+
+
+def test_parse_smi_apps_keeps_this_gpu() -> None:
+    from kernel_lsp.engine import gpu_share
+
+    text = ("GPU-aaaa-1111, 4242, python3, 512\n"
+            "GPU-bbbb-2222, 77, other, 100\n"
+            "GPU-aaaa-1111, 5151, /usr/bin/python, [N/A]\n")
+    rows = gpu_share.parse_smi_apps(text, "AAAA-1111")
+    assert [r["pid"] for r in rows] == [4242, 5151]
+    assert rows[0]["memory_mib"] == 512.0 and rows[1]["memory_mib"] is None
+
+
+def test_shared_report_counts_other_processes_never_ourselves() -> None:
+    from kernel_lsp.engine import gpu_share
+
+    me = {"pid": 10, "name": "python", "memory_mib": 500.0}
+    them = {"pid": 11, "name": "train.py", "memory_mib": 9000.0}
+    assert gpu_share.shared_report([[me], [me]], 10, "nvml") is None           # alone
+    rep = gpu_share.shared_report([[me], [me, them]], 10, "nvml")               # joined mid-way
+    assert rep["count"] == 1 and rep["processes"] == [them] and "note" not in rep
+    # Container: host PIDs, ours never listed: one listed process is us.
+    assert gpu_share.shared_report([[{"pid": 999, "name": "", "memory_mib": None}]], 10, "nvidia-smi") is None
+    rep = gpu_share.shared_report([[{"pid": 998, "name": "", "memory_mib": None}, them]], 10, "nvidia-smi")
+    assert rep["count"] == 1 and "namespace" in rep["note"]
+    assert gpu_share.shared_report([], 10, "") is None  # nothing could be asked: not claimed
+
+
+def test_watch_through_a_real_nvidia_smi_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # No GPU here: a stand-in nvidia-smi on PATH answers like the real one, through subprocess.
+    from kernel_lsp.engine import gpu_share
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'GPU-cafe-0001, 31337, stress, 2048'\necho 'GPU-cafe-0001, %d, python, 600'\n"
+                   % os.getpid())
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setitem(__import__("sys").modules, "pynvml", None)  # NVML not importable
+    watch = gpu_share.Watch(None, uuid="cafe-0001")
+    rep = watch.finish()
+    assert rep is not None and rep["source"] == "nvidia-smi" and rep["count"] == 1
+    assert rep["processes"][0]["pid"] == 31337 and len(watch.samples) == 2
+
+
+def test_cpu_evaluation_is_never_called_shared(one_thread: None) -> None:
+    ref = (CHEATS / "ref_linear.py").read_text()
+    task = Task(name="lin", reference_path=str(CHEATS / "ref_linear.py"), reference_source=ref)
+    from kernel_lsp.engine import build
+
+    ev = run.evaluate(task, Candidate(source=(CHEATS / "correct.py").read_text(), kind="python"),
+                      ["compile", "verify", "bench"], {"device": "cpu", "baselines": False,
+                                                       "bench_seconds": 0.2}, build)
+    assert ev.verdict == "correct" and ev.shared_gpu is None and "side_stream_work" not in ev.flags

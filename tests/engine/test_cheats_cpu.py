@@ -122,12 +122,32 @@ def test_task_tolerance_overrides_default() -> None:
     assert ev.verdict == "correct", ev.message
 
 
-def test_torch_fallback_flagged_and_not_counted() -> None:
+def test_torch_fallback_is_a_labelled_pytorch_rewrite() -> None:
+    # A correct candidate doing the reference's work with PyTorch ops is a PyTorch rewrite:
+    # flagged, labelled, never a custom kernel, but not disqualified (kernels_only does that).
     ev = evaluate("fallback")
     assert ev.verdict == "correct"
-    assert "torch_fallback" in ev.flags and "not_counted" in ev.flags
+    assert "torch_fallback" in ev.flags and "not_counted" not in ev.flags
     assert {"aten.addmm", "aten.relu", "aten.mul"} <= set(ev.evidence["fallback_ops"])
-    assert "not counted" in ev.message
+    assert ev.custom_kernel is False and ev.label == "PyTorch rewrite (no custom kernel)"
+    assert "PyTorch rewrite (no custom kernel)" in ev.message
+    assert ev.summary()["custom_kernel"] is False
+
+
+def test_plain_pytorch_candidate_is_a_rewrite_even_without_the_reference_ops() -> None:
+    ev = evaluate("correct")  # einsum + clamp: none of the reference's ops, still no kernel
+    assert ev.verdict == "correct" and "torch_fallback" not in ev.flags
+    assert ev.custom_kernel is False and ev.label == "PyTorch rewrite (no custom kernel)"
+
+
+def test_has_kernel_tells_kernels_from_pytorch() -> None:
+    from kernel_lsp.engine import static_checks
+
+    assert static_checks.has_kernel('from torch.utils.cpp_extension import load_inline\n'
+                                    'src = """__global__ void k(float* x) { x[0] = 1; }"""\n')
+    assert static_checks.has_kernel("import triton\n@triton.jit\ndef k(x_ptr):\n    pass\n")
+    assert not static_checks.has_kernel("import torch\n# load_inline would go here\nx = torch.ops.aten.add\n")
+    assert not static_checks.has_kernel("s = 'load_inline'\n")
 
 
 def test_timer_patch_changes_nothing_measured() -> None:
@@ -232,4 +252,4 @@ def test_cu_candidate_builds_without_a_gpu_but_does_not_run() -> None:
     ev = run.evaluate(t, Candidate(source=(CHEATS / "gpu_relu2_fast.cu").read_text(), kind="cuda"),
                       ["compile", "verify"], {"device": "cpu", "arch": "sm_90"}, build)
     assert ev.compile is not None and ev.compile.ok, ev.compile and ev.compile.log
-    assert ev.verdict == "not_run" and "needs a CUDA GPU" in ev.message
+    assert ev.verdict == "not_run" and "a .cu candidate needs a GPU to run; none is visible" in ev.message

@@ -90,7 +90,16 @@ def test_side_stream_work_is_measured() -> None:
     assert "side_stream" in ev.flags and "not_counted" in ev.flags  # static: cudaStreamCreate
     assert ev.time is not None and ev.time.median_ms > 1.0  # the 4M-cycle spin counted
     methods = ev.evidence["timing_methods"]
-    assert methods["device_idle_ms"] > 5 * methods["events_ms"]
+    assert methods["all_streams_ms"] > 5 * methods["events_ms"]
+    # Found from this process's own kernels (CUPTI), named: the spin on the private stream.
+    assert any("spin" in k["name"] for k in ev.evidence["side_streams"]), ev.evidence["side_streams"]
+
+
+def test_plain_kernel_has_no_side_stream_work() -> None:
+    ev = evaluate_cu("gpu_relu2_fast.cu", ("compile", "verify", "bench"))
+    assert ev.verdict == "correct", ev.message
+    assert "side_stream_work" not in ev.flags and "timing_methods" not in (ev.evidence or {})
+    assert ev.custom_kernel is True and ev.label == "custom kernel"
 
 
 def test_triton_candidate_without_false_flags() -> None:

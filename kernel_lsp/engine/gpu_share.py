@@ -1,0 +1,152 @@
+"""Worker side: is anyone else using this GPU while we time?
+
+GPUs in labs and clusters are shared, and a wider Search runs several Workers per GPU. Other
+processes' work slows our timings and widens their spread; it never makes a candidate wrong,
+so it is reported on the Evaluation (`shared_gpu`), not flagged against the candidate.
+
+The process list comes from NVML (`pynvml`, from the nvidia-ml-py package) when it imports,
+else from `nvidia-smi --query-compute-apps`. In a container the listed PIDs are the host's:
+when this process's PID is never among them, one of the listed processes is taken to be us.
+Standard library only at import; torch is asked for the device's UUID.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from typing import Any
+
+
+def _norm(uuid: str) -> str:
+    return uuid.strip().lower().removeprefix("gpu-")
+
+
+def parse_smi_apps(text: str, uuid: str) -> list[dict[str, Any]]:
+    """Rows of `nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_memory
+    --format=csv,noheader,nounits` that belong to the GPU `uuid`."""
+    out = []
+    want = _norm(uuid)
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 4 or _norm(parts[0]) != want:
+            continue
+        try:
+            pid = int(parts[1])
+        except ValueError:
+            continue
+        try:
+            memory: float | None = float(parts[3])
+        except ValueError:
+            memory = None  # "[N/A]", "[Insufficient Permissions]"
+        out.append({"pid": pid, "name": parts[2], "memory_mib": memory})
+    return out
+
+
+def _nvml(uuid: str) -> list[dict[str, Any]] | None:
+    try:
+        import pynvml  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByUUID("GPU-" + _norm(uuid))
+        procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+    except Exception:  # NVML present but unusable here: try nvidia-smi
+        return None
+    out = []
+    for p in procs:
+        try:
+            name = pynvml.nvmlSystemGetProcessName(p.pid)
+            name = name.decode() if isinstance(name, bytes) else str(name)
+        except Exception:
+            name = ""
+        memory = getattr(p, "usedGpuMemory", None)
+        out.append({"pid": int(p.pid), "name": os.path.basename(name),
+                    "memory_mib": memory / (1 << 20) if isinstance(memory, int) else None})
+    return out
+
+
+def _smi(uuid: str) -> list[dict[str, Any]] | None:
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        proc = subprocess.run([exe, "--query-compute-apps=gpu_uuid,pid,process_name,used_memory",
+                               "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode != 0:
+        return None
+    return parse_smi_apps(proc.stdout, uuid)
+
+
+def query_processes(uuid: str) -> tuple[str, list[dict[str, Any]]] | None:
+    """(source, processes with a compute context on the GPU `uuid`), or None when unknown."""
+    got = _nvml(uuid)
+    if got is not None:
+        return "nvml", got
+    got = _smi(uuid)
+    if got is not None:
+        return "nvidia-smi", got
+    return None
+
+
+class Watch:
+    """Samples the GPU's process list (at the start, on `sample()`, at `finish()`)."""
+
+    def __init__(self, device: Any, uuid: str | None = None, own_pid: int | None = None) -> None:
+        self.uuid = uuid if uuid is not None else _device_uuid(device)
+        self.own_pid = own_pid if own_pid is not None else os.getpid()
+        self.samples: list[list[dict[str, Any]]] = []
+        self.source: str | None = None
+        self.sample()
+
+    def sample(self) -> None:
+        if not self.uuid:
+            return
+        got = query_processes(self.uuid)
+        if got is None:
+            return
+        self.source, procs = got
+        self.samples.append(procs)
+
+    def finish(self) -> dict[str, Any] | None:
+        """None when no other process was seen (or nothing could be asked); else the report."""
+        self.sample()
+        return shared_report(self.samples, self.own_pid, self.source or "")
+
+
+def shared_report(samples: list[list[dict[str, Any]]], own_pid: int, source: str) -> dict[str, Any] | None:
+    if not samples:
+        return None
+    ours_listed = any(p["pid"] == own_pid for procs in samples for p in procs)
+    others: dict[int, dict[str, Any]] = {}
+    count = 0
+    for procs in samples:
+        if ours_listed:
+            theirs = [p for p in procs if p["pid"] != own_pid]
+        else:
+            theirs = list(procs)  # host PIDs: one of them is this Worker
+        for p in theirs:
+            others.setdefault(p["pid"], p)
+        count = max(count, len(theirs) if ours_listed else max(0, len(procs) - 1))
+    if count == 0:
+        return None
+    report: dict[str, Any] = {"count": count, "processes": list(others.values())[:16], "source": source}
+    if not ours_listed:
+        report["note"] = "PIDs from another namespace: one of the listed processes is this Worker"
+    return report
+
+
+def _device_uuid(device: Any) -> str | None:
+    if getattr(device, "type", None) != "cuda":
+        return None
+    try:
+        import torch
+
+        props = torch.cuda.get_device_properties(device)
+        uuid = getattr(props, "uuid", None)
+        return str(uuid) if uuid is not None else None
+    except Exception:
+        return None

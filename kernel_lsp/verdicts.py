@@ -1,0 +1,204 @@
+"""What to tell the user about an Evaluation or a Search: one reason string, one exit code.
+
+Standard library and `kernel_lsp.model` only, so the command line and the language server
+both import it without torch or openai. Functions accept the records or their JSON forms
+(`Evaluation.to_dict()` / `summary()`, `SearchResult.to_dict()`).
+
+Exit codes (every command): 0 = did what was asked and found it good; 1 = ran and found a
+problem or no improvement; 2 = could not run (bad input, no GPU for GPU work, no model
+configured, endpoint unreachable).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kernel_lsp.model import (
+    CUSTOM_KERNEL,
+    DISQUALIFYING_FLAGS,
+    NOISY_SPREAD_PCT,
+    PYTORCH_REWRITE,
+    Evaluation,
+)
+
+# Reasons the engine and the Search give, word for word (front ends may match on them).
+NO_GPU = "a .cu candidate needs a GPU to run; none is visible"
+NO_GPU_TASK = "this Task runs on a CUDA GPU; none is visible"
+NO_MODEL = ("no model configured for the LLM proposer: set --model / KERNEL_LSP_MODEL "
+            "(and --base-url / OPENAI_BASE_URL for a local or private endpoint), or use the tuner")
+ALL_SLOWER = "every candidate was slower"
+
+# Search.outcome values and their exit codes.
+OUTCOMES = ("improved", "no_improvement", "cannot_run", "cancelled", "failed")
+EXIT_CODES = {"improved": 0, "no_improvement": 1, "cannot_run": 2, "failed": 1, "cancelled": 130}
+
+
+class CannotRun(Exception):
+    """Nothing could run: exit 2 on the command line, a plain message in the editor."""
+
+    kind = "cannot_run"
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class NoModelConfigured(CannotRun):
+    """The LLM proposer was asked for without a model (never a default at a public endpoint)."""
+
+    kind = "no_model"
+
+    def __init__(self, reason: str = NO_MODEL) -> None:
+        super().__init__(reason)
+
+
+class EndpointUnreachable(CannotRun):
+    """The model endpoint did not answer (connection refused, DNS, timeout)."""
+
+    kind = "endpoint_unreachable"
+
+
+class NoGPU(CannotRun):
+    kind = "no_gpu"
+
+    def __init__(self, reason: str = NO_GPU) -> None:
+        super().__init__(reason)
+
+
+def exit_code(outcome: str) -> int:
+    return EXIT_CODES.get(outcome, 1)
+
+
+def label(custom_kernel: bool | None) -> str | None:
+    if custom_kernel is None:
+        return None
+    return CUSTOM_KERNEL if custom_kernel else PYTORCH_REWRITE
+
+
+def is_noisy(spread_pct: float | None) -> bool:
+    return spread_pct is not None and spread_pct == spread_pct and spread_pct > NOISY_SPREAD_PCT
+
+
+def _x(value: float | None) -> str:
+    return f"{value:.2f}x" if value is not None else "-"
+
+
+def _get(obj: Any, name: str, default: Any = None) -> Any:
+    if isinstance(obj, dict):
+        return obj.get(name, default)
+    return getattr(obj, name, default)
+
+
+def _eval_doc(ev: Evaluation | dict[str, Any]) -> dict[str, Any]:
+    """The fields used here from either an Evaluation, its to_dict() or its summary()."""
+    if isinstance(ev, Evaluation):
+        return ev.summary()
+    if "time_ms" in ev or "speedup_eager" in ev:  # summary()
+        return ev
+    e = Evaluation.from_dict(ev)
+    return e.summary()
+
+
+def speed_phrase(speedup_eager: float | None, speedup_compile: float | None,
+                 spread_pct: float | None, what: str = "") -> str:
+    """'2.10x eager, 0.61x torch.compile (spread 3.2 %)', with the noise warning when due."""
+    parts = []
+    if speedup_eager is not None:
+        parts.append(f"{_x(speedup_eager)} eager")
+    if speedup_compile is not None:
+        parts.append(f"{_x(speedup_compile)} torch.compile")
+    text = ", ".join(parts) or "not compared with a baseline"
+    if what:
+        text = f"{what}: {text}"
+    if spread_pct is not None and spread_pct == spread_pct:
+        if is_noisy(spread_pct):
+            text += (f" (spread {spread_pct:.1f} % is above {NOISY_SPREAD_PCT:.0f} %: noisy, "
+                     "not a reliable number)")
+        else:
+            text += f" (spread {spread_pct:.1f} %)"
+    return text
+
+
+def compile_advice(speedup_compile: float | None) -> str | None:
+    """The plain sentence when torch.compile beats the result, else None."""
+    if speedup_compile is None or speedup_compile >= 1.0:
+        return None
+    return (f"torch.compile of the reference is faster ({1 / speedup_compile:.2f}x this result's speed): "
+            "try torch.compile(model) first")
+
+
+def shared_phrase(shared: dict[str, Any] | None) -> str | None:
+    if not shared:
+        return None
+    n = shared.get("count") or len(shared.get("processes") or []) or 1
+    text = f"timed on a shared GPU ({n} other process{'es' if n != 1 else ''} used it)"
+    spread = shared.get("spread_pct")
+    if spread is not None:
+        text += f"; spread {spread:.1f} %"
+    return text
+
+
+def evaluation_reason(ev: Evaluation | dict[str, Any]) -> str:
+    """One sentence: what happened to this candidate and what its numbers are."""
+    d = _eval_doc(ev)
+    verdict = d.get("verdict") or "not_run"
+    message = (d.get("message") or "").strip()
+    if verdict == "not_run":
+        return message or "nothing ran"
+    if verdict != "correct":
+        return f"{verdict.replace('_', ' ')}: {message}" if message else verdict.replace("_", " ")
+    parts = [message or "correct"]
+    kind = d.get("label") or label(d.get("custom_kernel"))
+    if kind:
+        parts.append(kind)
+    bad = sorted(set(d.get("flags") or ()) & DISQUALIFYING_FLAGS)
+    if bad:
+        parts.append("not counted (" + ", ".join(bad) + ")")
+    elif d.get("time_ms") is not None:
+        parts.append(speed_phrase(d.get("speedup_eager"), d.get("speedup_compile"), d.get("spread_pct")))
+        advice = compile_advice(d.get("speedup_compile"))
+        if advice:
+            parts.append(advice)
+    shared = shared_phrase(d.get("shared_gpu"))
+    if shared:
+        parts.append(shared)
+    return "; ".join(p for p in parts if p)
+
+
+def search_reason(result: Any) -> str:
+    """The headline of a Search (a SearchResult or its to_dict()): what it found, and why."""
+    outcome = _get(result, "outcome") or ("improved" if _get(result, "improved") else "no_improvement")
+    reason = _get(result, "reason") or ""
+    if outcome == "cannot_run":
+        return f"could not run: {reason}" if reason else "could not run"
+    if outcome == "cancelled":
+        return "cancelled; everything evaluated is in the store"
+    if outcome == "failed":
+        return f"the Search failed: {reason}"
+    if outcome != "improved":
+        return f"no improvement: {reason}" if reason else "no improvement"
+    speedup = _get(result, "speedup")
+    head = f"improved {_x(speedup)} over the start"
+    measurement = _get(result, "measurement")
+    if measurement:
+        head += f" ({measurement})"
+    kind = _get(result, "label")
+    if kind:
+        head += f", {kind}"
+    parts = [head, speed_phrase(_get(result, "speedup_eager"), _get(result, "speedup_compile"),
+                                _get(result, "spread_pct"), what="against the reference")]
+    advice = compile_advice(_get(result, "speedup_compile"))
+    if advice:
+        parts.append(advice)
+    shared = shared_phrase(_get(result, "shared_gpu"))
+    if shared:
+        parts.append(shared)
+    return "; ".join(parts)
+
+
+__all__ = [
+    "NO_GPU", "NO_GPU_TASK", "NO_MODEL", "ALL_SLOWER", "OUTCOMES", "EXIT_CODES", "CannotRun",
+    "NoModelConfigured", "EndpointUnreachable", "NoGPU", "exit_code", "label", "is_noisy",
+    "speed_phrase", "compile_advice", "shared_phrase", "evaluation_reason", "search_reason",
+    "CUSTOM_KERNEL", "PYTORCH_REWRITE", "NOISY_SPREAD_PCT",
+]
