@@ -205,6 +205,13 @@ def _tree(node: dict[str, Any], view: _View, best: str | None, kinds: dict[str, 
     return f"<li>{''.join(items)}{f'<ul class=tree>{kids}</ul>' if kids else ''}</li>"
 
 
+def _shared(shared: dict[str, Any] | None) -> str | None:
+    if not shared:
+        return None
+    n = shared.get("count") or len(shared.get("processes") or []) or 1
+    return f"timed while {n} other process{'es' if n != 1 else ''} used the GPU"
+
+
 def _evaluation(ev: dict[str, Any] | None, view: _View, cand: str, again: dict[str, Any] | None) -> str:
     if not ev:
         return "<p class=muted>Not evaluated in this Search.</p>"
@@ -223,7 +230,8 @@ def _evaluation(ev: dict[str, Any] | None, view: _View, cand: str, again: dict[s
              if _ms(ev) and _ms({"time": compiled}) else None),
             ("eager", f"{_ms({'time': eager}):.4f} ms" if eager else None),
             ("torch.compile", f"{_ms({'time': compiled}):.4f} ms" if compiled else None),
-            ("device", (ev.get("device") or {}).get("name"))]
+            ("device", (ev.get("device") or {}).get("name")),
+            ("shared GPU", _shared(ev.get("shared_gpu")))]
     if again is not None and _ms(again):
         rows.insert(4, ("time (confirmation re-run)", f"{_ms(again):.4f} ms"
                         f" (spread {(again.get('time') or {}).get('spread_pct', 0):.1f} %)"))

@@ -132,16 +132,25 @@ def _summary(ev: Evaluation, info: dict[str, Any], custom: bool | None) -> dict[
     """Evaluation.summary() plus both baselines' spreads, the kind of result and why nothing ran;
     fields the engine adds (sandboxed, shared GPU, ...) pass through untouched."""
     doc = ev.summary()
-    doc.setdefault("eager_spread_pct", numbers.spread_of(ev.eager))
-    doc.setdefault("compile_spread_pct", numbers.spread_of(ev.compiled))
-    doc.setdefault("speedup_eager_spread_pct", numbers.ratio_spread(ev.time, ev.eager) if ev.eager else None)
-    doc.setdefault("speedup_compile_spread_pct", numbers.ratio_spread(ev.time, ev.compiled) if ev.compiled else None)
-    doc.setdefault("noisy", numbers.noisy(numbers.ratio_spread(ev.time, ev.eager, ev.compiled)))
-    doc.setdefault("custom_kernel", None if ev.verdict != "correct" else not numbers.is_rewrite(ev.flags, custom))
-    doc.setdefault("label", numbers.label_for(ev.flags, custom) if ev.verdict == "correct" else None)
+
+    def fill(key: str, value: Any) -> None:  # the engine's value wins when it has one
+        if doc.get(key) is None:
+            doc[key] = value
+
+    fill("eager_spread_pct", numbers.spread_of(ev.eager))
+    fill("compile_spread_pct", numbers.spread_of(ev.compiled))
+    fill("speedup_eager_spread_pct", numbers.ratio_spread(ev.time, ev.eager) if ev.eager else None)
+    fill("speedup_compile_spread_pct", numbers.ratio_spread(ev.time, ev.compiled) if ev.compiled else None)
+    doc["noisy"] = bool(doc.get("noisy")) or numbers.noisy(numbers.ratio_spread(ev.time, ev.eager, ev.compiled))
+    if ev.verdict == "correct":
+        fill("custom_kernel", not numbers.is_rewrite(ev.flags, custom))
+        fill("label", numbers.label_for(ev.flags, custom))
+    else:
+        doc.setdefault("custom_kernel", None)
+        doc.setdefault("label", None)
     code = status(ev)
     doc["status"] = code
-    doc.setdefault("reason", ev.message if code == CANNOT_RUN else None)
+    fill("reason", ev.message if code == CANNOT_RUN else None)
     if doc.get("device") is None and ev.verdict != "error":
         doc["device"] = {"name": info.get("name")} if info.get("name") else None
     return doc
@@ -207,6 +216,11 @@ def _bench_table(evs: list[Evaluation], info: dict[str, Any], names: list[str], 
         warn = numbers.spread_warning(name, numbers.ratio_spread(ev.time, ev.eager, ev.compiled))
         if warn:
             console.print(f"[yellow]{warn}[/yellow]", soft_wrap=True)
+        shared = getattr(ev, "shared_gpu", None)
+        if shared:
+            from kernel_lsp.verdicts import shared_phrase
+
+            console.print(f"[yellow]{name}: {shared_phrase(shared)}[/yellow]", soft_wrap=True)
         sc = ev.speedup_compile
         if ev.verdict == "correct" and not _reference_only(ev) and sc is not None and sc < 1 and not numbers.problem_flags(ev.flags):
             console.print(f"[yellow]{name}: torch.compile of the reference is faster ({_ms(ev.compiled.median_ms)} ms "

@@ -23,12 +23,15 @@ HELP = """exit status:
   with several files, 1 wins over 2. KERNEL_LSP_DEBUG=1 (or --debug) shows tracebacks."""
 
 # A timing whose interquartile spread is above this (percent of the median) is too noisy to
-# state as a number: it is shown as a warning.
-SPREAD_WARN_PCT = 10.0
+# state as a number: it is shown as a warning. The engine's threshold, one for every front end.
+from kernel_lsp.model import NOISY_SPREAD_PCT as SPREAD_WARN_PCT  # noqa: E402
 
 
-class CannotRun(Exception):
-    """The command could not do what was asked (exit 2); the message says why."""
+try:  # the engine's type, so that its CannotRun, NoModelConfigured, EndpointUnreachable and NoGPU are ours
+    from kernel_lsp.verdicts import CannotRun
+except ImportError:  # pragma: no cover - an engine without kernel_lsp.verdicts
+    class CannotRun(Exception):  # type: ignore[no-redef]
+        """The command could not do what was asked (exit 2); the message says why."""
 
 
 def combine(codes: Iterable[int]) -> int:

@@ -8,16 +8,12 @@ from typing import Any
 
 from kernel_lsp.cli.exits import SPREAD_WARN_PCT
 
-REWRITE_LABEL = "PyTorch rewrite (no custom kernel)"
-KERNEL_LABEL = "custom kernel"
+from kernel_lsp.model import CUSTOM_KERNEL as KERNEL_LABEL, PYTORCH_REWRITE as REWRITE_LABEL  # noqa: E402
 
 # Flags that make a correct candidate's number meaningless (a cheat or a measurement it
 # cannot be credited with). torch_fallback is not among them: a PyTorch rewrite is a real
 # result, labelled as such.
-PROBLEM_FLAGS = frozenset({
-    "timer_patch", "tampering", "side_stream", "thread_started", "result_cache",
-    "result_cache_suspected", "precision_lowering", "cuda_graph", "beyond_roofline",
-})
+from kernel_lsp.model import DISQUALIFYING_FLAGS as PROBLEM_FLAGS  # noqa: E402
 
 
 def spread_of(timing: Any) -> float | None:

@@ -170,6 +170,11 @@ def start_failure(result: SearchResult) -> str | None:
     before any candidate was made."""
     if result.improved:
         return None
+    outcome = _attr(result, "outcome")
+    if outcome is not None and outcome != "cannot_run":
+        return None
+    if outcome == "cannot_run":
+        return result.reason or "nothing could run"
     ev = result.start_evaluation
     if ev is not None and could_not_run(ev.verdict, ev.message):
         return f"the start could not run: {ev.message or ev.verdict}"
@@ -215,7 +220,7 @@ def search_facts(result: SearchResult, search: Any = None) -> dict[str, Any]:
     if result.best is not None:
         sp_eager = sp_eager if sp_eager is not None else _ratio(eager, best_t)
         sp_compile = sp_compile if sp_compile is not None else _ratio(compiled, best_t)
-    spread = _attr(result, "spread")
+    spread = _attr(result, "spread_pct", _attr(result, "spread"))
     if spread is None and result.best is not None:
         spread = numbers.ratio_spread(best_t, _timing(start_ev))
     reason = why_not or result.reason or ("improved" if result.improved else "no improvement")
@@ -227,6 +232,7 @@ def search_facts(result: SearchResult, search: Any = None) -> dict[str, Any]:
         "speedup_eager_spread": numbers.ratio_spread(best_t, eager) if sp_eager is not None else None,
         "speedup_compile_spread": numbers.ratio_spread(best_t, compiled) if sp_compile is not None else None,
         "spread": spread,
+        "spread_pct": spread,
         "measurement": _attr(result, "measurement") or (
             None if result.best is None else "confirmation" if result.confirmed else "first run"),
         "custom_kernel": custom if result.best is not None else None,
@@ -234,10 +240,12 @@ def search_facts(result: SearchResult, search: Any = None) -> dict[str, Any]:
         "eager_ms": eager.median_ms if eager else None,
         "compile_ms": compiled.median_ms if compiled else None,
     }
-    beats = _attr(result, "compile_beats_best")
+    beats = _attr(result, "compile_faster")
     if beats is None:
         beats = sp_compile is not None and sp_compile < 1.0
-    facts["compile_beats_best"] = bool(beats)
+    facts["compile_beats_best"] = bool(beats) if result.best is not None else False
+    facts["compile_faster"] = facts["compile_beats_best"] if result.best is not None else None
+    facts["shared_gpu"] = _attr(result, "shared_gpu")
     facts["proposer"] = getattr(getattr(search, "proposer", None), "name", None)
     facts["noisy"] = numbers.noisy(spread) or numbers.noisy(facts["speedup_eager_spread"])
     return facts
@@ -274,14 +282,15 @@ def _table(result: SearchResult, facts: dict[str, Any], search: Any = None) -> N
     else:
         head = "improved" if result.improved else "no improvement"
     t = Table(title=f"{result.task}: {head}")
-    for col in ("#", "candidate", "kind", "origin", "note", "time ms", "vs start (first run)"):
+    for col in ("#", "candidate", "kind", "origin", "note", "time ms", "vs start"):
         t.add_column(col)
     for i, r in enumerate(result.ranking[:8], 1):
         kind = "the start" if r["candidate"] == result.start.id else (r.get("label") or _kind(search, r["candidate"]))
         t.add_row(str(i), r["candidate"][:10], kind, r["origin"], (r["note"] or "")[:50],
                   f"{r['time_ms']:.4f}" if r["time_ms"] else "-",
-                  numbers.speedup_text(r["speedup"], r.get("spread", _first_spread(search, result, r["candidate"])),
-                                       short=True) if r["speedup"] else "-")
+                  (numbers.speedup_text(r["speedup"], r["spread_pct"] if r.get("spread_pct") is not None
+                                        else _first_spread(search, result, r["candidate"]), short=True)
+                   + f" ({r.get('measurement') or 'first run'})") if r["speedup"] else "-")
     if t.row_count:
         console.print(t)
     else:
@@ -296,11 +305,6 @@ def summary_lines(result: SearchResult, facts: dict[str, Any]) -> list[str]:
     """The plain sentences under the table: why it stopped, the best against both baselines,
     its kind, and a warning or a better option where there is one."""
     lines = [f"why: {facts['reason']}"]
-    if (not result.improved and result.candidates_evaluated <= 1 and "nothing left to expand" in facts["reason"]
-            and facts.get("proposer") == "tuner" and not any(
-                st.get("kind") == "proposal" and not st.get("failed") for st in result.steps)):
-        lines.append("the tuner found nothing to tune here (it changes integer constants, block sizes and, on "
-                     "a GPU, torch.compile modes); rewriting the code needs --proposer llm with a model")
     if result.best is not None:
         lines.append(f"best: {facts['label']}; its time from the {facts['measurement']} run: "
                      f"vs PyTorch eager {numbers.speedup_text(facts['speedup_eager'], facts['speedup_eager_spread'])}, "
@@ -314,6 +318,10 @@ def summary_lines(result: SearchResult, facts: dict[str, Any]) -> list[str]:
                          f"({facts['compile_ms']:.4g} ms vs {best_ms:.4g} ms): consider torch.compile(model) "
                          "instead[/yellow]" if best_ms else "[yellow]torch.compile of the reference is faster "
                          "than this candidate: consider torch.compile(model) instead[/yellow]")
+        if facts.get("shared_gpu"):
+            from kernel_lsp.verdicts import shared_phrase
+
+            lines.append(f"[yellow]note: {shared_phrase(facts['shared_gpu'])}[/yellow]")
         if facts["noisy"]:
             spread = max(s for s in (facts["spread"], facts["speedup_eager_spread"]) if s is not None)
             lines.append(f"[yellow]warning: the timing spread is {spread:.1f}%: the speedups above are not "
@@ -378,7 +386,7 @@ def exit_status(result: SearchResult, facts: dict[str, Any]) -> int:
         return CANCELLED
     if result.improved:
         return OK
-    return CANNOT_RUN if start_failure(result) else PROBLEM
+    return CANNOT_RUN if start_failure(result) else PROBLEM  # "failed" (an engine fault) is 1
 
 
 def optimize_main(ns: argparse.Namespace) -> int:
