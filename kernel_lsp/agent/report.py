@@ -272,8 +272,14 @@ def _headline(result: dict[str, Any], s: dict[str, Any], view: _View, kinds: dic
         if spread is not None and spread > _SPREAD_WARN:
             parts.append(f'<span class="bad">warning: the timing spread is {spread:.1f}%: not reliable</span>')
         return "<br>".join(parts)
+    outcome = result.get("outcome")
+    if outcome == "cannot_run" or (outcome is None and (view.root_first or {}).get("verdict") == "not_run"):
+        return f'<span class="bad">could not run: {_e(reason)}; the file stays as it is</span>'
+    if outcome == "cancelled":
+        return '<span class="bad">cancelled; the file stays as it is</span>'
     looked = [n for n in view.runs if n != view.root_id and (view.speedup(n)[0] or 0) > 1]
-    text = f'<span class="bad">no improvement: {_e(reason)}; the file stays as it is</span>'
+    what = "the Search failed" if outcome == "failed" else "no improvement"
+    text = f'<span class="bad">{what}: {_e(reason)}; the file stays as it is</span>'
     if looked:
         flagged = [n for n in looked if view.not_counted(n)]
         text += (f"<br>{len(looked)} candidate{'s' if len(looked) != 1 else ''} looked faster in a first run: "

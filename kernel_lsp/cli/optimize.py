@@ -294,7 +294,8 @@ def _table(result: SearchResult, facts: dict[str, Any], search: Any = None) -> N
     if t.row_count:
         console.print(t)
     else:
-        console.print(f"[bold]{result.task}[/bold]: {head}: no correct candidate to rank", highlight=False)
+        console.print(f"[bold]{result.task}[/bold]: {head}" + ("" if start_failure(result) else
+                      ": no correct candidate to rank"), highlight=False)
     for line in summary_lines(result, facts):
         console.print(line, highlight=False, soft_wrap=True)
     console.print(f"Evaluated {result.candidates_evaluated}; tokens {result.tokens}; "

@@ -106,3 +106,12 @@ async def test_noisy_speedup_is_a_warning(tmp_path):
                           SearchOptions(budget=Budget(proposals=1, patience=None), noise_factor=0.01)).run()
     page = render_report(store, result.search_id)
     assert "~2.00x (spread 40%: not reliable)" in page
+
+
+async def test_a_search_that_could_not_run_says_so(tmp_path):
+    store = Store.for_workspace(tmp_path)
+    start = START.__class__(source="class ModelNew: ...\n# verdict: not_run\n", kind="python")
+    result = await Search(FakeEngine(), store, TASK, start, Scripted([]),
+                          SearchOptions(budget=Budget(proposals=1, patience=None))).run()
+    page = render_report(store, result.search_id)
+    assert "could not run" in page and "no improvement" not in page.split("<table>")[0]

@@ -110,3 +110,21 @@ def test_summary_labels_rewrites_and_warns_on_spread():
     assert "warning: the timing spread is 66.9%" in text
     assert "~2.00x (spread 67%: not reliable)" in text  # never a plain "2.00x"
     assert speedup_text(1.58, 3.0) == "1.58x ±3.0%"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["flag", "setting"])
+def test_kernels_only_refuses_a_pytorch_rewrite(workspace, capsys, how):
+    args = ["optimize", "rowloop_new.py", "--no-baselines", "--budget", "1", "--json"]
+    if how == "flag":
+        args.append("--kernels-only")
+    else:
+        (workspace / "pyproject.toml").write_text("[tool.kernel-lsp]\nkernels_only = true\n")
+    server = start([f"one mv\n```python\n{MV}```\n"], default="")
+    try:
+        rc = main([*args, "--model", "m", "--base-url", server.base_url])
+    finally:
+        server.close()
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 1 and doc["improved"] is False and doc["best"] is None
+    assert doc["reason"]  # says why nothing won
