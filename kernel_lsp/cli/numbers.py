@@ -84,4 +84,4 @@ def spread_warning(name: str, spread: float | None) -> str | None:
     if not noisy(spread):
         return None
     return (f"{name}: warning: the timing spread is {spread:.1f}% (above {SPREAD_WARN_PCT:.0f}%), so its "
-            "speedups are not reliable; rerun on an idle GPU or with more runs")
+            "speedups are not reliable; rerun when the machine is idle")

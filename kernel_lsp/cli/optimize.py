@@ -270,6 +270,22 @@ def _first_spread(search: Any, result: SearchResult, candidate: str) -> float | 
     return numbers.ratio_spread(_timing(node.evaluation), _timing(root.evaluation))
 
 
+def _row_speedup(r: dict[str, Any], result: SearchResult, search: Any) -> str:
+    """A ranking row's speedup over the start, with the spread of that ratio (the noisier of
+    the candidate's and the start's timings in the same measurement) and which one it is."""
+    if not r.get("speedup"):
+        return "-"
+    if r["candidate"] == result.start.id:
+        return "1.00x"
+    measurement = r.get("measurement") or "first run"
+    if measurement == "confirmation":
+        spread = numbers.ratio_spread(r.get("spread_pct") and {"spread_pct": r["spread_pct"]},
+                                      _timing(result.start_evaluation))
+    else:
+        spread = _first_spread(search, result, r["candidate"])
+    return f"{numbers.speedup_text(r['speedup'], spread, short=True)} ({measurement})"
+
+
 def _table(result: SearchResult, facts: dict[str, Any], search: Any = None) -> None:
     from kernel_lsp.cli.console import console as make_console
     from rich.table import Table
@@ -287,10 +303,7 @@ def _table(result: SearchResult, facts: dict[str, Any], search: Any = None) -> N
     for i, r in enumerate(result.ranking[:8], 1):
         kind = "the start" if r["candidate"] == result.start.id else (r.get("label") or _kind(search, r["candidate"]))
         t.add_row(str(i), r["candidate"][:10], kind, r["origin"], (r["note"] or "")[:50],
-                  f"{r['time_ms']:.4f}" if r["time_ms"] else "-",
-                  (numbers.speedup_text(r["speedup"], r["spread_pct"] if r.get("spread_pct") is not None
-                                        else _first_spread(search, result, r["candidate"]), short=True)
-                   + f" ({r.get('measurement') or 'first run'})") if r["speedup"] else "-")
+                  f"{r['time_ms']:.4f}" if r["time_ms"] else "-", _row_speedup(r, result, search))
     if t.row_count:
         console.print(t)
     else:
@@ -326,7 +339,7 @@ def summary_lines(result: SearchResult, facts: dict[str, Any]) -> list[str]:
         if facts["noisy"]:
             spread = max(s for s in (facts["spread"], facts["speedup_eager_spread"]) if s is not None)
             lines.append(f"[yellow]warning: the timing spread is {spread:.1f}%: the speedups above are not "
-                         "reliable; rerun on an idle GPU[/yellow]")
+                         "reliable; rerun when the machine is idle[/yellow]")
     for st in facts["failed_steps"][-3:]:
         if str(st.get("reason")) in facts["reason"]:
             continue
