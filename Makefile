@@ -36,7 +36,7 @@ test-editors: setup
 GPU_PY ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
 gpu-test:
 	@$(GPU_PY) tests/gpu_preflight.py || exit 2
-	KERNEL_LSP_REQUIRE_GPU=1 $(GPU_PY) -m pytest -q -ra -m gpu tests/engine tests/test_examples.py tests/agent/test_gpu.py tests/test_server_gpu.py
+	KERNEL_LSP_REQUIRE_GPU=1 $(GPU_PY) -m pytest -q -ra -m gpu tests/engine tests/test_examples.py tests/agent/test_gpu.py tests/test_server_gpu.py tests/cli/test_cli_gpu.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .kernel-lsp
