@@ -17,7 +17,7 @@ import sys
 from typing import Any, TextIO
 
 from kernel_lsp.cli import numbers
-from kernel_lsp.cli.exits import CANCELLED, CANNOT_RUN, OK, PROBLEM, combine, could_not_run
+from kernel_lsp.cli.exits import CANCELLED, CANNOT_RUN, OK, PROBLEM, combine, could_not_run, gpu_hint
 from kernel_lsp.engine.tasks import TaskError, find_task
 from kernel_lsp.model import Candidate, Evaluation, Task
 from kernel_lsp.source import SourceError, read_text
@@ -167,12 +167,16 @@ def bench_main(ns: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return CANCELLED
     code = combine(status(ev) for ev in evs) if evs else CANNOT_RUN
+    not_run = [ev.message for ev in evs if status(ev) == CANNOT_RUN and ev.candidate]
+    hint = gpu_hint(" ".join(not_run), None) if not_run else None
     if getattr(ns, "json", False):
-        json.dump({"targets": [_summary(ev, info, c) for ev, c in zip(evs, customs)], "device": info, "status": code},
-                  out, indent=2, default=str)
+        json.dump({"targets": [_summary(ev, info, c) for ev, c in zip(evs, customs)], "device": info, "status": code,
+                   "hint": hint}, out, indent=2, default=str)
         out.write("\n")
     else:
         _bench_table(evs, info, names, customs, out)
+        if hint:
+            print(f"hint: {hint}", file=out)
     if not evs:
         print("kernel-lsp bench: no Task found in " + ", ".join(ns.paths), file=err)
     return code
