@@ -321,7 +321,7 @@ async def measure_candidate(engine: Any, spec: dict[str, Any], rec: dict[str, An
         rec["spread_pct"] = ev2.time.spread_pct
         rec["runs"] = ev2.time.runs
     methods = (ev2.evidence or {}).get("timing_methods") or {}
-    rec["device_idle_ms"] = methods.get("device_idle_ms")
+    rec["all_streams_ms"] = methods.get("all_streams_ms")  # only when side-stream work was found
     rec["cold_warm_diff_pct"] = sym_pct(rec.get("time_cold_ms"), rec.get("time_ms"))
     log(f"{spec['name']}: warm compile {rec['compile_warm_ms']:.1f} ms (cached={cr.cached}), warm evaluate "
         f"{rec['eval_warm_s']:.2f} s, {fmt(rec.get('time_ms'), 4)} ms")
@@ -364,8 +364,8 @@ for item in job["items"]:
                 r["do_bench_ms"] = float(tt.do_bench(lambda: fn(*inputs), return_mode="median"))
             res = bench.time_fn(fn, [inputs], dev, warmup=5, min_runs=20, max_runs=2000, budget_s=1.0)
             r["engine_method_ms"] = res.timing.median_ms
-            if res.device_timing is not None:
-                r["engine_method_device_ms"] = res.device_timing.median_ms
+            if res.streams_timing is not None:  # side-stream work found (this process's kernels)
+                r["engine_method_streams_ms"] = res.streams_timing.median_ms
         del inputs, fn, h
         torch.cuda.empty_cache()
     except Exception as exc:

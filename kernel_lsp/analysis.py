@@ -15,6 +15,8 @@ from kernel_lsp.config import Settings
 from kernel_lsp.model import CompileResult, Diagnostic, ResourceUsage, Span, TargetKind
 from kernel_lsp.source import Document
 from kernel_lsp.toolchain import CompileOptions, compile_check, occupancy
+from kernel_lsp.toolchain.compile import Around
+from kernel_lsp.toolchain.load_inline import wrap
 
 DEFAULT_THREADS = 256  # when neither __launch_bounds__ nor a literal launch says
 TORCH_HEADERS_TIMEOUT = 900.0  # seconds: torch/extension.h is a large translation unit
@@ -35,20 +37,33 @@ async def compile_document(doc: Document, settings: Settings) -> list[CompileRes
     """Compile a document's CUDA: the file itself, or each embedded CUDA source in a .py.
 
     Results are cached in memory and on disk by content, so an unchanged source answers at
-    once, also after a restart. Embedded sources include torch's headers, which nvcc needs
-    minutes for on a small machine the first time: they get a longer limit.
+    once, also after a restart. Embedded sources are built as load_inline builds them: CUDA
+    sources after its implicit headers (torch/types.h, cuda.h, cuda_runtime.h), C++ sources
+    after torch/extension.h and before the PYBIND11_MODULE of `functions` (none of it with
+    no_implicit_headers=True). torch's headers take nvcc minutes on a small machine the
+    first time: they get a longer limit.
     """
     cache = compile_cache_dir()
     if doc.path.endswith(".py"):
         jobs = [
             compile_check(emb.text, path=doc.path,
                           options=compile_options(settings, doc.path, torch_headers=True),
-                          line_map=emb.to_document, timeout=TORCH_HEADERS_TIMEOUT, cache_dir=cache)
-            for emb in doc.embedded if emb.kind == "cuda"
+                          line_map=emb.to_document, timeout=TORCH_HEADERS_TIMEOUT, cache_dir=cache,
+                          around=load_inline_around(emb.kind, emb.functions, emb.implicit_headers))
+            for emb in doc.embedded if emb.kind in ("cuda", "cpp")
         ]
         return list(await asyncio.gather(*jobs))
     return [await compile_check(doc.text, path=doc.path, options=compile_options(settings, doc.path),
                                 cache_dir=cache)]
+
+
+def load_inline_around(kind: str, functions: list[str], implicit: bool) -> Around:
+    """What load_inline compiles around an embedded `kind` source, as an Around."""
+    w = wrap(kind, functions, implicit)
+    which = "cuda_sources" if kind == "cuda" else "cpp_sources"
+    return Around(prelude=w.prelude, postlude=w.postlude,
+                  prelude_note=f"a header load_inline adds before {which}",
+                  postlude_note="in the PYBIND11_MODULE load_inline writes for functions=[...]")
 
 
 def compile_cache_dir() -> str:

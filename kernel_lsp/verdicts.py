@@ -138,8 +138,9 @@ def shared_phrase(shared: dict[str, Any] | None) -> str | None:
     return text
 
 
-def evaluation_reason(ev: Evaluation | dict[str, Any]) -> str:
-    """One sentence: what happened to this candidate and what its numbers are."""
+def evaluation_reason(ev: Evaluation | dict[str, Any], kernels_only: bool = False) -> str:
+    """One sentence: what happened to this candidate and what its numbers are. `kernels_only`:
+    a PyTorch rewrite is not counted (the `kernels_only` setting)."""
     d = _eval_doc(ev)
     verdict = d.get("verdict") or "not_run"
     message = (d.get("message") or "").strip()
@@ -152,6 +153,8 @@ def evaluation_reason(ev: Evaluation | dict[str, Any]) -> str:
     if kind:
         parts.append(kind)
     bad = sorted(set(d.get("flags") or ()) & DISQUALIFYING_FLAGS)
+    if kernels_only and d.get("custom_kernel") is False:
+        bad.append("kernels_only: a PyTorch rewrite")
     if bad:
         parts.append("not counted (" + ", ".join(bad) + ")")
     elif d.get("time_ms") is not None:

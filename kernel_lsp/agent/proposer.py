@@ -44,6 +44,14 @@ class Proposal:
         return cls(candidate=None, error=reason, **kw)
 
 
+# Optional hooks the Search calls before any timing, when a Proposer has them:
+#   async check() -> None: raise kernel_lsp.verdicts.CannotRun (EndpointUnreachable) when it
+#       cannot work at all (the LLM proposer probes its endpoint);
+#   precheck(start: Candidate, device: dict) -> str | None: why it has nothing to offer for
+#       this start (the tuner without tunables), or None.
+# Either stops the Search at once with outcome "cannot_run" and that reason.
+
+
 @runtime_checkable
 class Proposer(Protocol):
     name: str                              # "llm" | "tuner" | ...

@@ -89,6 +89,7 @@ class SearchEvent:
     message: str = ""
     parent: str | None = None
     note: str = ""
+    label: str | None = None             # "custom kernel" | "PyTorch rewrite (no custom kernel)"
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -145,6 +146,8 @@ class SearchResult:
     label: str | None = None             # "custom kernel" | "PyTorch rewrite (no custom kernel)"
     compile_faster: bool | None = None   # torch.compile of the reference beats the best
     shared_gpu: dict[str, Any] | None = None  # timed while other processes used the GPU
+    eager_ms: float | None = None        # the reference eagerly, timed with the start
+    compile_ms: float | None = None      # torch.compile of the reference, timed with the start
 
     @property
     def failed_steps(self) -> list[dict[str, Any]]:
@@ -179,6 +182,7 @@ class SearchResult:
             "spread_pct": self.spread_pct, "noisy": self.noisy, "measurement": self.measurement,
             "custom_kernel": self.custom_kernel, "label": self.label,
             "compile_faster": self.compile_faster, "shared_gpu": self.shared_gpu,
+            "eager_ms": self.eager_ms, "compile_ms": self.compile_ms,
         }
 
 
@@ -287,7 +291,13 @@ class Search:
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)
 
+    def _built_only(self) -> bool:
+        """A compile-only Search (repairing a compile error: the compiler is the test)."""
+        return not ({"verify", "bench"} & set(self.options.checks))
+
     def _qualifies(self, ev: Evaluation | None) -> bool:
+        if self._built_only():
+            return self._runs(ev) and not (set(ev.flags) & self.options.bad_flags)  # type: ignore[union-attr]
         if ev is None or ev.verdict != "correct" or ev.correct is not True or ev.time is None:
             return False
         bad = self.options.bad_flags
@@ -297,9 +307,11 @@ class Search:
             bad = bad | KERNELS_ONLY_FLAGS
         return not (set(ev.flags) & bad)
 
-    @staticmethod
-    def _runs(ev: Evaluation | None) -> bool:
-        """Correct and timed; flags aside (a flagged start is still what the file holds)."""
+    def _runs(self, ev: Evaluation | None) -> bool:
+        """Correct and timed; flags aside (a flagged start is still what the file holds). In a
+        compile-only Search: built."""
+        if self._built_only():
+            return ev is not None and ev.compile is not None and ev.compile.ok and ev.verdict != "compile_error"
         return ev is not None and ev.verdict == "correct" and ev.correct is True and ev.time is not None
 
     def _start_ok(self) -> bool:
@@ -382,6 +394,10 @@ class Search:
             raise
         except Exception as e:
             log.info("device_info failed: %s", e)
+        if self._device.get("cuda") is False and self.start.kind == "cuda" and not self._built_only():
+            self._cannot_run = True  # the engine says no GPU is visible: nothing to time, say so now
+            self._step("device", verdicts.NO_GPU, failed=True)
+            return verdicts.NO_GPU
         precheck = getattr(self.proposer, "precheck", None)
         if precheck is not None:
             problem = precheck(self.start, self._device)
@@ -398,8 +414,8 @@ class Search:
                    speedup=root.speedup, message=root.evaluation.message or "")
         if root.evaluation.verdict == "correct" and root.evaluation.time is None and "bench" in self.options.checks:
             return "the starting source could not be timed"
-        if root.evaluation.verdict == "not_run" or (root.evaluation.verdict == "error"
-                                                    and root.evaluation.correct is None):
+        if (root.evaluation.verdict == "not_run" and not self._built_only()) or (
+                root.evaluation.verdict == "error" and root.evaluation.correct is None):
             # No GPU for a GPU Task, execution off, a broken harness: no child could run either.
             self._cannot_run = True
             return root.evaluation.message or "the starting source could not run"
@@ -566,14 +582,17 @@ class Search:
                              + (f", {child.speedup:.2f}x vs start" if child.speedup else ""))
         self._step("evaluation", ev.message or ev.verdict, failed=not self._qualifies(ev),
                    candidate=child.id, parent=child.parent, verdict=ev.verdict, speedup=child.speedup)
+        label = verdicts.label(ev.custom_kernel)
+        if child.speedup and ev.custom_kernel is False:
+            shown += " (PyTorch rewrite)"
         self._emit("evaluated", candidate=child.id, parent=child.parent, verdict=ev.verdict,
-                   speedup=child.speedup, note=child.candidate.note,
+                   speedup=child.speedup, note=child.candidate.note, label=label,
                    message=f"{child.candidate.note or child.id[:8]}: {shown}")
         if self._beats_start(child) and self._better(child, self.best):
             self.best = child
             self._store("update_search", self.search_id, best=child.id)
             self._emit("new_best", candidate=child.id, verdict=ev.verdict, speedup=child.speedup,
-                       note=child.candidate.note, message=f"new best: {shown}")
+                       note=child.candidate.note, label=label, message=f"new best: {shown}")
             return True
         return False
 
@@ -630,9 +649,12 @@ class Search:
                 self._step("confirmation", f"{s:.3f}x vs start (needs > {limit:.3f})" if s else ev.verdict,
                            failed=not (s and s > limit), candidate=node.id, speedup=s)
                 node.confirmed_speedup, node.confirmed_evaluation = s, ev
-                if s is None:
+                if s is None and not self._runs(start_ev):
+                    self._confirm_note = ("the start did not run when re-timed ("
+                                          + verdicts.evaluation_reason(start_ev) + ")")
+                elif s is None:
                     self._confirm_note = ("the best candidate did not hold up when re-timed ("
-                                          + verdicts.evaluation_reason(ev if self._runs(start_ev) else start_ev) + ")")
+                                          + verdicts.evaluation_reason(ev) + ")")
                 else:
                     self._confirm_note = (f"no candidate stayed faster than the start when re-timed "
                                           f"(best {s:.2f}x, needs > {limit:.2f}x)")
@@ -723,6 +745,9 @@ class Search:
             result.custom_kernel = win_ev.custom_kernel
             result.label = verdicts.label(win_ev.custom_kernel)
             result.compile_faster = None if result.speedup_compile is None else result.speedup_compile < 1.0
+        if first is not None:
+            result.eager_ms = first.eager.median_ms if first.eager else None
+            result.compile_ms = first.compiled.median_ms if first.compiled else None
         shared = [e.shared_gpu for e in (win_ev, start_ev, first) if e is not None and e.shared_gpu]
         result.shared_gpu = shared[0] if shared else None
         summary = {k: v for k, v in result.to_dict().items() if k not in ("failed_steps", "usage")}

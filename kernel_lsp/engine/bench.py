@@ -222,7 +222,8 @@ def profile_calls(fn: Callable[..., Any], sets: list[list[Any]], device: torch.d
     n = _len(sets)
     with torch.cuda.device(device):
         _cuda_sync()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        # CPU activity too: some torch versions collect no GPU records without it.
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             for i in range(calls):
                 if flush is not None:
                     flush.zero_()
@@ -232,9 +233,14 @@ def profile_calls(fn: Callable[..., Any], sets: list[list[Any]], device: torch.d
                 _cuda_sync()          # every stream of this process done
                 _gpu_sleep(1000)      # closing marker
                 _cuda_sync()
+    return activities(prof, torch.autograd.DeviceType.CUDA)
+
+
+def activities(prof: Any, device_type: Any) -> list[Activity]:
+    """The finished profiler's records on `device_type` (for CUDA, resource id = stream)."""
     out: list[Activity] = []
     for e in prof.profiler.kineto_results.events():
-        if e.device_type() != torch.autograd.DeviceType.CUDA:
+        if e.device_type() != device_type:
             continue
         out.append(Activity(name=e.name(), stream=int(e.device_resource_id()), start_ns=int(e.start_ns()),
                             end_ns=int(e.end_ns())))

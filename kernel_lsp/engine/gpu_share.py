@@ -117,7 +117,30 @@ class Watch:
         return shared_report(self.samples, self.own_pid, self.source or "")
 
 
-def shared_report(samples: list[list[dict[str, Any]]], own_pid: int, source: str) -> dict[str, Any] | None:
+def _ancestors(pid: int, limit: int = 32) -> list[int]:
+    """pid's parent chain from /proc (empty where /proc cannot tell)."""
+    out = []
+    for _ in range(limit):
+        try:
+            with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+                stat = f.read()
+        except OSError:
+            break
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) < 2:
+            break
+        pid = int(fields[1])
+        if pid <= 1:
+            break
+        out.append(pid)
+    return out
+
+
+def shared_report(samples: list[list[dict[str, Any]]], own_pid: int, source: str,
+                  ancestors: Any = _ancestors) -> dict[str, Any] | None:
+    """Other processes seen in `samples`: neither this process nor one it started (a compile
+    pool's worker is ours)."""
     if not samples:
         return None
     ours_listed = any(p["pid"] == own_pid for procs in samples for p in procs)
@@ -125,7 +148,7 @@ def shared_report(samples: list[list[dict[str, Any]]], own_pid: int, source: str
     count = 0
     for procs in samples:
         if ours_listed:
-            theirs = [p for p in procs if p["pid"] != own_pid]
+            theirs = [p for p in procs if p["pid"] != own_pid and own_pid not in ancestors(p["pid"])]
         else:
             theirs = list(procs)  # host PIDs: one of them is this Worker
         for p in theirs:

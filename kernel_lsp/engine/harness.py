@@ -147,10 +147,6 @@ class Harness:
                  and not bool(v.any())]
         return InputSet(seed=seed, values=values, zero_float_inputs=zeros)
 
-    def reference_fn(self) -> Callable[..., Any]:
-        model = self.model if self.model is not None else self.build_model()
-        return model
-
     # -- candidate -------------------------------------------------------------------
     def build_candidate(self) -> tuple[Callable[..., Any] | None, CompileResult]:
         """Build the Candidate; (None, result) when it does not build. Raises CandidateError

@@ -14,6 +14,7 @@ comparisons themselves may have been faked.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.metadata
 import os
@@ -36,12 +37,21 @@ try:  # dynamo wraps torch.manual_seed & co. when first imported: do it before a
 except Exception:  # pragma: no cover - a torch without dynamo still evaluates
     pass
 
-from kernel_lsp.engine import gpu_share
+from kernel_lsp.engine import gpu_share, launch_limits
 from kernel_lsp.engine import profile as profile_mod
 from kernel_lsp.engine import roofline, static_checks
+from kernel_lsp.engine.options import EngineOptions, OptionsError
 from kernel_lsp.engine.harness import CandidateError, Harness, HarnessError, tensor_bytes
 from kernel_lsp.engine.verify import verify
-from kernel_lsp.model import DISQUALIFYING_FLAGS, PYTORCH_REWRITE, Candidate, Evaluation, Task, Timing
+from kernel_lsp.model import (
+    DISQUALIFYING_FLAGS,
+    NOISY_SPREAD_PCT,
+    PYTORCH_REWRITE,
+    Candidate,
+    Evaluation,
+    Task,
+    Timing,
+)
 from kernel_lsp.verdicts import NO_GPU, NO_GPU_TASK
 
 # A Candidate carrying any of these is never counted as an optimized kernel.
@@ -196,8 +206,8 @@ def versions() -> dict[str, str]:
     return out
 
 
-def _device(options: dict[str, Any]) -> torch.device:
-    name = options.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
+def _device(options: EngineOptions) -> torch.device:
+    name = options.device or ("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
 
 
@@ -209,16 +219,20 @@ def evaluate(task: Task, candidate: Candidate | None, checks: list[str] | tuple[
     t0 = bench._perf_counter_ns()
     if candidate is not None and candidate.origin == "reference":
         candidate = None  # the CLI's way to time the reference alone (the protocol needs a Candidate)
-    options = dict(options or {})
-    dev = _device(options)
     ev = Evaluation(task=task.name, candidate=candidate.id if candidate else "reference")
+    try:
+        opts = EngineOptions.from_dict(options)
+    except OptionsError as exc:
+        ev.verdict, ev.message = "error", f"harness: {exc}"
+        return ev
+    dev = _device(opts)
     ev.device = device_info(str(dev) if dev.type == "cuda" else None)
     ev.versions = versions()
     integrity = Integrity()
     extra: dict[str, Any] = {}
     notes: list[str] = []
     try:
-        _evaluate(task, candidate, set(checks), options, builder, dev, ev, integrity, extra, notes)
+        _evaluate(task, candidate, set(checks), opts, builder, dev, ev, integrity, extra, notes)
     except HarnessError as exc:
         ev.verdict, ev.correct, ev.message = "error", None, f"harness: {exc}"
     except CandidateError as exc:
@@ -231,6 +245,8 @@ def evaluate(task: Task, candidate: Candidate | None, checks: list[str] | tuple[
     finally:
         _check_integrity(integrity, ev, extra, notes)
         integrity.restore()
+    if candidate is not None:
+        _explain_launch(ev, candidate, dev)
     _finish(ev, extra, notes, candidate)
     ev.wall_seconds = (bench._perf_counter_ns() - t0) / 1e9
     return ev
@@ -279,10 +295,10 @@ def _finish(ev: Evaluation, extra: dict[str, Any], notes: list[str], candidate: 
         ev.evidence = {**(ev.evidence or {}), **extra}
 
 
-def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options: dict[str, Any],
+def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options: EngineOptions,
               builder: Any, dev: torch.device, ev: Evaluation, integrity: Integrity,
               extra: dict[str, Any], notes: list[str]) -> None:
-    seed = int(options.get("seed", 42))
+    seed = options.seed
     if candidate is not None:
         findings = static_checks.scan(candidate.source, candidate.kind, task.reference_source)
         if findings:
@@ -291,7 +307,7 @@ def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options
     if dev.type == "cuda" and not torch.cuda.is_available():
         ev.verdict, ev.message = "not_run", NO_GPU if candidate is not None and candidate.kind == "cuda" else NO_GPU_TASK
         return
-    h = Harness(task, candidate, builder, device=dev, seed=seed, build_options=options)
+    h = Harness(task, candidate, builder, device=dev, seed=seed, build_options=options.raw)
     h.load_reference()
     h.build_model()
 
@@ -304,7 +320,8 @@ def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options
         return
 
     threads_before = set(threading.enumerate())
-    fn, result = h.build_candidate()
+    with _thread_origins():
+        fn, result = h.build_candidate()
     ev.compile = result
     if fn is None:
         ev.verdict, ev.correct = "compile_error", False
@@ -320,11 +337,16 @@ def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options
             ev.profile = _profile(h, task, candidate, options, dev)
         return
 
-    vr = verify(h, options)
-    # Python threads the candidate left running (the baselines' own compile threads come later).
-    if [t for t in threading.enumerate() if t not in threads_before and t.is_alive()]:
+    with _thread_origins():
+        vr = verify(h, options)
+    # Python threads the candidate left running (the baselines' own compile threads come later;
+    # threads torch starts for itself, like torch.compile's compile pool, are not the candidate's).
+    started = [t for t in threading.enumerate() if t not in threads_before and t.is_alive()
+               and not _started_by_torch(t)]
+    if started:
         ev.flags.append("thread_started")
-        notes.append("the candidate left threads running: work may escape the timers")
+        notes.append("the candidate left threads running: work may escape the timers ("
+                     + ", ".join(_thread_origin(t) for t in started[:4]) + ")")
     ev.verdict, ev.correct = vr.verdict, vr.correct
     ev.message, ev.evidence = vr.message, vr.evidence
     ev.flags += vr.flags
@@ -348,22 +370,86 @@ def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options
         ev.profile = _profile(h, task, candidate, options, dev)
 
 
-def _timing_sets(h: Harness, options: dict[str, Any]) -> list[list[Any]]:
+def _explain_launch(ev: Evaluation, candidate: Candidate, dev: torch.device) -> None:
+    """A failed launch that asked for too much shared memory: say which limit it passed."""
+    if dev.type != "cuda" or ev.verdict not in ("error", "unwritten_output"):
+        return
+    try:
+        props = torch.cuda.get_device_properties(dev)
+        limits = launch_limits.Limits(
+            per_block=int(getattr(props, "shared_memory_per_block", 48 << 10) or 48 << 10),
+            per_block_optin=int(getattr(props, "shared_memory_per_block_optin", 0)
+                                or getattr(props, "shared_memory_per_block", 48 << 10) or 48 << 10),
+            device=str(props.name))
+    except Exception:
+        return
+    static = {r.kernel: r.shared_bytes for r in (ev.compile.resources if ev.compile else [])}
+    why = launch_limits.explain(ev.message, candidate.source, static, limits,
+                                definite_only=ev.verdict == "unwritten_output")
+    if why:
+        ev.message = (f"{ev.message} - {why}" if ev.verdict == "error"
+                      else f"{ev.message}; likely cause: {why}")
+        ev.evidence = {**(ev.evidence or {}), "launch_limits": why}
+
+
+_STDLIB_DIR = os.path.dirname(threading.__file__) + os.sep
+
+
+@contextlib.contextmanager
+def _thread_origins() -> Any:
+    """Record on each Thread started meanwhile where it was started from."""
+    import traceback
+
+    real = threading.Thread.start
+
+    def start(self: threading.Thread, *args: Any, **kw: Any) -> Any:
+        self._kernel_lsp_origin = traceback.extract_stack(limit=64)  # type: ignore[attr-defined]
+        return real(self, *args, **kw)
+
+    threading.Thread.start = start  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        threading.Thread.start = real  # type: ignore[method-assign]
+
+
+def _started_by_torch(t: threading.Thread) -> bool:
+    """The innermost caller outside the standard library (threading, concurrent.futures) that
+    started `t` is torch's own code."""
+    origin = getattr(t, "_kernel_lsp_origin", None)
+    if not origin:
+        return False
+    for frame in reversed(origin[:-1]):  # [-1] is the recording wrapper itself
+        if frame.filename.startswith(_STDLIB_DIR):
+            continue
+        return frame.filename.startswith(_TORCH_DIR)
+    return False
+
+
+def _thread_origin(t: threading.Thread) -> str:
+    """A thread's name and the file its code runs in (where it was started from is gone)."""
+    import traceback
+
+    frame = sys._current_frames().get(t.ident or -1)
+    files = [f.filename for f in traceback.extract_stack(frame)] if frame is not None else []
+    return f"{t.name} in {files[0] if files else '?'}"
+
+
+def _timing_sets(h: Harness, options: EngineOptions) -> list[list[Any]]:
     first = h.make_inputs(h.seed)
     per_set = max(1, tensor_bytes(first.values))
-    limit = int(options.get("rotate_bytes", 512 << 20))
-    n = max(1, min(int(options.get("rotate_sets", 4)), limit // per_set))
+    limit = options.rotate_bytes
+    n = max(1, min(options.rotate_sets, limit // per_set))
     return [first.values] + [h.make_inputs(h.seed + i).values for i in range(1, n)]
 
 
-def _time(fn: Any, sets: list[list[Any]], dev: torch.device, options: dict[str, Any],
+def _time(fn: Any, sets: list[list[Any]], dev: torch.device, options: EngineOptions,
           side_streams: bool = False) -> bench.BenchResult:
-    return bench.time_fn(fn, sets, dev, warmup=int(options.get("warmup", 5)),
-                         min_runs=int(options.get("runs", 20)), max_runs=int(options.get("max_runs", 2000)),
-                         budget_s=float(options.get("bench_seconds", 1.0)), side_streams=side_streams)
+    return bench.time_fn(fn, sets, dev, warmup=options.warmup, min_runs=options.runs,
+                         max_runs=options.max_runs, budget_s=options.bench_seconds, side_streams=side_streams)
 
 
-def _bench(h: Harness, options: dict[str, Any], ev: Evaluation, extra: dict[str, Any], notes: list[str],
+def _bench(h: Harness, options: EngineOptions, ev: Evaluation, extra: dict[str, Any], notes: list[str],
            candidate_too: bool, flops: int | None = None, nbytes: int = 0,
            integrity: Integrity | None = None) -> None:
     if h.device.type != "cpu":
@@ -371,14 +457,14 @@ def _bench(h: Harness, options: dict[str, Any], ev: Evaluation, extra: dict[str,
     # CPU: a fixed thread count for candidate and baselines alike; on a busy machine intra-op
     # barriers otherwise stall for whole scheduler slices (30-60 ms outliers seen on 2 cores).
     before = torch.get_num_threads()
-    torch.set_num_threads(int(options.get("cpu_threads", 1)))
+    torch.set_num_threads(options.cpu_threads)
     try:
         return _bench_on(h, options, ev, extra, notes, candidate_too, flops, nbytes, integrity)
     finally:
         torch.set_num_threads(before)
 
 
-def _bench_on(h: Harness, options: dict[str, Any], ev: Evaluation, extra: dict[str, Any], notes: list[str],
+def _bench_on(h: Harness, options: EngineOptions, ev: Evaluation, extra: dict[str, Any], notes: list[str],
               candidate_too: bool, flops: int | None = None, nbytes: int = 0,
               integrity: Integrity | None = None) -> None:
     dev = h.device
@@ -397,6 +483,10 @@ def _bench_on(h: Harness, options: dict[str, Any], ev: Evaluation, extra: dict[s
         ev.flags += res.flags
         notes += res.notes
         sharing.sample()
+        if res.timing.spread_pct > NOISY_SPREAD_PCT:  # a warning on the number, not on the candidate
+            ev.flags.append("noisy")
+            notes.append(f"the timing's spread is {res.timing.spread_pct:.1f} % (above {NOISY_SPREAD_PCT:.0f} %): "
+                         "the speedup is not a reliable number")
         if res.event_timing and res.streams_timing:
             extra["timing_methods"] = {"events_ms": res.event_timing.median_ms,
                                        "all_streams_ms": res.streams_timing.median_ms}
@@ -408,7 +498,7 @@ def _bench_on(h: Harness, options: dict[str, Any], ev: Evaluation, extra: dict[s
             integrity.rebase()
             if ev.verdict != "correct":
                 return
-    if options.get("baselines", True):
+    if options.baselines:
         ev.eager = _time(h.model, sets, dev, options).timing
         ev.compiled = _compiled_baseline(h, sets, options, notes, ev)
     shared = sharing.finish()
@@ -447,10 +537,10 @@ def _first_dtype(h: Harness) -> str:
     return "torch.float32"
 
 
-def _cache_probe(h: Harness, timing: Timing, options: dict[str, Any], ev: Evaluation, notes: list[str]) -> None:
+def _cache_probe(h: Harness, timing: Timing, options: EngineOptions, ev: Evaluation, notes: list[str]) -> None:
     """Calls on never-seen inputs should take about as long as the timed ones; a cache keyed on
     values makes the rotated, repeated timing inputs look much faster (cheat 8)."""
-    if not options.get("cache_probe", True) or h.candidate_fn is None:
+    if not options.cache_probe or h.candidate_fn is None:
         return
     # Never-seen inputs interleaved with an already-timed set: bursts of machine noise hit both.
     seen = h.make_inputs(h.seed).values
@@ -465,9 +555,9 @@ def _cache_probe(h: Harness, timing: Timing, options: dict[str, Any], ev: Evalua
                      "input set: results look cached by value")
 
 
-def _compiled_baseline(h: Harness, sets: list[list[Any]], options: dict[str, Any], notes: list[str],
+def _compiled_baseline(h: Harness, sets: list[list[Any]], options: EngineOptions, notes: list[str],
                        ev: Evaluation) -> Timing | None:
-    mode = options.get("compile_mode", "default")
+    mode = options.compile_mode
     try:
         compiled = torch.compile(h.model, mode=None if mode == "default" else mode)
         with torch.no_grad():
@@ -479,9 +569,9 @@ def _compiled_baseline(h: Harness, sets: list[list[Any]], options: dict[str, Any
         return None
 
 
-def _profile(h: Harness, task: Task, candidate: Candidate | None, options: dict[str, Any],
+def _profile(h: Harness, task: Task, candidate: Candidate | None, options: EngineOptions,
              dev: torch.device) -> dict[str, Any]:
-    top = int(options.get("top", 10))
+    top = options.top
     inputs = h.make_inputs(h.seed).values
     out: dict[str, Any] = {}
     assert h.model is not None
@@ -491,8 +581,8 @@ def _profile(h: Harness, task: Task, candidate: Candidate | None, options: dict[
         out["reference"] = {"note": f"torch.profiler failed: {type(exc).__name__}: {exc}"}
     if candidate is None:
         return out
-    if dev.type == "cuda" and options.get("ncu", True):
-        out["candidate"] = profile_mod.ncu_profile(task, candidate, options)
+    if dev.type == "cuda" and options.ncu:
+        out["candidate"] = profile_mod.ncu_profile(task, candidate, options.raw)
         if out["candidate"].get("kernels"):
             return out
     if h.candidate_fn is not None:

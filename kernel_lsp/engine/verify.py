@@ -37,6 +37,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from kernel_lsp.engine.options import EngineOptions
 from kernel_lsp.engine.harness import Harness, InputSet, clone_inputs, flat_tensors, tensor_bytes
 
 # KernelBench's current defaults (eval.get_tolerance_for_precision, after torchbench):
@@ -66,6 +67,27 @@ MOVEMENT_OPS = frozenset(
         "normal_ uniform_ random_ bernoulli_ _pin_memory pin_memory is_pinned data_ptr"
     ).split()
 )
+
+
+# PyTorch ops that do a kernel's worth of work: beside a custom kernel they make the candidate
+# a partial fallback (labelled a PyTorch rewrite, never a kernel speedup).
+HEAVY_OPS = frozenset(
+    "aten." + n for n in (
+        "mm bmm addmm addmv addbmm baddbmm matmul mv dot linear einsum convolution _convolution "
+        "cudnn_convolution conv1d conv2d conv3d conv_transpose2d _softmax _log_softmax softmax "
+        "native_layer_norm layer_norm native_batch_norm _native_batch_norm_legit batch_norm "
+        "native_group_norm group_norm sum mean var std cumsum amax amin max min prod norm "
+        "_scaled_dot_product_flash_attention _scaled_dot_product_efficient_attention "
+        "_scaled_dot_product_cudnn_attention scaled_dot_product_attention _fft_r2c _fft_c2c topk sort"
+    ).split()
+)
+
+
+def _brings_kernel(h: Harness) -> bool:
+    from kernel_lsp.engine import static_checks
+
+    cand = h.candidate
+    return cand is not None and (cand.kind == "cuda" or static_checks.has_kernel(cand.source))
 
 
 @dataclass
@@ -401,14 +423,14 @@ def _set_precision(state: tuple[Any, ...]) -> None:
 STRICT_PRECISION = (False, False, "highest", True, True)
 
 
-def verify(h: Harness, options: dict[str, Any]) -> VerifyResult:
+def verify(h: Harness, options: EngineOptions | dict[str, Any]) -> VerifyResult:
     """Judge h.candidate_fn against h.model. Never raises for the candidate's faults."""
     res = VerifyResult()
     saved = _precision_state()
     _set_precision(STRICT_PRECISION)
     try:
         with torch.no_grad():
-            _verify(h, options, res)
+            _verify(h, EngineOptions.of(options), res)
     except _Fail as fail:
         res.verdict, res.message, res.evidence = fail.verdict, fail.message, _clean(fail.evidence)
     finally:
@@ -420,12 +442,12 @@ def verify(h: Harness, options: dict[str, Any]) -> VerifyResult:
     return res
 
 
-def _verify(h: Harness, options: dict[str, Any], res: VerifyResult) -> None:
+def _verify(h: Harness, options: EngineOptions, res: VerifyResult) -> None:
     assert h.model is not None and h.candidate_fn is not None
     ref, cand, dev = h.model, h.candidate_fn, h.device
-    atol = options.get("atol", h.task.atol)
-    rtol = options.get("rtol", h.task.rtol)
-    n_sets = max(2, int(options.get("input_sets", 3)))
+    atol = options.atol if options.atol is not None else h.task.atol
+    rtol = options.rtol if options.rtol is not None else h.task.rtol
+    n_sets = max(2, options.input_sets)
     base = h.seed + 1_000_003  # fresh seeds: disjoint from the seed used for timing sets
 
     # 1. warm-up set: reference only; learns output sizes, FLOPs and the ops it uses.
@@ -535,10 +557,16 @@ def _verify(h: Harness, options: dict[str, Any], res: VerifyResult) -> None:
             pass  # it ran fine above; a mode-specific failure is not a verdict
     sync(dev)
     used = sorted((cand_rec.ops - MOVEMENT_OPS) & set(res.reference_ops))
-    if used:
-        res.fallback_ops = used
+    # A kernel beside PyTorch's heavy ops (a matmul, a conv, a reduction the reference wrote
+    # another way): the heavy op likely does the work, so it is a partial fallback too.
+    heavy = sorted((cand_rec.ops & HEAVY_OPS) - set(used)) if _brings_kernel(h) else []
+    if used or heavy:
+        res.fallback_ops = used + heavy
         res.flags.append("torch_fallback")
-        res.notes.append("calls the PyTorch ops the reference uses (" + ", ".join(used) + ")")
+        if used:
+            res.notes.append("calls the PyTorch ops the reference uses (" + ", ".join(used) + ")")
+        if heavy:
+            res.notes.append("runs PyTorch compute ops beside its own kernel (" + ", ".join(heavy) + ")")
     res.message = f"matches the reference on {n_sets + 2} input sets"
 
 

@@ -294,10 +294,12 @@ class _Reader:
         if fname == "load_inline":
             module_name = self._literal(keywords.get("name") or (positional[0] if positional else None))
             functions = self._string_list(keywords.get("functions"))
+            # load_inline prepends its headers unless no_implicit_headers is (literally) true.
+            bare = _text(keywords.get("no_implicit_headers")) in ("True", "1")
             for kind, key, index in (("cpp", "cpp_sources", 1), ("cuda", "cuda_sources", 2)):
                 value = keywords.get(key) or (positional[index] if len(positional) > index else None)
                 if value is not None:
-                    self._embedded(value, kind, call, module_name, functions)
+                    self._embedded(value, kind, call, module_name, functions, not bare)
         else:  # load(name, sources, ...): only cpp_extension's load takes sources
             sources = keywords.get("sources") or (positional[1] if len(positional) > 1 else None)
             if sources is None or sources.type not in ("list", "tuple", "identifier", "string"):
@@ -376,7 +378,7 @@ class _Reader:
         return bound[i - 1][1] if i > 0 else bound[0][1]
 
     def _embedded(self, value: Node, kind: str, call: Node, module_name: str | None,
-                  functions: list[str]) -> None:
+                  functions: list[str], implicit_headers: bool = True) -> None:
         items = [value]
         variable = value.type == "identifier" and _text(value) or None
         resolved = self._resolve(value, call)
@@ -397,7 +399,7 @@ class _Reader:
             self.facts.embedded.append(EmbeddedSource(
                 text=text, kind=kind,  # type: ignore[arg-type]
                 span=Span(a[0], a[1], b[0], b[1]), call_span=self.lines.span(call), variable=var,
-                module_name=module_name, functions=list(functions),
+                module_name=module_name, functions=list(functions), implicit_headers=implicit_headers,
                 _offsets=offsets, _file=self.lines))
 
     def _string_node_value(self, node: Node, call: Node) -> tuple[str, list[int], tuple[int, int]] | None:

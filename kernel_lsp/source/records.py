@@ -134,6 +134,7 @@ class EmbeddedSource:
     variable: str | None = None  # the name the string was bound to, if passed by name
     module_name: str | None = None   # load_inline(name=...)
     functions: list[str] = field(default_factory=list)  # load_inline(functions=[...])
+    implicit_headers: bool = True    # False for load_inline(no_implicit_headers=True)
     document: Document | None = field(default=None, repr=False, compare=False)  # the text parsed as CUDA
     # offsets[i]: code-point offset in the file of text[i]; offsets[len(text)]: just past the end
     _offsets: list[int] = field(default_factory=list, repr=False, compare=False)

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 from kernel_lsp.model import CompileResult, Diagnostic, Span
@@ -191,9 +192,44 @@ def _finish(source: str, path: str, options: CompileOptions, nvcc: str, log_text
                          log=log_text.replace(temp_dir + os.sep, ""), seconds=seconds, command=command)
 
 
-def _map(result: CompileResult, line_map: LineMap | None, path: str) -> CompileResult:
-    """A copy of `result` with spans moved into the document through `line_map`."""
+@dataclass(frozen=True)
+class Around:
+    """Text the compiler sees around the user's source that the user did not write (what
+    load_inline adds): diagnostics there say so and are placed at the source's edge."""
+
+    prelude: str = ""
+    postlude: str = ""
+    prelude_note: str = "a line load_inline adds before your source"
+    postlude_note: str = "code load_inline adds after your source"
+
+    def lines(self) -> int:
+        return self.prelude.count("\n")
+
+
+def _map(result: CompileResult, line_map: LineMap | None, path: str, source: str = "",
+         around: Around | None = None) -> CompileResult:
+    """A copy of `result` with spans moved into the document through `line_map` (and out of
+    the text added `around` the source)."""
     out = CompileResult.from_dict(result.to_dict())
+    if around is not None and (around.prelude or around.postlude):
+        pre = around.lines()
+        body = source.count("\n") + 1
+        pre_lines = around.prelude.split("\n")
+        for d in out.diagnostics:
+            if d.code in ("nvcc-missing", "nvcc-broken", "bad-arch", "bad-option", "nvcc-failed"):
+                continue
+            line = d.span.start_line
+            if line < pre:
+                added = pre_lines[line].strip() if line < len(pre_lines) else ""
+                d.message += f" (from `{added}`, {around.prelude_note}; not a line you wrote)"
+                d.span = Span(0, 0, 0, 0)
+            elif line >= pre + body:
+                d.message += f" ({around.postlude_note}; not a line you wrote)"
+                last = body - 1
+                d.span = Span(last, 0, last, 0)
+            else:
+                d.span = Span(line - pre, d.span.start_col, max(line - pre, d.span.end_line - pre),
+                              d.span.end_col)
     if line_map is None:
         return out
     for d in out.diagnostics:
@@ -217,9 +253,11 @@ async def compile_check(
     line_map: LineMap | None = None,
     timeout: float | None = 120.0,
     cache_dir: str | None = None,
+    around: Around | None = None,
 ) -> CompileResult:
     """Compile `source` (the text of `path`, or CUDA embedded in it with `line_map` from
-    source (line, col) to document (line, col)) to a cubin with ptxas' report.
+    source (line, col) to document (line, col)) to a cubin with ptxas' report. `around`:
+    text compiled before/after it that the user did not write (load_inline's headers).
 
     Never raises for toolchain or source problems; cancelling the awaiting task kills
     nvcc and everything it started.
@@ -228,6 +266,9 @@ async def compile_check(
     if isinstance(resolved, CompileResult):
         return _map(resolved, None, path)
     nvcc, version = resolved
+    user_source = source
+    if around is not None:
+        source = around.prelude + source + around.postlude
     options, user_dir = _with_user_dir(options, path)
     key = _cache_key("cubin", source, options.key(), nvcc, version, path,
                      _header_stamps(source, user_dir, options.include_paths))
@@ -238,7 +279,7 @@ async def compile_check(
             _remember(key, hit)
     if hit is not None:
         _memory_cache.move_to_end(key)
-        result = _map(CompileResult.from_dict(hit), line_map, path)
+        result = _map(CompileResult.from_dict(hit), line_map, path, user_source, around)
         result.cached = True
         return result
 
@@ -274,7 +315,7 @@ async def compile_check(
     _remember(key, data)
     if cache_dir:
         _disk_put(cache_dir, key, data)
-    return _map(result, line_map, path)
+    return _map(result, line_map, path, user_source, around)
 
 
 def _kill_group(pid: int) -> None:
@@ -378,4 +419,4 @@ def build_library(
     return result
 
 
-__all__ = ["compile_check", "build_library", "clear_cache", "LineMap"]
+__all__ = ["compile_check", "build_library", "clear_cache", "LineMap", "Around"]

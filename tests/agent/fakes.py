@@ -65,6 +65,9 @@ class FakeEngine:
                 Diagnostic(span=Span(3, 0, 3, 5), severity="error", message="expected ';'")])
             return Evaluation(task=task.name, candidate=candidate.id, verdict=verdict, correct=None,
                               message="did not build", compile=comp)
+        if tuple(checks) == ("compile",):  # a compile-only evaluation: built, nothing ran
+            return Evaluation(task=task.name, candidate=candidate.id, verdict="not_run", message="built",
+                              compile=CompileResult(ok=True))
         if verdict == "not_run":  # what the engine says on a machine without a GPU
             from kernel_lsp.verdicts import NO_GPU
 

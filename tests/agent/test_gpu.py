@@ -52,6 +52,11 @@ def test_tuner_speeds_up_examples(name, knob, tmp_path):
     if knob:
         assert result.best.note.startswith(knob)
     assert result.best_evaluation.verdict == "correct" and "not_counted" not in result.best_evaluation.flags
+    # A .cu kernel: a custom-kernel result, against both baselines, from the confirmation run.
+    assert result.custom_kernel is True and result.label == "custom kernel" and result.outcome == "improved"
+    assert result.measurement == "confirmation" and result.speedup_eager is not None
+    assert result.eager_ms is not None and (result.speedup_compile is None) == (result.compile_ms is None)
+    assert result.ranking[0]["speedup"] == result.speedup and result.ranking[0]["winner"]
     row = store.search(result.search_id)
     assert row["state"] == "done" and row["best"] == result.best.id
     assert all(n["evaluation"] for n in row["nodes"])  # every proposed variant was evaluated

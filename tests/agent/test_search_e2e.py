@@ -241,3 +241,52 @@ async def test_endpoint_down_stops_before_any_timing(engine, tmp_path):
         await proposer.aclose()
     assert result.outcome == "cannot_run" and result.reason.startswith("endpoint unreachable")
     assert result.candidates_evaluated == 0 and time.monotonic() - t0 < 10
+
+
+async def test_result_against_both_baselines_on_the_cpu(engine, tmp_path):
+    # The reference as the start; both baselines timed for real with it (torch.compile on the
+    # CPU: ~20 s the first time); the winner, a PyTorch rewrite, is given against both.
+    task, _ = find_task(str(TASKS / "rowsum_small.py"))
+    from kernel_lsp.model import Candidate
+
+    start_cand = Candidate(source=task.reference_source + "\n\nclass ModelNew(Model):\n    pass\n", kind="python")
+    rewrite = task.reference_source + ("\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
+                                       "        return x.sum(dim=1)\n")
+    server = start([fenced("One reduction over rows.", rewrite)], default="")
+    proposer = llm(server)
+    try:
+        result = await Search(engine, Store(tmp_path / "store.sqlite"), task, start_cand, proposer,
+                              SearchOptions(budget=Budget(proposals=1), children=1, profile=False,
+                                            start_engine_options={"baselines": True}, eval_timeout=300)).run()
+    finally:
+        await proposer.aclose()
+        server.close()
+    assert result.improved and result.confirmed, result.reason
+    assert result.label == "PyTorch rewrite (no custom kernel)" and result.custom_kernel is False
+    assert result.speedup_eager is not None and result.speedup_eager > 2
+    assert result.eager_ms is not None and result.eager_ms > 0
+    if result.compile_ms is not None:  # else torch.compile failed here, and the start says so
+        assert result.speedup_compile is not None
+        # Both speedups describe the same measurement: their ratio is the baselines' ratio.
+        assert result.speedup_eager / result.speedup_compile == pytest.approx(result.eager_ms / result.compile_ms)
+        assert result.compile_faster == (result.speedup_compile < 1.0)
+        assert ("torch.compile of the reference is faster" in result.headline) == result.compile_faster
+    doc = result.to_dict()
+    assert doc["speedup_eager"] == result.speedup_eager and doc["measurement"] == "confirmation"
+    print(result.headline)
+
+
+async def test_cu_task_without_a_gpu_stops_at_once_with_the_reason(engine, tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible: this is the no-GPU behaviour")
+    examples = Path(__file__).parents[2] / "examples"
+    task, cand = find_task(str(examples / "softmax.cu"))
+    t0 = time.monotonic()
+    result = await Search(engine, Store(tmp_path / "store.sqlite"), task, cand, TunerProposer(),
+                          SearchOptions(budget=Budget(proposals=4))).run()
+    assert result.outcome == "cannot_run" and not result.improved
+    assert result.reason == "a .cu candidate needs a GPU to run; none is visible"
+    assert result.to_dict()["failed_steps"] and result.candidates_evaluated == 0
+    assert time.monotonic() - t0 < 10

@@ -90,6 +90,10 @@ async def test_confirmation_rerun_can_reject(tmp_path):
     result, store, _, events = await go(tmp_path, [["# ms: 5\n# ms@2: 10"]])
     assert not result.improved and not result.confirmed
     assert "not_confirmed" in [e.kind for e in events]
+    assert "no candidate stayed faster than the start when re-timed (best 1.00x" in result.reason
+    # The ranking shows the re-timed number for the re-timed candidate, and says so.
+    row = next(r for r in result.ranking if r["note"].startswith("# ms: 5"))
+    assert row["measurement"] == "confirmation" and row["speedup"] == pytest.approx(1.0)
     assert store.search(result.search_id)["budget"]["result"]["improved"] is False
 
 
@@ -318,3 +322,30 @@ async def test_noisy_winner_is_flagged(tmp_path):
     assert result.improved and result.measurement == "first run"
     assert result.noisy and result.spread_pct == pytest.approx(30.0)
     assert "noisy, not a reliable number" in result.headline
+
+
+async def test_compile_only_repair_needs_no_run(tmp_path):
+    # Fixing a compile error: the compiler is the test; a .cu without a GPU can still be repaired.
+    global START
+    saved = START
+    START = Candidate(source="__global__ void k() {}\n# verdict: compile_error\n", kind="cuda")
+    try:
+        result, _, proposer, _ = await go(tmp_path, [["# fixed"]], repair_only=True, checks=("compile",))
+    finally:
+        START = saved
+    assert result.improved and result.outcome == "improved" and result.reason == "repaired"
+    assert result.best.note == "# fixed" and result.speedup is None
+    assert proposer.requests[0].mode == "repair"
+
+
+async def test_no_gpu_known_from_the_device_stops_before_building(tmp_path):
+    class CpuEngine(FakeEngine):
+        async def device_info(self):
+            return {"cuda": False, "name": "cpu", "note": "no CUDA GPU visible: CPU only"}
+
+    engine = CpuEngine()
+    start = Candidate(source="__global__ void k() {}\n#define BLOCK 128\n", kind="cuda")
+    result = await Search(engine, Store(tmp_path / "s.sqlite"), TASK, start, Scripted([["# ms: 1"]]),
+                          SearchOptions()).run()
+    assert result.outcome == "cannot_run" and result.reason == "a .cu candidate needs a GPU to run; none is visible"
+    assert engine.calls == [] and result.failed_steps[0]["kind"] == "device"

@@ -253,3 +253,49 @@ def test_cu_candidate_builds_without_a_gpu_but_does_not_run() -> None:
                       ["compile", "verify"], {"device": "cpu", "arch": "sm_90"}, build)
     assert ev.compile is not None and ev.compile.ok, ev.compile and ev.compile.log
     assert ev.verdict == "not_run" and "a .cu candidate needs a GPU to run; none is visible" in ev.message
+
+
+def test_kernel_beside_a_heavy_pytorch_op_is_a_partial_fallback(tmp_path: Path) -> None:
+    # Claims a kernel (a ctypes loader) but an einsum (a matmul) does the reference's work: the
+    # label is PyTorch rewrite, never a kernel speedup, though none of the reference's ops ran.
+    src = (CHEATS / "correct.py").read_text() + "\nimport ctypes\nKERNEL_LOADER = ctypes.CDLL\n"
+    (tmp_path / "partial.py").write_text(src)
+    ev = run.evaluate(task(), Candidate(source=src, kind="python"), ["compile", "verify"],
+                      {"device": "cpu", "baselines": False}, _builder())
+    assert ev.verdict == "correct", ev.message
+    assert "torch_fallback" in ev.flags and "not_counted" not in ev.flags
+    assert any(op in ("aten.bmm", "aten.mm") for op in ev.evidence["fallback_ops"]), ev.evidence
+    assert any("beside its own kernel" in n for n in ev.evidence["notes"])
+    assert ev.custom_kernel is False and ev.label == "PyTorch rewrite (no custom kernel)"
+
+
+def test_threads_torch_starts_for_itself_are_not_the_candidates() -> None:
+    # torch.compile's first build leaves a compile pool's threads behind (seen: a cold inductor
+    # cache flagged the tuner's torch.compile candidate thread_started). Where a thread was
+    # started from decides: torch's own code is excused, the candidate's is not.
+    import threading
+
+    original_start = threading.Thread.start
+    stop = threading.Event()
+    code = "import threading\nt = threading.Thread(target=stop.wait, daemon=True)\nt.start()\n"
+    spaces: dict[str, Any] = {}
+    with run._thread_origins():
+        for name, filename in (("torch", run._TORCH_DIR + "_inductor/fake_pool.py"), ("cand", "cand.py")):
+            ns: dict[str, Any] = {"stop": stop}
+            exec(compile(code, filename, "exec"), ns)
+            spaces[name] = ns["t"]
+    try:
+        assert run._started_by_torch(spaces["torch"]) and not run._started_by_torch(spaces["cand"])
+        # A pool started from torch goes through concurrent.futures: still torch's.
+        from concurrent.futures import ThreadPoolExecutor
+
+        with run._thread_origins():
+            ns = {"ThreadPoolExecutor": ThreadPoolExecutor, "stop": stop}
+            exec(compile("pool = ThreadPoolExecutor(1)\npool.submit(stop.wait)\n",
+                         run._TORCH_DIR + "_inductor/fake_async.py", "exec"), ns)
+        worker = [t for t in threading.enumerate() if getattr(t, "_kernel_lsp_origin", None)
+                  and t not in spaces.values()]
+        assert worker and all(run._started_by_torch(t) for t in worker)
+    finally:
+        stop.set()
+    assert threading.Thread.start is original_start  # the recording is undone

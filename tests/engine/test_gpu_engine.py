@@ -95,6 +95,16 @@ def test_side_stream_work_is_measured() -> None:
     assert any("spin" in k["name"] for k in ev.evidence["side_streams"]), ev.evidence["side_streams"]
 
 
+def test_too_much_shared_memory_names_the_limit() -> None:
+    ev = evaluate_cu("gpu_relu2_bigsmem.cu")
+    assert ev.verdict == "unwritten_output", ev.message
+    props = torch.cuda.get_device_properties(0)
+    assert "262144 dynamic" in ev.message, ev.message
+    optin = getattr(props, "shared_memory_per_block_optin", None)
+    if optin:
+        assert f"per-block opt-in limit of {optin} bytes" in ev.message, ev.message
+
+
 def test_plain_kernel_has_no_side_stream_work() -> None:
     ev = evaluate_cu("gpu_relu2_fast.cu", ("compile", "verify", "bench"))
     assert ev.verdict == "correct", ev.message
@@ -109,6 +119,7 @@ def test_triton_candidate_without_false_flags() -> None:
                       {"baselines": False, "bench_seconds": 0.5}, build)
     assert ev.verdict == "correct", ev.message
     assert "tampering" not in ev.flags and "torch_fallback" not in ev.flags, ev.evidence
+    assert ev.custom_kernel is True  # a Triton kernel is a custom kernel
     assert ev.time is not None and ev.time.median_ms > 0
 
 

@@ -166,3 +166,29 @@ def test_static_scan_cuda_and_reference_precision() -> None:
 def test_static_scan_clean_candidate() -> None:
     src = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x.clamp(min=0)\n"
     assert static_checks.scan(src, "python") == []
+
+
+# -- a launch past the shared-memory limit says which limit ---------------------------------
+
+def test_shared_memory_limit_named_instead_of_invalid_argument() -> None:
+    from kernel_lsp.engine import launch_limits
+
+    h200 = launch_limits.Limits(per_block=49152, per_block_optin=232448, device="NVIDIA H200")
+    src = ("#define TILE 128\n__global__ void k(float* x) { extern __shared__ float s[]; }\n"
+           "void go(float* x) {\n  k<<<1, 256, TILE * TILE * 4 * sizeof(float)>>>(x);\n}\n")
+    why = launch_limits.explain("the candidate raised RuntimeError: CUDA error: invalid argument", src,
+                                {"k": 1024}, h200)
+    assert why is not None
+    assert "262144 dynamic + 1024 static" in why and "263168 bytes" in why
+    assert "per-block opt-in limit of 232448 bytes" in why and "line 4" in why
+    # Between 48 KiB and the opt-in limit: the missing cudaFuncSetAttribute is the cause.
+    mid = src.replace("TILE * TILE * 4", "TILE * 128")
+    why = launch_limits.explain("CUDA error: invalid argument", mid, {}, h200)
+    assert "65536 bytes" in why and "without opt-in" in why and "cudaFuncSetAttribute(k" in why
+    opted = mid + "// cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 65536)\n"
+    assert launch_limits.explain("CUDA error: invalid argument", opted, {}, h200) is None
+    # A size only known at run time is quoted; an unrelated error is left alone.
+    runtime = src.replace("TILE * TILE * 4 * sizeof(float)", "n * sizeof(float)")
+    assert "`n * sizeof(float)` bytes" in launch_limits.explain("CUDA error: invalid argument", runtime, {}, h200)
+    assert launch_limits.explain("CUDA error: invalid argument", runtime, {}, h200, definite_only=True) is None
+    assert launch_limits.explain("CUDA error: an illegal memory access", src, {}, h200) is None
