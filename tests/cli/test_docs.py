@@ -16,7 +16,7 @@ PENDING = {
     "kernel_lsp/server/evaluations.py", "kernel_lsp/server/progress.py", "kernel_lsp/server/app.py",
     "kernel_lsp/engine/worker.py", "kernel_lsp/engine/verify.py", "kernel_lsp/engine/bench.py",
     "kernel_lsp/engine/static_checks.py", "kernel_lsp/engine/roofline.py", "kernel_lsp/engine/run.py",
-    "kernel_lsp/engine/tasks.py", "tests/engine/test_cheats_cpu.py",
+    "kernel_lsp/engine/tasks.py", "kernel_lsp/engine/launch_limits.py", "tests/engine/test_cheats_cpu.py",
 }
 CITATION = re.compile(r"DESIGN(\.md|:)|\bcheat \d+\b|\.\./shared")
 
