@@ -196,7 +196,7 @@ def test_optimize_cu_without_gpu_is_exit_2_with_reason(workspace, capsys):
     assert main(["optimize", "softmax.cu", "--proposer", "tuner", "--budget", "2", "--json"]) == 2
     doc = json.loads(capsys.readouterr().out)
     assert "needs a" in doc["reason"] and doc["status"] == 2
-    assert doc["failed_steps"] and doc["failed_steps"][0]["verdict"] == "not_run"
+    assert doc["failed_steps"] and any("needs a" in st["reason"] for st in doc["failed_steps"])
     for key in ("speedup_eager", "speedup_compile", "custom_kernel", "spread", "measurement"):
         assert key in doc
     assert main(["optimize", "softmax.cu", "--proposer", "tuner", "--budget", "2", "--out", "f.cu"]) == 2
