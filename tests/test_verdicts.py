@@ -59,3 +59,18 @@ def test_search_reason_from_json() -> None:
     text = verdicts.search_reason(doc)
     assert text.startswith("improved 5.38x over the start (confirmation), custom kernel")
     assert "0.61x torch.compile" in text and "torch.compile of the reference is faster (1.64x" in text
+
+
+def test_label_and_shared_gpu_survive_the_store(tmp_path) -> None:
+    from kernel_lsp.model import Candidate, Task
+    from kernel_lsp.store import Store
+
+    store = Store(tmp_path / "s.sqlite")
+    store.add_task(Task(name="t", reference_path="t.py", reference_source="x"))
+    cand = Candidate(source="y", kind="python")
+    store.add_evaluation("t", Evaluation(task="t", candidate=cand.id, verdict="correct", correct=True,
+                                         time=t(1.0), custom_kernel=False,
+                                         shared_gpu={"count": 1, "processes": [], "source": "nvml"}), cand)
+    back = store.latest("t")
+    assert back.custom_kernel is False and back.label == verdicts.PYTORCH_REWRITE
+    assert back.shared_gpu["count"] == 1

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from kernel_lsp.model import Candidate
-from kernel_lsp.verdicts import CannotRun, EndpointUnreachable, NoModelConfigured
+from kernel_lsp.verdicts import EndpointUnreachable, NoModelConfigured
 
 from .budget import Pricing
 from .patches import ParseError, parse_answer

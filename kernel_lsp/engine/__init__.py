@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from kernel_lsp.engine.client import Engine, EngineTimeout, WorkerDied, WorkerRaised
     from kernel_lsp.engine.pool import BuildPool
-    from kernel_lsp.engine.tasks import find_task
+    from kernel_lsp.engine.tasks import compile_task, find_task
 
 _LAZY = {
     "Engine": "kernel_lsp.engine.client",
@@ -22,6 +22,7 @@ _LAZY = {
     "worker_environment": "kernel_lsp.engine.client",
     "BuildPool": "kernel_lsp.engine.pool",
     "find_task": "kernel_lsp.engine.tasks",
+    "compile_task": "kernel_lsp.engine.tasks",
 }
 
 __all__ = sorted(_LAZY)

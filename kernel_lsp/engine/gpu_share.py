@@ -5,8 +5,10 @@ processes' work slows our timings and widens their spread; it never makes a cand
 so it is reported on the Evaluation (`shared_gpu`), not flagged against the candidate.
 
 The process list comes from NVML (`pynvml`, from the nvidia-ml-py package) when it imports,
-else from `nvidia-smi --query-compute-apps`. In a container the listed PIDs are the host's:
+else from `nvidia-smi --query-compute-apps`. In a container the listed PIDs may be the host's:
 when this process's PID is never among them, one of the listed processes is taken to be us.
+A driver that hides processes of other PID namespaces (other containers) hides their use of
+the GPU too: then "not shared" means "no other process seen", and the spread still tells.
 Standard library only at import; torch is asked for the device's UUID.
 """
 

@@ -304,6 +304,19 @@ def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options
         if findings:
             extra["static"] = findings
             ev.flags += static_checks.flags(findings)
+    if candidate is not None and candidate.kind == "cuda" and not checks & {"verify", "bench", "profile"}:
+        # Only a build was asked for: the compiler is the test, no reference or harness needed
+        # (repairing a compile error in a .cu that has no harness yet), and no GPU either.
+        filename = task.cuda_path or task.reference_path.replace(".py", ".cu")
+        lib, result = builder.load_cuda(candidate.source, filename, options.raw)
+        ev.compile = result
+        if lib is None:
+            ev.verdict, ev.correct = "compile_error", False
+            first = next((d for d in result.diagnostics if d.severity == "error"), None)
+            ev.message = f"does not build: {first.message}" if first else "does not build"
+        else:
+            ev.verdict, ev.message = "not_run", "built" + ("" if result.ok else " with errors")
+        return
     if dev.type == "cuda" and not torch.cuda.is_available():
         ev.verdict, ev.message = "not_run", NO_GPU if candidate is not None and candidate.kind == "cuda" else NO_GPU_TASK
         return

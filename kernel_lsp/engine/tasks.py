@@ -91,11 +91,16 @@ def _facts(text: str, path: str) -> _Facts:
 
 
 def _read(path: str) -> str:
+    """UTF-8 text, undecodable bytes replaced (a Latin-1 comment is no reason to refuse a kernel);
+    a binary file is a TaskError, as the source reader does."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read()
+        with open(path, "rb") as fh:
+            data = fh.read()
     except OSError as exc:
         raise TaskError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    if b"\0" in data:
+        raise TaskError(f"{path} looks binary (it contains NUL bytes), not source text")
+    return data.removeprefix(b"\xef\xbb\xbf").decode("utf-8", errors="replace")
 
 
 def _tolerance(facts: _Facts, name: str, path: str) -> float | None:
@@ -163,6 +168,18 @@ def _cuda_task(cu_path: str, cu_text: str, harness_path: str, harness_text: str)
     stem = os.path.splitext(os.path.basename(cu_path))[0]
     task = _task(stem, harness_path, harness_text, facts,
                  cuda_path=os.path.abspath(cu_path), entry=entry)
+    return task, Candidate(source=cu_text, kind="cuda")
+
+
+def compile_task(path: str, text: str | None = None) -> tuple[Task, Candidate]:
+    """A Task for building a .cu alone (no harness needed): repairing a compile error, where the
+    compiler is the test. Only `checks=("compile",)` can run on it."""
+    if os.path.splitext(path)[1].lower() != ".cu":
+        raise TaskError(f"{os.path.basename(path)}: only a .cu builds without a harness")
+    cu_text = text if text is not None else _read(path)
+    stem = os.path.splitext(os.path.basename(path))[0]
+    task = Task(name=stem, reference_path=os.path.splitext(os.path.abspath(path))[0] + ".py",
+                reference_source="", cuda_path=os.path.abspath(path))
     return task, Candidate(source=cu_text, kind="cuda")
 
 

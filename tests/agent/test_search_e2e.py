@@ -290,3 +290,26 @@ async def test_cu_task_without_a_gpu_stops_at_once_with_the_reason(engine, tmp_p
     assert result.reason == "a .cu candidate needs a GPU to run; none is visible"
     assert result.to_dict()["failed_steps"] and result.candidates_evaluated == 0
     assert time.monotonic() - t0 < 10
+
+
+async def test_compile_error_in_a_cu_without_harness_is_repaired(engine, tmp_path):
+    # "Fix this compile error with the agent" on a lone .cu: the compiler is the test, so a
+    # compile-only repair Search runs with the real Engine (and needs no GPU).
+    from kernel_lsp.engine import compile_task
+
+    cu = tmp_path / "lonely.cu"
+    cu.write_text('extern "C" void go(float* x) {\n    x[0] = 1.0f\n}\n')
+    task, start_cand = compile_task(str(cu))
+    fix = "Add the semicolon.\n<<<<<<< SEARCH\n    x[0] = 1.0f\n=======\n    x[0] = 1.0f;\n>>>>>>> REPLACE\n"
+    server = start([fix], default="")
+    proposer = llm(server)
+    try:
+        result = await Search(engine, Store(tmp_path / "store.sqlite"), task, start_cand, proposer,
+                              SearchOptions(budget=Budget(proposals=2), children=1, profile=False,
+                                            repair_only=True, checks=("compile",))).run()
+    finally:
+        await proposer.aclose()
+        server.close()
+    assert result.outcome == "improved" and result.reason == "repaired", result.reason
+    assert "x[0] = 1.0f;" in result.best.source and result.speedup is None
+    assert "expected a \";\"" in server.requests[0]["body"]["messages"][1]["content"]

@@ -299,3 +299,20 @@ def test_threads_torch_starts_for_itself_are_not_the_candidates() -> None:
     finally:
         stop.set()
     assert threading.Thread.start is original_start  # the recording is undone
+
+
+@pytest.mark.skipif(not (shutil.which("nvcc") or Path("/usr/local/cuda/bin/nvcc").exists()), reason="no nvcc")
+def test_compile_only_needs_no_harness(tmp_path: Path) -> None:
+    # "Fix this compile error" on a .cu without a harness: the build is the whole check.
+    from kernel_lsp.engine import build
+
+    cu = tmp_path / "lonely.cu"
+    t = Task(name="lonely", reference_path=str(tmp_path / "lonely.py"), reference_source="",
+             cuda_path=str(cu))
+    broken = 'extern "C" void go(float* x) { x[0] = 1.0f }\n'
+    ev = run.evaluate(t, Candidate(source=broken, kind="cuda"), ["compile"], {"arch": "sm_90"}, build)
+    assert ev.verdict == "compile_error" and ev.compile is not None and not ev.compile.ok, ev.message
+    assert "harness" not in ev.message and ev.message.startswith("does not build")
+    fixed = broken.replace("1.0f }", "1.0f; }")
+    ev = run.evaluate(t, Candidate(source=fixed, kind="cuda"), ["compile"], {"arch": "sm_90"}, build)
+    assert ev.verdict == "not_run" and ev.message == "built" and ev.compile.ok, ev.message

@@ -16,7 +16,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernel_lsp.engine import build, run  # noqa: E402
+from kernel_lsp.engine import build, gpu_share, run  # noqa: E402
 from kernel_lsp.model import Candidate, Evaluation, Task  # noqa: E402
 from kernel_lsp.verdicts import evaluation_reason  # noqa: E402
 
@@ -51,6 +51,10 @@ def test_busy_second_process_changes_neither_verdict_nor_flags() -> None:
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         time.sleep(0.5)
+        # Can this machine list GPU processes at all (NVML / nvidia-smi see this namespace)?
+        uuid = str(torch.cuda.get_device_properties(0).uuid)
+        listed = gpu_share.query_processes(uuid)
+        print("processes on the GPU while busy:", listed)
         shared = evaluate()
     finally:
         proc.kill()
@@ -60,13 +64,16 @@ def test_busy_second_process_changes_neither_verdict_nor_flags() -> None:
         assert "side_stream_work" not in ev.flags and "not_counted" not in ev.flags, ev.evidence
         assert ev.custom_kernel is True
     assert alone.shared_gpu is None, alone.shared_gpu
-    assert shared.shared_gpu is not None and shared.shared_gpu["count"] >= 1, shared.evidence
-    assert any(p["pid"] == proc.pid for p in shared.shared_gpu["processes"]) or "note" in shared.shared_gpu
-    assert shared.shared_gpu["spread_pct"] is not None
-    assert "timed on a shared GPU" in evaluation_reason(shared)
     assert alone.speedup_eager and shared.speedup_eager
     ratio = shared.speedup_eager / alone.speedup_eager
     print(f"alone {alone.time.median_ms:.4f} ms ({alone.speedup_eager:.2f}x eager, spread "
           f"{alone.time.spread_pct:.1f} %); shared {shared.time.median_ms:.4f} ms "
           f"({shared.speedup_eager:.2f}x eager, spread {shared.time.spread_pct:.1f} %)")
     assert 0.6 < ratio < 1.6, (alone.speedup_eager, shared.speedup_eager)
+    if not listed or not listed[1]:
+        pytest.skip("NVML / nvidia-smi list no processes here (another PID namespace): the shared GPU "
+                    "cannot be named on this machine; verdict, flags and speedup were checked")
+    assert shared.shared_gpu is not None and shared.shared_gpu["count"] >= 1, shared.evidence
+    assert any(p["pid"] == proc.pid for p in shared.shared_gpu["processes"]) or "note" in shared.shared_gpu
+    assert shared.shared_gpu["spread_pct"] is not None
+    assert "timed on a shared GPU" in evaluation_reason(shared)

@@ -154,3 +154,15 @@ def test_tasks_module_does_not_import_torch() -> None:
     code = "import sys, kernel_lsp.engine.tasks; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_latin1_comment_and_binary_files(tmp_path: Path) -> None:
+    # A Latin-1 comment is no reason to refuse a kernel; a binary renamed .cu is a clear TaskError.
+    cu = tmp_path / "relu.cu"
+    cu.write_bytes(CU.encode() + b"// caf\xe9 au lait\n")
+    write(tmp_path / "relu.py", HARNESS)
+    task, cand = find_task(str(cu))
+    assert cand is not None and cand.kind == "cuda" and "caf\ufffd au lait" in cand.source
+    cu.write_bytes(b"\x7fELF\x02\x01\x01\x00\x00\x00binary")
+    with pytest.raises(TaskError, match="looks binary"):
+        find_task(str(cu))
