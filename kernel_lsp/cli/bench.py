@@ -22,6 +22,11 @@ from kernel_lsp.engine.tasks import TaskError, find_task
 from kernel_lsp.model import Candidate, Evaluation, Task
 from kernel_lsp.source import SourceError, read_text
 
+try:
+    from kernel_lsp.verdicts import NO_GPU
+except ImportError:  # pragma: no cover
+    NO_GPU = "a .cu candidate needs a GPU to run; none is visible"
+
 _SUFFIXES = (".py", ".cu")
 
 
@@ -108,7 +113,12 @@ async def _bench(ns: argparse.Namespace, err: TextIO
                 checks = ("compile",)
             else:
                 checks = ("compile", "verify", "bench")
-            evs.append(await engine.evaluate(task, cand, checks, timeout=timeout, options=opts))
+            ev = await engine.evaluate(task, cand, checks, timeout=timeout, options=opts)
+            if checks == ("compile",) and ev.verdict in ("not_run", "correct") and "GPU" not in ev.message:
+                # Only built, as asked: say why nothing ran (and never count it as checked).
+                ev.verdict, ev.correct = "not_run", None
+                ev.message = f"{ev.message or 'built'}; {NO_GPU}"
+            evs.append(ev)
     # The engine's own custom_kernel answer wins; until it gives one, what the source holds.
     customs = [getattr(ev, "custom_kernel", None) if getattr(ev, "custom_kernel", None) is not None else k
                for ev, k in zip(evs, kernels)]
