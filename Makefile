@@ -1,5 +1,9 @@
 # `make demo`: set up and check the examples. `make test`: set up and run every test.
 PY ?= python3
+# Where torch comes from. Empty: the configured index (PyPI by default), where torch 2.13.0 for
+# Linux x86-64 is the CUDA 13.0 build and pulls the CUDA libraries as 18 more packages (and Triton);
+# TORCH_INDEX=https://download.pytorch.org/whl/cpu gets the CPU build (192 MB wheel) instead.
+TORCH_INDEX ?=
 VENV := .venv
 BIN := $(VENV)/bin
 
@@ -8,8 +12,8 @@ BIN := $(VENV)/bin
 $(BIN)/kernel-lsp: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	# torch first: the CPU build (a bare range would pull a CUDA build of several GB)
-	$(BIN)/pip install -q torch==2.13.0
+	# torch first and pinned, so the editable install below does not pick another version
+	$(BIN)/pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(BIN)/pip install -q -e ".[test]"
 	touch $@
 
@@ -26,9 +30,13 @@ test-python: setup
 test-editors: setup
 	bash editors/vscode/ci.sh
 
-# On a GPU machine with torch: the gpu-marked tests (the server's skips without the LSP packages).
+# On a GPU machine: the gpu-marked tests (the server's skip without the LSP packages), with
+# GPU_PY, an interpreter that has a CUDA build of torch and pytest (default: .venv's if
+# there is one, else python3). It fails, never passes with everything skipped, without a GPU.
+GPU_PY ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
 gpu-test:
-	$(PY) -m pytest -q -ra -m gpu tests/engine tests/test_examples.py tests/agent/test_gpu.py tests/test_server_gpu.py tests/agent/test_whole_model_gpu.py
+	@$(GPU_PY) tests/gpu_preflight.py || exit 2
+	KERNEL_LSP_REQUIRE_GPU=1 $(GPU_PY) -m pytest -q -ra -m gpu tests/engine tests/test_examples.py tests/agent/test_gpu.py tests/test_server_gpu.py tests/cli/test_cli_gpu.py tests/agent/test_whole_model_gpu.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .kernel-lsp

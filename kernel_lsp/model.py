@@ -1,4 +1,4 @@
-"""The shared records behind DESIGN.md's words.
+"""The shared records: Task, Candidate, Evaluation and the rest.
 
 Standard library only: the Worker (engine), the agent, the store, the CLI and the
 server all exchange these, and the Worker runs where no LSP package is installed.
@@ -34,7 +34,7 @@ VERDICTS = (
 )
 
 
-# Evaluation flags that keep a candidate from counting (the cheats list in docs/); the engine
+# Evaluation flags that keep a candidate from counting (the cheats of docs/cheats.md); the engine
 # adds "not_counted" beside any of them, and the guard refuses both. "torch_fallback" is not
 # one: a correct, faster PyTorch rewrite is a real result for the user, labelled
 # PYTORCH_REWRITE (Evaluation.custom_kernel False) and never counted as a kernel speedup;
@@ -157,7 +157,7 @@ class Target(_Record):
 
 @dataclass
 class Task(_Record):
-    """A Target plus its harness (the KernelBench contract, DESIGN.md)."""
+    """A Target plus its harness (the KernelBench contract: see docs/architecture.md)."""
 
     name: str
     reference_path: str          # the .py with Model, get_inputs, get_init_inputs

@@ -489,6 +489,31 @@ class Store:
         out["tree"] = roots[0] if len(roots) == 1 else {"candidate": None, "children": roots}
         return out
 
+    def search_evaluations(self, search_id: int) -> dict[str, list[dict[str, Any]]]:
+        """One Search's own measurements: each of its Candidates' Evaluations recorded while it
+        ran (from its start to its end, or to the next Search's start), oldest first. A later
+        Search's re-timing of the same Candidate is not among them."""
+        conn = self._conn()
+        row = conn.execute("SELECT task, started, finished FROM searches WHERE id = ?", (search_id,)).fetchone()
+        if row is None:
+            return {}
+        until = row["finished"]
+        if until is None:
+            nxt = conn.execute("SELECT MIN(started) AS t FROM searches WHERE task = ? AND started > ?",
+                               (row["task"], row["started"])).fetchone()
+            until = nxt["t"] if nxt is not None else None
+        rows = conn.execute(
+            """SELECT e.candidate, e.data FROM evaluations e
+               JOIN search_nodes n ON n.candidate = e.candidate AND n.search = ?
+               WHERE e.task = ? AND e.created >= ? AND (? IS NULL OR e.created <= ?)
+               ORDER BY e.id""",
+            (search_id, row["task"], row["started"], until, until),
+        ).fetchall()
+        out: dict[str, list[dict[str, Any]]] = {}
+        for r in rows:
+            out.setdefault(r["candidate"], []).append(json.loads(r["data"]))
+        return out
+
 
 def _candidate(row: sqlite3.Row) -> Candidate:
     return Candidate(

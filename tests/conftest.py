@@ -1,9 +1,12 @@
-"""Shared test setup: the `gpu` marker skips cleanly where no CUDA GPU is visible."""
+"""Shared test setup: the `gpu` marker skips cleanly where no CUDA GPU is visible, unless
+KERNEL_LSP_REQUIRE_GPU=1 (what `make gpu-test` sets): then a missing GPU, or an interpreter
+without torch, fails the run at once instead of passing with everything skipped."""
 
 from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 
 import pytest
 
@@ -25,6 +28,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     gpu_items = [item for item in items if "gpu" in item.keywords]
+    if gpu_items and not cuda_available() and os.environ.get("KERNEL_LSP_REQUIRE_GPU") == "1":
+        import sys
+
+        why = ("this interpreter has no torch" if importlib.util.find_spec("torch") is None
+               else "torch sees no CUDA GPU")
+        raise pytest.UsageError(f"KERNEL_LSP_REQUIRE_GPU=1 and {len(gpu_items)} gpu tests selected, but {why} "
+                                f"({sys.executable}): refusing to pass with every gpu test skipped")
     if gpu_items and not cuda_available():
         skip = pytest.mark.skip(reason="needs a CUDA GPU (run `pytest -m gpu` on the device)")
         for item in gpu_items:

@@ -1,7 +1,7 @@
 """A pytest-lsp client that behaves like a real editor for our end-to-end tests.
 
 - lsprotocol 2025.0.0 reads a CodeAction that carries a `command` as a bare Command on
-  the client side: the converter below tells them apart by their fields (DESIGN.md trap).
+  the client side: the converter below tells them apart by their fields (a known lsprotocol 2025.0.0 quirk).
 - pytest-lsp's client has no `workspace/applyEdit` handler: this one applies edits to its
   own copy of the documents and records them.
 - `wait_for` bounds every wait, as `wait_for_notification` has no timeout.

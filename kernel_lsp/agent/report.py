@@ -1,7 +1,9 @@
 """An HTML page for one Search: self-contained (inline CSS and SVG, no script, no network).
 
 It shows the result and usage, a plot of the best speedup over evaluations, the tree, and
-for each candidate its diff against its parent and its evaluation.
+for each candidate its diff against its parent and its evaluation: only this Search's own
+measurements (a later Search's re-timing of the same candidate is not mixed in), each
+speedup with its spread and against both baselines, PyTorch rewrites labelled as such.
 """
 
 from __future__ import annotations
@@ -97,33 +99,142 @@ def _plot(series: list[tuple[int, float | None, float]], w: int = 640, h: int = 
     return "".join(parts)
 
 
-def _tree(node: dict[str, Any], root_ms: float | None) -> str:
+_REWRITE = "PyTorch rewrite (no custom kernel)"
+_CHEAT_FLAGS = frozenset({"timer_patch", "tampering", "side_stream", "thread_started", "result_cache",
+                          "result_cache_suspected", "precision_lowering", "cuda_graph", "beyond_roofline"})
+_SPREAD_WARN = 10.0  # percent: above it a number is a warning, not a fact
+
+
+def _spread(*evs_or_timings: dict[str, Any] | None) -> float | None:
+    vals = []
+    for t in evs_or_timings:
+        if isinstance(t, dict) and isinstance(t.get("spread_pct"), (int, float)):
+            vals.append(float(t["spread_pct"]))
+    return max(vals) if vals else None
+
+
+def _x(x: float | None, spread: float | None) -> str:
+    if x is None:
+        return ""
+    if spread is None:
+        return f"{x:.2f}x"
+    if spread > _SPREAD_WARN:
+        return f"~{x:.2f}x (spread {spread:.0f}%: not reliable)"
+    return f"{x:.2f}x \u00b1{spread:.1f}%"
+
+
+def _is_rewrite(ev: dict[str, Any], kind: str | None, source: str | None) -> bool:
+    if ev.get("custom_kernel") is not None:
+        return not ev["custom_kernel"]
+    if "torch_fallback" in (ev.get("flags") or []):
+        return True
+    if kind == "cuda" or source is None:
+        return False
+    markers = ("load_inline", "cpp_extension", "__global__", "triton.jit", "ctypes.CDLL", "cuda.jit")
+    return not any(m in source for m in markers)
+
+
+class _View:
+    """One Search's own measurements, per candidate: the first run, and the confirmation
+    re-run when there was one; the Search's verdict on each (counted or not, and why)."""
+
+    def __init__(self, store: Any, s: dict[str, Any]) -> None:
+        nodes = s.get("nodes") or []
+        fn = getattr(store, "search_evaluations", None)
+        own = fn(s["id"]) if fn is not None else {}
+        self.runs: dict[str, list[dict[str, Any]]] = {
+            n["candidate"]: own.get(n["candidate"]) or ([n["evaluation"]] if fn is None and n.get("evaluation") else [])
+            for n in nodes}
+        steps = (s.get("budget") or {}).get("steps", [])
+        self.counted = {st.get("candidate"): not st.get("failed") for st in steps if st.get("kind") == "evaluation"}
+        self.confirmed = {st.get("candidate"): st for st in steps if st.get("kind") == "confirmation"}
+        root = next((n for n in nodes if n.get("parent") is None), None)
+        self.root_id = root["candidate"] if root else None
+        self.root_first = self.first(self.root_id) if root else None
+        self.root_ms = _ms(self.root_first)
+
+    def first(self, cand: str | None) -> dict[str, Any] | None:
+        runs = self.runs.get(cand or "") or []
+        return runs[0] if runs else None
+
+    def last(self, cand: str | None) -> dict[str, Any] | None:
+        runs = self.runs.get(cand or "") or []
+        return runs[-1] if len(runs) > 1 else None
+
+    def speedup(self, cand: str) -> tuple[float | None, float | None]:
+        """First-run speedup over the start's first run, and its spread."""
+        ev = self.first(cand)
+        if not ev or ev.get("verdict") != "correct" or not self.root_ms or not _ms(ev):
+            return None, None
+        return self.root_ms / _ms(ev), _spread(ev.get("time"), (self.root_first or {}).get("time"))
+
+    def not_counted(self, cand: str) -> str | None:
+        """Why a correct candidate did not count for this Search (its flags), or None."""
+        ev = self.first(cand) or {}
+        if ev.get("verdict") != "correct" or cand == self.root_id or self.counted.get(cand, True):
+            return None
+        flags = [f for f in ev.get("flags") or [] if f != "not_counted"]
+        return "not counted" + (f" ({', '.join(flags)})" if flags else "")
+
+
+def _tree(node: dict[str, Any], view: _View, best: str | None, kinds: dict[str, tuple[str, str]]) -> str:
     if not node:
         return ""
     items = []
-    if node.get("candidate"):
-        ev = node.get("evaluation") or {}
+    cand = node.get("candidate")
+    if cand:
+        ev = view.first(cand) or {}
         verdict = ev.get("verdict", "not evaluated")
-        sp = f" {root_ms / _ms(ev):.2f}x" if root_ms and _ms(ev) and verdict == "correct" else ""
-        cls = "ok" if verdict == "correct" else "bad"
-        items.append(f'<a href="#c-{_e(node["candidate"])}"><code>{_e(node["candidate"][:10])}</code></a> '
-                     f'<span class="badge">{_e(node.get("origin"))}</span> {_e(node.get("note"))} '
-                     f'<span class="{cls}">{_e(verdict)}{_e(sp)}</span>')
-    kids = "".join(_tree(c, root_ms) for c in node.get("children", []))
+        sp, spread = view.speedup(cand)
+        why_not = view.not_counted(cand)
+        is_best = cand == best
+        cls = "ok" if verdict == "correct" and not why_not and (is_best or cand == view.root_id or (sp or 0) > 1) \
+            else "muted" if verdict == "correct" else "bad"
+        text = verdict + (f" {_x(sp, spread)} (first run)" if sp is not None and cand != view.root_id else "")
+        if why_not:
+            text += f"; {why_not}"
+        kind, source = kinds.get(cand, ("", ""))
+        label = f' <span class="badge">{_e(_REWRITE)}</span>' if verdict == "correct" and _is_rewrite(
+            ev, kind, source) and cand != view.root_id else ""
+        start = ' <span class="badge">start</span>' if cand == view.root_id else ""
+        star = " <b>(best)</b>" if is_best else ""
+        items.append(f'<a href="#c-{_e(cand)}"><code>{_e(cand[:10])}</code></a> '
+                     f'<span class="badge">{_e(node.get("origin"))}</span>{start}{label} {_e(node.get("note"))} '
+                     f'<span class="{cls}">{_e(text)}</span>{star}')
+    kids = "".join(_tree(c, view, best, kinds) for c in node.get("children", []))
     return f"<li>{''.join(items)}{f'<ul class=tree>{kids}</ul>' if kids else ''}</li>"
 
 
-def _evaluation(ev: dict[str, Any] | None, root_ms: float | None) -> str:
+def _shared(shared: dict[str, Any] | None) -> str | None:
+    if not shared:
+        return None
+    n = shared.get("count") or len(shared.get("processes") or []) or 1
+    return f"timed while {n} other process{'es' if n != 1 else ''} used the GPU"
+
+
+def _evaluation(ev: dict[str, Any] | None, view: _View, cand: str, again: dict[str, Any] | None) -> str:
     if not ev:
-        return "<p class=muted>Not evaluated.</p>"
+        return "<p class=muted>Not evaluated in this Search.</p>"
+    sp, spread = view.speedup(cand)
+    base = view.root_first or {}
+    eager, compiled = base.get("eager"), base.get("compiled")
+    t = ev.get("time")
     rows = [("verdict", ev.get("verdict")), ("message", ev.get("message")),
             ("flags", ", ".join(ev.get("flags") or []) or "none"),
-            ("time", f"{_ms(ev):.4f} ms" if _ms(ev) else None),
-            ("spread", f"{ev['time']['spread_pct']:.1f} %" if ev.get("time") else None),
-            ("vs start", f"{root_ms / _ms(ev):.3f}x" if root_ms and _ms(ev) else None),
-            ("eager", f"{_ms({'time': ev.get('eager')}):.4f} ms" if ev.get("eager") else None),
-            ("torch.compile", f"{_ms({'time': ev.get('compiled')}):.4f} ms" if ev.get("compiled") else None),
-            ("device", (ev.get("device") or {}).get("name"))]
+            ("time (first run)", f"{_ms(ev):.4f} ms" if _ms(ev) else None),
+            ("spread", f"{t['spread_pct']:.1f} %" if isinstance(t, dict) else None),
+            ("vs start (first run)", _x(sp, spread) if cand != view.root_id else None),
+            ("vs PyTorch eager", _x(_ms({"time": eager}) / _ms(ev), _spread(t, eager))
+             if _ms(ev) and _ms({"time": eager}) else None),
+            ("vs torch.compile", _x(_ms({"time": compiled}) / _ms(ev), _spread(t, compiled))
+             if _ms(ev) and _ms({"time": compiled}) else None),
+            ("eager", f"{_ms({'time': eager}):.4f} ms" if eager else None),
+            ("torch.compile", f"{_ms({'time': compiled}):.4f} ms" if compiled else None),
+            ("device", (ev.get("device") or {}).get("name")),
+            ("shared GPU", _shared(ev.get("shared_gpu")))]
+    if again is not None and _ms(again):
+        rows.insert(4, ("time (confirmation re-run)", f"{_ms(again):.4f} ms"
+                        f" (spread {(again.get('time') or {}).get('spread_pct', 0):.1f} %)"))
     out = ["<table>"] + [f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows if v not in (None, "")]
     out.append("</table>")
     comp = ev.get("compile") or {}
@@ -134,6 +245,49 @@ def _evaluation(ev: dict[str, Any] | None, root_ms: float | None) -> str:
     return "".join(out)
 
 
+def _headline(result: dict[str, Any], s: dict[str, Any], view: _View, kinds: dict[str, tuple[str, str]]) -> str:
+    """The verdict at the top, in agreement with the tree below it."""
+    improved, sp, best = result.get("improved"), result.get("speedup"), result.get("best")
+    reason = result.get("reason") or s.get("message") or ""
+    if improved:
+        best_first = view.first(best) or {}
+        best_again = view.last(best) or best_first
+        start_again = view.last(view.root_id) or view.root_first or {}
+        spread = _spread(best_again.get("time"), start_again.get("time"))
+        how = "confirmed by a re-run against the start" if result.get("confirmed") else "first run"
+        kind, source = kinds.get(best or "", ("", ""))
+        label = _REWRITE if _is_rewrite(best_first, kind, source) else "custom kernel"
+        parts = [f'<span class="ok">improved: {_e(_x(sp, spread))} faster than the start ({_e(how)}), '
+                 f'{_e(label)}</span>' if sp else '<span class="ok">improved (the start did not run correctly)</span>']
+        base = view.root_first or {}
+        t = best_again.get("time")
+        for name, key in (("PyTorch eager", "eager"), ("torch.compile", "compiled")):
+            b = base.get(key)
+            if _ms({"time": b}) and _ms(best_again):
+                ratio = _ms({"time": b}) / _ms(best_again)
+                parts.append(f"vs {name}: {_e(_x(ratio, _spread(t, b)))}")
+                if key == "compiled" and ratio < 1:
+                    parts.append('<span class="bad">torch.compile of the reference is faster than this '
+                                 'candidate: consider torch.compile instead</span>')
+        if spread is not None and spread > _SPREAD_WARN:
+            parts.append(f'<span class="bad">warning: the timing spread is {spread:.1f}%: not reliable</span>')
+        return "<br>".join(parts)
+    outcome = result.get("outcome")
+    if outcome == "cannot_run" or (outcome is None and (view.root_first or {}).get("verdict") == "not_run"):
+        return f'<span class="bad">could not run: {_e(reason)}; the file stays as it is</span>'
+    if outcome == "cancelled":
+        return '<span class="bad">cancelled; the file stays as it is</span>'
+    looked = [n for n in view.runs if n != view.root_id and (view.speedup(n)[0] or 0) > 1]
+    what = "the Search failed" if outcome == "failed" else "no improvement"
+    text = f'<span class="bad">{what}: {_e(reason)}; the file stays as it is</span>'
+    if looked:
+        flagged = [n for n in looked if view.not_counted(n)]
+        text += (f"<br>{len(looked)} candidate{'s' if len(looked) != 1 else ''} looked faster in a first run: "
+                 f"{len(flagged)} did not count (see their flags), "
+                 f"{len(looked) - len(flagged)} did not stay faster when re-timed against the start")
+    return text
+
+
 def render_report(store: Any, search_id: int) -> str:
     s = store.search(search_id)
     if s is None:
@@ -142,27 +296,30 @@ def render_report(store: Any, search_id: int) -> str:
     result = doc.get("result") or {}
     usage = doc.get("usage") or {}
     nodes = s.get("nodes") or []
-    root = next((n for n in nodes if n.get("parent") is None), None)
-    root_ms = _ms(root.get("evaluation") if root else None)
-    series = speedup_series(nodes, root_ms)
-    improved = result.get("improved")
-    sp = result.get("speedup")
-    verdict = (f'<span class="ok">improved: {sp:.2f}x faster, verified and confirmed</span>'
-               if improved and sp else '<span class="ok">improved (the start did not run correctly)</span>'
-               if improved else '<span class="bad">no improvement: the file stays as it is</span>')
+    view = _View(store, s)
+    cands = {n["candidate"]: store.candidate(n["candidate"]) for n in nodes}
+    kinds = {k: (c.kind, c.source) if c is not None else ("", "") for k, c in cands.items()}
+    series = speedup_series([{**n, "evaluation": view.first(n["candidate"])} for n in nodes], view.root_ms)
+    best = result.get("best") if result.get("improved") else None
+    base = view.root_first or {}
     head = [("task", s.get("task")), ("proposer", f"{s.get('proposer')}" + (f" ({doc['model']})" if doc.get("model") else "")),
             ("state", s.get("state")), ("why it stopped", s.get("message")),
             ("started", _when(s.get("started"))), ("finished", _when(s.get("finished"))),
             ("candidates evaluated", result.get("candidates_evaluated", len(nodes))),
             ("proposals", usage.get("proposals")), ("tokens", usage.get("tokens")),
             ("cost", f"${usage.get('cost', 0):.4f}"), ("seconds", usage.get("seconds")),
-            ("start time", f"{root_ms:.4f} ms" if root_ms else None)]
+            ("start time", f"{view.root_ms:.4f} ms" if view.root_ms else None),
+            ("PyTorch eager", f"{_ms({'time': base.get('eager')}):.4f} ms" if base.get("eager") else None),
+            ("torch.compile", f"{_ms({'time': base.get('compiled')}):.4f} ms" if base.get("compiled") else None),
+            ("device", (base.get("device") or {}).get("name"))]
     parts = [f"<!doctype html><html><head><meta charset=utf-8><title>kernel-lsp search {_e(search_id)}: "
              f"{_e(s.get('task'))}</title><style>{_CSS}</style></head><body>",
-             f"<h1>Search {_e(search_id)}: {_e(s.get('task'))}</h1><p>{verdict}</p><table>",
+             f"<h1>Search {_e(search_id)}: {_e(s.get('task'))}</h1><p>{_headline(result, s, view, kinds)}</p><table>",
              *[f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in head if v not in (None, "")],
-             "</table><h2>Best speedup over evaluations</h2>", _plot(series),
-             "<h2>Tree</h2>", f"<ul class=tree>{_tree(s.get('tree') or {}, root_ms)}</ul>"]
+             "</table><p class=muted>Every number on this page is this Search's own measurement: a "
+             "candidate's first run, and its confirmation re-run where there was one.</p>"
+             "<h2>Best speedup over evaluations (first runs)</h2>", _plot(series),
+             "<h2>Tree</h2>", f"<ul class=tree>{_tree(s.get('tree') or {}, view, best, kinds)}</ul>"]
     steps = [st for st in doc.get("steps", []) if st.get("failed") and st.get("kind") != "evaluation"]
     if steps:
         parts.append("<h2>Failed steps</h2><table><tr><th>round</th><th>kind</th><th>reason</th></tr>")
@@ -171,14 +328,14 @@ def render_report(store: Any, search_id: int) -> str:
         parts.append("</table>")
     parts.append("<h2>Candidates</h2>")
     for n in nodes:
-        cand = store.candidate(n["candidate"])
+        cand = cands.get(n["candidate"])
         parent = store.candidate(n["parent"]) if n.get("parent") else None
-        ev = n.get("evaluation") or {}
-        best = " <span class=ok>(best)</span>" if n["candidate"] == s.get("best") else ""
-        parts.append(f'<details id="c-{_e(n["candidate"])}"{" open" if best else ""}><summary><code>'
+        ev = view.first(n["candidate"]) or {}
+        mark = " <span class=ok>(best)</span>" if n["candidate"] == best else ""
+        parts.append(f'<details id="c-{_e(n["candidate"])}"{" open" if mark else ""}><summary><code>'
                      f'{_e(n["candidate"][:10])}</code> <span class="badge">{_e(n.get("origin"))}</span> '
-                     f'{_e(n.get("note"))} - <b>{_e(ev.get("verdict", "not evaluated"))}</b>{best}</summary>')
-        parts.append(_evaluation(ev, root_ms))
+                     f'{_e(n.get("note"))} - <b>{_e(ev.get("verdict", "not evaluated"))}</b>{mark}</summary>')
+        parts.append(_evaluation(ev, view, n["candidate"], view.last(n["candidate"])))
         if cand is not None and parent is not None:
             parts.append(f"<p>diff against its parent <code>{_e(parent.id[:10])}</code></p>"
                          f"<pre>{_diff(parent.source, cand.source, parent.id[:10], cand.id[:10])}</pre>")

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from kernel_lsp import __version__
+from kernel_lsp.cli.exits import CANCELLED, CANNOT_RUN, HELP as EXIT_HELP, CannotRun
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,29 +20,61 @@ def main(argv: list[str] | None = None) -> int:
     ns = parser.parse_args(argv)
     if not getattr(ns, "command", None):
         parser.print_help(sys.stderr)
-        return 2
-    from kernel_lsp.engine.sandbox import SandboxUnavailable
-
+        return CANNOT_RUN
+    debug = bool(getattr(ns, "debug", False) or os.environ.get("KERNEL_LSP_DEBUG"))
     try:
         return int(ns.run(ns) or 0)
-    except SandboxUnavailable as exc:  # sandbox = "required" and none can run: could not run
-        print(f"kernel-lsp: {exc}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        print(f"kernel-lsp {ns.command}: cancelled", file=sys.stderr)
+        return CANCELLED
+    except CannotRun as exc:
+        print(f"kernel-lsp {ns.command}: {exc}", file=sys.stderr)
+        return CANNOT_RUN
+    except Exception as exc:  # never a traceback for the user: one line, and how to see more
+        if _could_not_run(exc):  # sandbox = "required" with none here, an unreachable cluster
+            print(f"kernel-lsp {ns.command}: {exc}", file=sys.stderr)
+            return CANNOT_RUN
+        if debug:
+            raise
+        print(f"kernel-lsp {ns.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print("  (rerun with --debug or KERNEL_LSP_DEBUG=1 for the traceback)", file=sys.stderr)
+        return CANNOT_RUN
+
+
+def _could_not_run(exc: Exception) -> bool:
+    from kernel_lsp.engine.executor_api import ExecutorUnavailable
+    from kernel_lsp.engine.sandbox import SandboxUnavailable
+
+    return isinstance(exc, (SandboxUnavailable, ExecutorUnavailable))
+
+
+def _sub(sub, name: str, help: str, codes: str) -> argparse.ArgumentParser:
+    """A subcommand whose --help ends with what its exit statuses mean."""
+    import textwrap
+
+    mine = textwrap.fill(f"kernel-lsp {name}: {codes}", width=88, subsequent_indent="  ")
+    return sub.add_parser(name, help=help, description=help, epilog=f"{EXIT_HELP}\n\n{mine}",
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kernel-lsp", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="kernel-lsp", description=__doc__.splitlines()[0], epilog=EXIT_HELP,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"kernel-lsp {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show Python tracebacks (also KERNEL_LSP_DEBUG=1)")
     sub = parser.add_subparsers(dest="command")
 
-    serve = sub.add_parser("serve", help="run the language server (stdio by default)")
+    serve = _sub(sub, "serve", "run the language server (stdio by default)",
+                 "0 when the client shut it down, 2 when it could not start")
     serve.add_argument("--stdio", action="store_true", help="talk over stdin/stdout (the default)")
     serve.add_argument("--tcp", metavar="HOST:PORT", help="listen on a TCP port instead of stdio")
     serve.add_argument("--log-file", help="write the server log here (default: stderr)")
     serve.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING (default), ERROR")
     serve.set_defaults(run=_serve)
 
-    check = sub.add_parser("check", help="compile diagnostics and resource usage for files or folders")
+    check = _sub(sub, "check", "compile diagnostics and resource usage for files or folders",
+                 "0 no errors; 1 a compile error or a wrong result; 2 a file missing, unreadable or with "
+                 "no kernel, or a requested correctness check that could not run")
     check.add_argument("paths", nargs="+", metavar="PATH")
     check.add_argument("--json", action="store_true", help="print one JSON document")
     check.add_argument("--arch", help="target architecture, e.g. sm_90")
@@ -49,7 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="also run the correctness check of Targets with a harness (auto: when a GPU is visible)")
     check.set_defaults(run=_check)
 
-    bench = sub.add_parser("bench", help="verify and time a task or .cu against PyTorch eager and torch.compile")
+    bench = _sub(sub, "bench", "verify and time a task or .cu against PyTorch eager and torch.compile",
+                 "0 every candidate correct (or a reference timed); 1 a wrong or disqualified candidate; "
+                 "2 a file that is not a Task or unreadable, or a .cu with no GPU")
     bench.add_argument("paths", nargs="+", metavar="PATH")
     bench.add_argument("--json", action="store_true")
     bench.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
@@ -58,14 +94,18 @@ def build_parser() -> argparse.ArgumentParser:
     _executor_flags(bench)
     bench.set_defaults(run=_engine_command("bench_main"))
 
-    profile = sub.add_parser("profile", help="hot ops of a PyTorch task, Nsight Compute metrics of a kernel")
+    profile = _sub(sub, "profile", "hot ops of a PyTorch task, Nsight Compute metrics of a kernel",
+                   "0 profiled; 2 a file that is not a Task or unreadable, or a kernel with no GPU")
     profile.add_argument("paths", nargs="+", metavar="PATH")
     profile.add_argument("--json", action="store_true")
     profile.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS")
     _executor_flags(profile)
     profile.set_defaults(run=_engine_command("profile_main"))
 
-    optimize = sub.add_parser("optimize", help="search for a faster, verified version of a Target")
+    optimize = _sub(sub, "optimize", "search for a faster, verified version of a Target",
+                    "0 a correct, faster version found (and written with --out/--apply); 1 none found; "
+                    "2 bad input, no GPU for a .cu, no model configured for --proposer llm, "
+                    "or an endpoint that cannot be reached")
     optimize.add_argument("target", metavar="PATH[:TARGET]")
     optimize.add_argument("--proposer", choices=("llm", "tuner"), help="default: llm when a model is configured")
     optimize.add_argument("--model", help="model name at the OpenAI-compatible endpoint")
@@ -74,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     optimize.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS")
     optimize.add_argument("--no-baselines", dest="baselines", action="store_false",
                           help="skip timing PyTorch eager and torch.compile (slow for some references on a CPU)")
+    optimize.add_argument("--kernels-only", dest="kernels_only", action="store_true", default=None,
+                          help="count only custom kernels: refuse PyTorch rewrites (KernelBench scoring); "
+                               "also the kernels_only setting")
     where = optimize.add_mutually_exclusive_group()
     where.add_argument("--apply", action="store_true", help="rewrite the target in place if improved")
     where.add_argument("--out", metavar="FILE", help="write the best candidate's file here if improved")
@@ -85,7 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     _executor_flags(optimize)
     optimize.set_defaults(run=_optimize)
 
-    report = sub.add_parser("report", help="render a Search as an HTML page")
+    report = _sub(sub, "report", "render a Search as an HTML page",
+                  "0 the page was written; 2 no store, no such search, or a bad search id")
     report.add_argument("search", nargs="?", help="search id (default: the latest)")
     report.add_argument("--out", metavar="FILE", help="where to write the page")
     report.add_argument("--root", default=".", help="workspace holding .kernel-lsp/ (default .)")

@@ -2,8 +2,9 @@
 
 Caller side: no torch here; everything runs in a Worker through `Engine`. A file with only
 a reference (no ModelNew, no .cu) is timed alone (eager and torch.compile). Without a GPU the
-CLI says so and runs what can run on the CPU (.cu files are only built).
-Exit status: 0 when every candidate is correct (or a reference was timed), 1 otherwise.
+CLI says so and runs what can run on the CPU (.cu files are only built, and say why).
+Exit status (kernel_lsp/cli/exits.py): 0 every candidate correct (or a reference timed); 1 a
+wrong or disqualified candidate; 2 a file that is not a Task, unreadable, or that needs a GPU.
 """
 
 from __future__ import annotations
@@ -15,8 +16,16 @@ import os
 import sys
 from typing import Any, TextIO
 
+from kernel_lsp.cli import numbers
+from kernel_lsp.cli.exits import CANCELLED, CANNOT_RUN, OK, PROBLEM, combine, could_not_run, gpu_hint
 from kernel_lsp.engine.tasks import TaskError, find_task
 from kernel_lsp.model import Candidate, Evaluation, Task
+from kernel_lsp.source import SourceError, read_text
+
+try:
+    from kernel_lsp.verdicts import NO_GPU
+except ImportError:  # pragma: no cover
+    NO_GPU = "a .cu candidate needs a GPU to run; none is visible"
 
 _SUFFIXES = (".py", ".cu")
 
@@ -40,11 +49,20 @@ def _targets(paths: list[str], explicit: set[str]) -> list[tuple[str, Task | Non
     rows: list[tuple[str, Task | None, Candidate | None, str]] = []
     seen: set[tuple[str, str]] = set()
     for path in paths:
+        if path in explicit and not os.path.exists(path):
+            rows.append((path, None, None, f"no such file or folder: {path}"))
+            continue
         try:
-            task, cand = find_task(path)
-        except TaskError as exc:
+            # Read as `check` does: undecodable bytes replaced, a binary file refused.
+            task, cand = find_task(path, read_text(path))
+        except (TaskError, SourceError, OSError) as exc:
             if path in explicit:
                 rows.append((path, None, None, str(exc)))
+            continue
+        except UnicodeDecodeError as exc:  # a file the Task pulls in (its harness) is not UTF-8
+            if path in explicit:
+                rows.append((path, None, None, f"{os.path.basename(path)}: a file of this Task is not "
+                             f"UTF-8 text ({exc.reason} at byte {exc.start})"))
             continue
         key = (task.reference_path, cand.id if cand else "reference")
         if key in seen:  # foo.cu and its harness foo.py are one target
@@ -62,7 +80,8 @@ def _options(ns: argparse.Namespace, gpu: bool) -> dict[str, Any]:
 
 
 async def _executor(ns: argparse.Namespace, timeout: float) -> Any:
-    """The Executor the settings and --executor / --ray-address ask for (ExecutorUnavailable: exit 2)."""
+    """The Executor the settings and --executor / --ray-address ask for (ExecutorUnavailable:
+    could not run, exit 2 in main)."""
     from kernel_lsp.engine.executor import executor_settings, open_executor
 
     try:
@@ -74,17 +93,19 @@ async def _executor(ns: argparse.Namespace, timeout: float) -> Any:
     return await open_executor(timeout=timeout, **executor_settings(settings, ns))
 
 
-def _unavailable(command: str, exc: Exception) -> int:
-    print(f"kernel-lsp {command}: {exc}", file=sys.stderr)
-    return 2
+async def _bench(ns: argparse.Namespace, err: TextIO
+                 ) -> tuple[list[Evaluation], dict[str, Any], list[str], list[bool | None]]:
 
-
-async def _bench(ns: argparse.Namespace, err: TextIO) -> tuple[list[Evaluation], dict[str, Any], list[str]]:
     paths = _expand(list(ns.paths))
     rows = _targets(paths, set(ns.paths))
     evs: list[Evaluation] = []
     names = [os.path.basename(path) for path, *_ in rows]
+    kernels: list[bool | None] = []
     timeout = float(getattr(ns, "timeout", 300.0) or 300.0)
+    if all(task is None for _, task, _, _ in rows):  # nothing to run: no Worker to start
+        evs = [Evaluation(task=os.path.basename(path), candidate="", verdict="not_run", correct=None, message=error)
+               for path, _, _, error in rows]
+        return evs, {}, names, [None] * len(evs)
     async with await _executor(ns, timeout) as engine:
         info = await engine.device_info()
         gpu = bool(info.get("cuda"))
@@ -93,9 +114,10 @@ async def _bench(ns: argparse.Namespace, err: TextIO) -> tuple[list[Evaluation],
                   ".cu files are only built", file=err)
         opts = _options(ns, gpu)
         for path, task, cand, error in rows:
+            kernels.append(numbers.has_kernel(cand.source, cand.kind) if cand is not None else None)
             if task is None:
-                evs.append(Evaluation(task=os.path.basename(path), candidate="", verdict="error",
-                                      correct=None, message=error))
+                evs.append(Evaluation(task=os.path.basename(path), candidate="", verdict="not_run",
+                                      correct=None, message=error))  # bad input: exit 2
                 continue
             if cand is None:  # a reference alone: time eager and torch.compile
                 cand = Candidate(source=task.reference_source, kind="python", origin="reference")
@@ -104,65 +126,133 @@ async def _bench(ns: argparse.Namespace, err: TextIO) -> tuple[list[Evaluation],
                 checks = ("compile",)
             else:
                 checks = ("compile", "verify", "bench")
-            evs.append(await engine.evaluate(task, cand, checks, timeout=timeout, options=opts))
-    return evs, info, names
+            ev = await engine.evaluate(task, cand, checks, timeout=timeout, options=opts)
+            if checks == ("compile",) and ev.verdict in ("not_run", "correct") and "GPU" not in ev.message:
+                # Only built, as asked: say why nothing ran (and never count it as checked).
+                ev.verdict, ev.correct = "not_run", None
+                ev.message = f"{ev.message or 'built'}; {NO_GPU}"
+            evs.append(ev)
+    # The engine's own custom_kernel answer wins; until it gives one, what the source holds.
+    customs = [getattr(ev, "custom_kernel", None) if getattr(ev, "custom_kernel", None) is not None else k
+               for ev, k in zip(evs, kernels)]
+    return evs, info, names, customs
 
 
-def _ok(ev: Evaluation) -> bool:
-    return ev.verdict == "correct" or (ev.verdict == "not_run" and ev.candidate == "reference") or (
-        ev.verdict == "not_run" and ev.compile is not None and ev.compile.ok)
+def _reference_only(ev: Evaluation) -> bool:
+    return ev.verdict == "not_run" and ev.message == "the reference alone" and ev.eager is not None
+
+
+def status(ev: Evaluation) -> int:
+    """This target's exit status: 0 correct (or a reference timed), 1 a problem, 2 could not run."""
+    if ev.verdict == "correct":
+        return PROBLEM if numbers.problem_flags(ev.flags) else OK
+    if _reference_only(ev):
+        return OK
+    return CANNOT_RUN if could_not_run(ev.verdict, ev.message) else PROBLEM
+
+
+def _summary(ev: Evaluation, info: dict[str, Any], custom: bool | None) -> dict[str, Any]:
+    """Evaluation.summary() plus both baselines' spreads, the kind of result and why nothing ran;
+    fields the engine adds (sandboxed, shared GPU, ...) pass through untouched."""
+    doc = ev.summary()
+
+    def fill(key: str, value: Any) -> None:  # the engine's value wins when it has one
+        if doc.get(key) is None:
+            doc[key] = value
+
+    fill("eager_spread_pct", numbers.spread_of(ev.eager))
+    fill("compile_spread_pct", numbers.spread_of(ev.compiled))
+    fill("speedup_eager_spread_pct", numbers.ratio_spread(ev.time, ev.eager) if ev.eager else None)
+    fill("speedup_compile_spread_pct", numbers.ratio_spread(ev.time, ev.compiled) if ev.compiled else None)
+    doc["noisy"] = bool(doc.get("noisy")) or numbers.noisy(numbers.ratio_spread(ev.time, ev.eager, ev.compiled))
+    if ev.verdict == "correct":
+        fill("custom_kernel", not numbers.is_rewrite(ev.flags, custom))
+        fill("label", numbers.label_for(ev.flags, custom))
+    else:
+        doc.setdefault("custom_kernel", None)
+        doc.setdefault("label", None)
+    code = status(ev)
+    doc["status"] = code
+    fill("reason", ev.message if code == CANNOT_RUN else None)
+    if doc.get("device") is None and ev.verdict != "error":
+        doc["device"] = {"name": info.get("name")} if info.get("name") else None
+    return doc
 
 
 def _ms(x: float | None) -> str:
     return "-" if x is None else (f"{x:.4g}")
 
 
-def _x(x: float | None) -> str:
-    return "-" if x is None else f"{x:.2f}x"
-
-
 def bench_main(ns: argparse.Namespace) -> int:
-    from kernel_lsp.engine.executor import ExecutorUnavailable
-
     out, err = sys.stdout, sys.stderr
     try:
-        evs, info, names = asyncio.run(_bench(ns, err))
+        evs, info, names, customs = asyncio.run(_bench(ns, err))
     except KeyboardInterrupt:
-        return 130
-    except ExecutorUnavailable as exc:
-        return _unavailable("bench", exc)
+        return CANCELLED
+    code = combine(status(ev) for ev in evs) if evs else CANNOT_RUN
+    not_run = [ev.message for ev in evs if status(ev) == CANNOT_RUN and ev.candidate]
+    hint = gpu_hint(" ".join(not_run), None) if not_run else None
     if getattr(ns, "json", False):
-        json.dump({"targets": [ev.summary() for ev in evs]}, out, indent=2, default=str)
+        json.dump({"targets": [_summary(ev, info, c) for ev, c in zip(evs, customs)], "device": info, "status": code,
+                   "hint": hint}, out, indent=2, default=str)
         out.write("\n")
     else:
-        _bench_table(evs, info, names, out)
-    return 0 if evs and all(_ok(ev) for ev in evs) else 1
+        _bench_table(evs, info, names, customs, out)
+        if hint:
+            print(f"hint: {hint}", file=out)
+    if not evs:
+        print("kernel-lsp bench: no Task found in " + ", ".join(ns.paths), file=err)
+    return code
 
 
-def _bench_table(evs: list[Evaluation], info: dict[str, Any], names: list[str], out: TextIO) -> None:
+def _bench_table(evs: list[Evaluation], info: dict[str, Any], names: list[str], customs: list[bool | None],
+                 out: TextIO) -> None:
     from kernel_lsp.cli.console import console as make_console
     from rich.table import Table
 
     console = make_console(file=out)
     where = info.get("name") or "cpu"
     clocks = f", SM {info['sm_clock_mhz']:.0f} MHz" if isinstance(info.get("sm_clock_mhz"), (int, float)) else ""
-    table = Table(title=f"kernel-lsp bench on {where}{clocks}", title_justify="left")
-    for col in ("file", "verdict", "ms", "eager ms", "compile ms", "vs eager", "vs compile", "spread", "flags"):
-        left = col in ("file", "verdict", "flags")
+    shared = " (shared with other processes)" if info.get("shared") or info.get("shared_gpu") else ""
+    table = Table(title=f"kernel-lsp bench on {where}{clocks}{shared}", title_justify="left")
+    for col in ("file", "verdict", "kind", "ms", "spread", "eager ms", "compile ms", "vs eager", "vs compile", "flags"):
+        left = col in ("file", "verdict", "kind", "flags")
         table.add_column(col, justify="left" if left else "right", no_wrap=col in ("file", "verdict"))
-    for name, ev in zip(names, evs):
-        color = "green" if ev.verdict == "correct" else ("yellow" if ev.verdict == "not_run" else "red")
+    for name, ev, custom in zip(names, evs, customs):
+        code = status(ev)
+        color = "green" if code == OK else ("yellow" if code == CANNOT_RUN else "red")
+        shown = "not run" if code == CANNOT_RUN else ev.verdict
         flags = [f for f in ev.flags if f != "not_counted"]
-        table.add_row(name, f"[{color}]{ev.verdict}[/{color}]", _ms(ev.time.median_ms if ev.time else None),
+        hide = bool(numbers.problem_flags(ev.flags))  # a disqualified number is not shown as a gain
+        kind = ("reference" if _reference_only(ev) else
+                numbers.label_for(ev.flags, custom) if ev.verdict == "correct" else "-")
+        table.add_row(name, f"[{color}]{shown}[/{color}]", kind, _ms(ev.time.median_ms if ev.time else None),
+                      f"{ev.time.spread_pct:.1f}%" if ev.time else "-",
                       _ms(ev.eager.median_ms if ev.eager else None),
                       _ms(ev.compiled.median_ms if ev.compiled else None),
-                      "-" if "not_counted" in ev.flags else _x(ev.speedup_eager),
-                      "-" if "not_counted" in ev.flags else _x(ev.speedup_compile),
-                      f"{ev.time.spread_pct:.1f}%" if ev.time else "-", ", ".join(flags))
+                      "-" if hide else numbers.speedup_text(ev.speedup_eager, numbers.ratio_spread(ev.time, ev.eager),
+                                                            short=True),
+                      "-" if hide else numbers.speedup_text(ev.speedup_compile, numbers.ratio_spread(ev.time, ev.compiled),
+                                                            short=True),
+                      ", ".join(flags))
     console.print(table)
     for name, ev in zip(names, evs):
-        if ev.message:
-            console.print(f"[bold]{name}[/bold]: {ev.message}", soft_wrap=True)
+        if ev.message and not _reference_only(ev):
+            why = "not run: " if status(ev) == CANNOT_RUN else ""
+            console.print(f"[bold]{name}[/bold]: {why}{ev.message}", soft_wrap=True)
+        warn = numbers.spread_warning(name, numbers.ratio_spread(ev.time, ev.eager, ev.compiled))
+        if warn:
+            console.print(f"[yellow]{warn}[/yellow]", soft_wrap=True)
+        shared = getattr(ev, "shared_gpu", None)
+        if shared:
+            from kernel_lsp.verdicts import shared_phrase
+
+            console.print(f"[yellow]{name}: {shared_phrase(shared)}[/yellow]", soft_wrap=True)
+        sc = ev.speedup_compile
+        if ev.verdict == "correct" and not _reference_only(ev) and sc is not None and sc < 1 and not numbers.problem_flags(ev.flags):
+            console.print(f"[yellow]{name}: torch.compile of the reference is faster ({_ms(ev.compiled.median_ms)} ms "
+                          f"vs {_ms(ev.time.median_ms)} ms, {sc:.2f}x): consider torch.compile instead[/yellow]",
+                          soft_wrap=True)
         ev_where = (ev.evidence or {}).get("where")
         if ev.verdict not in ("correct", "not_run") and ev_where is not None:
             e = ev.evidence or {}
@@ -170,14 +260,14 @@ def _bench_table(evs: list[Evaluation], info: dict[str, Any], names: list[str], 
                           f"{e.get('input_set')}: got {e.get('got')}, expected {e.get('expected')}")
         for note in (ev.evidence or {}).get("notes", []):
             console.print(f"  note: {note}", soft_wrap=True)
-        if ev.executor != "local":
-            console.print(f"  ran on {ev.executor}: {ev.node or 'unknown node'}", soft_wrap=True, highlight=False)
 
 
 async def _profile(ns: argparse.Namespace, err: TextIO) -> list[dict[str, Any]]:
     rows = _targets(_expand(list(ns.paths)), set(ns.paths))
     timeout = float(getattr(ns, "timeout", 300.0) or 300.0)
     results: list[dict[str, Any]] = []
+    if all(task is None for _, task, _, _ in rows):  # nothing to run: no Worker to start
+        return [{"target": os.path.basename(path), "error": error} for path, _, _, error in rows]
     async with await _executor(ns, timeout) as engine:
         info = await engine.device_info()
         gpu = bool(info.get("cuda"))
@@ -194,22 +284,34 @@ async def _profile(ns: argparse.Namespace, err: TextIO) -> list[dict[str, Any]]:
     return results
 
 
-def profile_main(ns: argparse.Namespace) -> int:
-    from kernel_lsp.engine.executor import ExecutorUnavailable
+def _profile_status(r: dict[str, Any]) -> int:
+    """Profiling finds no problem by itself: 0 when it profiled, 2 when it could not."""
+    prof = r.get("profile") or {}
+    if "error" in r or "error" in prof or "verdict" in prof:
+        return CANNOT_RUN
+    return OK
 
+
+def profile_main(ns: argparse.Namespace) -> int:
     out, err = sys.stdout, sys.stderr
     try:
         results = asyncio.run(_profile(ns, err))
     except KeyboardInterrupt:
-        return 130
-    except ExecutorUnavailable as exc:
-        return _unavailable("profile", exc)
+        return CANCELLED
+    for r in results:
+        prof = r.get("profile") or {}
+        r["status"] = _profile_status(r)
+        if r["status"] == CANNOT_RUN:
+            r.setdefault("reason", r.get("error") or prof.get("error") or prof.get("message") or prof.get("verdict"))
+    code = combine(r["status"] for r in results) if results else CANNOT_RUN
     if getattr(ns, "json", False):
-        json.dump({"targets": results}, out, indent=2, default=str)
+        json.dump({"targets": results, "status": code}, out, indent=2, default=str)
         out.write("\n")
     else:
         _profile_tables(results, out)
-    return 0 if results and all("error" not in r and "verdict" not in r.get("profile", {}) for r in results) else 1
+    if not results:
+        print("kernel-lsp profile: no Task found in " + ", ".join(ns.paths), file=err)
+    return code
 
 
 def _profile_tables(results: list[dict[str, Any]], out: TextIO) -> None:
@@ -223,7 +325,8 @@ def _profile_tables(results: list[dict[str, Any]], out: TextIO) -> None:
             console.print(f"[bold]{r['target']}[/bold]: [red]{r.get('error') or prof.get('error')}[/red]")
             continue
         if "verdict" in prof:  # nothing could be profiled (e.g. a .cu without a GPU)
-            console.print(f"[bold]{r['target']}[/bold]: {prof['verdict']}: {prof.get('message', '')}", soft_wrap=True)
+            console.print(f"[bold]{r['target']}[/bold]: [yellow]not profiled[/yellow]: "
+                          f"{prof.get('message') or prof['verdict']}", soft_wrap=True)
             continue
         for side in ("reference", "candidate"):
             part = prof.get(side)

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from kernel_lsp.analysis import compile_document, kernel_resources, resource_warnings
+from kernel_lsp.cli.exits import CANNOT_RUN, OK, PROBLEM, could_not_run, gpu_hint
 from kernel_lsp.config import Settings, SettingsError, load_settings
 from kernel_lsp.model import CompileResult, Diagnostic, ResourceUsage
 from kernel_lsp.source import SourceError, parse_document, read_text
@@ -26,11 +27,18 @@ class FileReport:
     resources: list[ResourceUsage]
     error: str | None = None  # the file could not be read at all
     verification: dict | None = None  # Evaluation.summary() when the correctness check ran
+    not_verified: str | None = None  # why a requested correctness check could not run
+    skipped: str | None = None  # a file named on the command line with nothing to check
+
+    @property
+    def wrong(self) -> bool:
+        """The correctness check ran and found the candidate wrong (or it raised, crashed...)."""
+        v = self.verification
+        return v is not None and v.get("verdict") != "correct" and not could_not_run(v.get("verdict"), v.get("message"))
 
     @property
     def errors(self) -> int:
-        wrong = self.verification is not None and self.verification.get("correct") is False
-        return (1 if self.error else 0) + (1 if wrong else 0) + sum(d.severity == "error" for d in self.diagnostics)
+        return (1 if self.wrong else 0) + sum(d.severity == "error" for d in self.diagnostics)
 
     @property
     def warnings(self) -> int:
@@ -39,13 +47,15 @@ class FileReport:
     def to_dict(self) -> dict:
         return {
             "path": self.path,
-            "ok": self.errors == 0,
+            "ok": self.errors == 0 and not self.skipped and not self.error,
             "error": self.error,
             "diagnostics": [d.to_dict() for d in self.diagnostics],
             "resources": [r.to_dict() for r in self.resources],
             "compile_seconds": round(sum(r.seconds for r in self.results), 3),
             "cached": bool(self.results) and all(r.cached for r in self.results),
             "verification": self.verification,
+            "not_verified": self.not_verified,
+            "skipped": self.skipped,
         }
 
 
@@ -65,14 +75,20 @@ def collect_files(paths: list[str]) -> list[Path]:
     return found
 
 
-async def check_file(path: Path, settings: Settings, limit: asyncio.Semaphore) -> FileReport | None:
+NO_KERNEL = ("no CUDA kernel to check: a .py is checked when it passes CUDA source to "
+             "load_inline or load; a .cu or .cuh always is")
+
+
+async def check_file(path: Path, settings: Settings, limit: asyncio.Semaphore,
+                     named: bool = False) -> FileReport | None:
     try:
         text = read_text(str(path))
     except (OSError, SourceError) as exc:
         return FileReport(str(path), [], [], [], error=str(exc))
     doc = parse_document(str(path), text)
     if path.suffix == ".py" and not any(e.kind == "cuda" for e in doc.embedded):
-        return None  # nothing for nvcc in this Python file
+        # Nothing for nvcc: a file found in a folder is skipped; one named is told so.
+        return FileReport(str(path), [], [], [], skipped=NO_KERNEL) if named else None
     async with limit:
         results = await compile_document(doc, settings)
     usage = kernel_resources(doc, results, settings.effective_arch)
@@ -85,11 +101,9 @@ async def check_file(path: Path, settings: Settings, limit: asyncio.Semaphore) -
 async def check_paths(paths: list[str], settings: Settings) -> list[FileReport]:
     limit = asyncio.Semaphore(max(1, os.cpu_count() or 1))
     files = collect_files(paths)
-    reports = await asyncio.gather(*(check_file(f, settings, limit) for f in files))
+    named = {Path(p) for p in paths if not Path(p).is_dir()}
+    reports = await asyncio.gather(*(check_file(f, settings, limit, f in named) for f in files))
     return [r for r in reports if r is not None]
-
-
-
 
 
 async def verify_reports(reports: list[FileReport], settings: Settings) -> None:
@@ -100,16 +114,18 @@ async def verify_reports(reports: list[FileReport], settings: Settings) -> None:
     async with Engine(python=settings.python, device=settings.device, timeout=settings.timeout,
                       options={"arch": settings.effective_arch}) as engine:
         for report in reports:
-            if report.errors or not report.path.endswith((".cu", ".py")):
+            if report.errors or report.skipped or report.error or not report.path.endswith((".cu", ".py")):
                 continue
             try:
-                task, candidate = find_task(report.path)
-            except TaskError:
+                task, candidate = find_task(report.path, read_text(report.path))
+            except (TaskError, SourceError, UnicodeDecodeError):
                 continue
             if candidate is None:
                 continue
             ev = await engine.evaluate(task, candidate, checks=("compile", "verify"))
             report.verification = ev.summary()
+            if could_not_run(ev.verdict, ev.message):
+                report.not_verified = ev.message or ev.verdict
 
 
 def wants_verify(ns: argparse.Namespace, settings: Settings) -> bool:
@@ -139,33 +155,51 @@ def check_main(ns: argparse.Namespace) -> int:
         reports = asyncio.run(run_checks(ns, settings))
     except (FileNotFoundError, SettingsError) as exc:
         print(f"kernel-lsp check: {exc}", file=sys.stderr)
-        return 2
+        return CANNOT_RUN
     errors = sum(r.errors for r in reports)
+    unverified = [r for r in reports if r.not_verified]
+    hint = gpu_hint(" ".join(r.not_verified or "" for r in unverified), settings.python) if unverified else None
     if ns.json:
         json.dump({"files": [r.to_dict() for r in reports], "errors": errors,
-                   "warnings": sum(r.warnings for r in reports)}, sys.stdout, indent=2)
+                   "warnings": sum(r.warnings for r in reports),
+                   "not_verified": len(unverified), "skipped": sum(1 for r in reports if r.skipped),
+                   "unreadable": sum(1 for r in reports if r.error),
+                   "hint": hint}, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        print_reports(reports)
-    return 1 if errors else 0
+        print_reports(reports, hint)
+    if errors:
+        return PROBLEM
+    if unverified or any(r.skipped or r.error for r in reports):
+        return CANNOT_RUN
+    return OK
 
 
-def print_reports(reports: list[FileReport]) -> None:
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def print_reports(reports: list[FileReport], hint: str | None = None) -> None:
     from kernel_lsp.cli.console import console as make_console
     from rich.table import Table
 
     console = make_console()
     for report in reports:
         if report.error:
-            console.print(f"{report.path}: error: {report.error}")
+            console.print(f"{report.path}: [yellow]cannot check[/]: {report.error}", soft_wrap=True)
+        if report.skipped:
+            console.print(f"{report.path}: not checked: {report.skipped}", soft_wrap=True)
         for d in report.diagnostics:
             where = f"{report.path}:{d.span.start_line + 1}:{d.span.start_col + 1}"
             style = {"error": "red", "warning": "yellow"}.get(d.severity, "")
             console.print(f"{where}: [{style}]{d.severity}[/]: {d.message}" if style
                           else f"{where}: {d.severity}: {d.message}", soft_wrap=True)
-        if report.verification is not None:
+        if report.not_verified:
+            console.print(f"{report.path}: [yellow]not verified[/]: {report.not_verified}", soft_wrap=True)
+        elif report.verification is not None:
             v = report.verification
-            console.print(f"{report.path}: {v['verdict']}: {v.get('message') or ''}", soft_wrap=True)
+            style = "green" if v["verdict"] == "correct" else "red"
+            console.print(f"{report.path}: [{style}]{v['verdict']}[/]: {v.get('message') or ''}", soft_wrap=True)
     table = Table(title="Kernel resources (ptxas)")
     for column in ("file", "kernel", "arch", "regs", "shared B", "stack B", "spills st/ld B", "occupancy"):
         table.add_column(column)
@@ -181,4 +215,17 @@ def print_reports(reports: list[FileReport]) -> None:
         console.print(table)
     errors = sum(r.errors for r in reports)
     warnings = sum(r.warnings for r in reports)
-    console.print(f"{len(reports)} files checked: {errors} errors, {warnings} warnings")
+    checked = sum(1 for r in reports if not r.skipped and not r.error)
+    line = f"{_plural(checked, 'file')} checked: {_plural(errors, 'error')}, {_plural(warnings, 'warning')}"
+    unverified = sum(1 for r in reports if r.not_verified)
+    skipped = sum(1 for r in reports if r.skipped)
+    if unverified:
+        line += f"; {unverified} not verified (the correctness check could not run)"
+    if skipped:
+        line += f"; {skipped} not checked (no kernel)"
+    unreadable = sum(1 for r in reports if r.error)
+    if unreadable:
+        line += f"; {unreadable} not readable"
+    console.print(line, highlight=False)
+    if hint:
+        console.print(f"hint: {hint}", soft_wrap=True, highlight=False)

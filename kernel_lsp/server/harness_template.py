@@ -23,6 +23,20 @@ def _ctype(param_type: str) -> str:
     return _CTYPES.get(t.split()[-1] if t else "int", "ctypes.c_int")
 
 
+def _identifier(name: str, index: int) -> str:
+    """A C parameter name as a Python name (keywords and unnamed parameters renamed)."""
+    import keyword
+
+    name = name.strip().lstrip("*&").strip()
+    if not name.isidentifier():
+        return f"arg{index}"
+    return f"{name}_" if keyword.iskeyword(name) else name
+
+
+def _comment(text: str) -> str:
+    return " ".join(text.split())
+
+
 def harness_for(doc: Document) -> str:
     stem = os.path.splitext(os.path.basename(doc.path))[0]
     export = next((e for e in doc.exports if e.via == "extern_c"), None) or (doc.exports[0] if doc.exports else None)
@@ -30,16 +44,17 @@ def harness_for(doc: Document) -> str:
     fn = doc.host_function(export.function or export.name) if export else None
     params = fn.params if fn else []
     args = []
-    for p in params:
-        name, ptype = p.get("name", "arg"), p.get("type", "int")
-        # The comma goes before the comment: after it, it would be part of the comment.
+    for i, p in enumerate(params):
+        ptype = " ".join(str(p.get("type", "int")).split())
+        name = _identifier(str(p.get("name") or ""), i)
         if "cudaStream_t" in ptype:
-            args.append("ctypes.c_void_p(torch.cuda.current_stream().cuda_stream),")
+            args.append(("ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)", f"{ptype} {name}"))
         elif "*" in ptype:
-            args.append(f"ctypes.c_void_p({name}.data_ptr()),  # {ptype} {name}")
+            args.append((f"ctypes.c_void_p({name}.data_ptr())", f"{ptype} {name}"))
         else:
-            args.append(f"{_ctype(ptype)}({name}),  # {ptype} {name}")
-    call = ("\n        ".join(args)) if args else ""
+            args.append((f"{_ctype(ptype)}({name})", f"{ptype} {name}"))
+    # The comma goes before the comment: `f(a,  # const float* a` parses, `f(a  # ..., ` does not.
+    call = "\n        ".join(f"{code},  # {_comment(what)}" for code, what in args)
     return f'''"""KernelBench harness for {stem}.cu: the reference, its inputs, and how {entry} stands in
 for Model.forward. Written by kernel-lsp; fill in the TODOs."""
 
@@ -58,7 +73,7 @@ class Model(nn.Module):
         super().__init__()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError("TODO: write the reference computation of {stem}.cu")
+        raise NotImplementedError({f"TODO: write the reference computation of {stem}.cu"!r})
 
 
 def get_inputs():

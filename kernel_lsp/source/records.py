@@ -99,7 +99,7 @@ class Constant:
 
 @dataclass
 class TaskInfo:
-    """The KernelBench shape of a Python file (DESIGN.md, the task contract)."""
+    """The KernelBench shape of a Python file (the task contract: class Model, get_inputs, get_init_inputs)."""
 
     has_model: bool = False
     has_model_new: bool = False

@@ -79,12 +79,12 @@ def test_optimize_without_improvement_leaves_file(workspace, capsys, monkeypatch
     monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
     before = (workspace / "rowsum_new.py").read_text()
     try:
-        rc = optimize_main(ns("rowsum_new.py", proposer="llm", model="gpt-4o-mini", budget=2, apply=True,
-                                json=True))
+        rc = optimize_main(ns("rowsum_new.py", proposer="llm", model="m", budget=2, apply=True, json=True))
     finally:
         server.close()
     doc = json.loads(capsys.readouterr().out)
-    assert rc == 0 and doc["improved"] is False and doc["written"] is None
+    assert rc == 1 and doc["improved"] is False and doc["written"] is None  # ran, found nothing better
+    assert doc["reason"] and doc["failed_steps"]  # says why: a wrong candidate, an unusable answer
     assert (workspace / "rowsum_new.py").read_text() == before
 
 

@@ -12,7 +12,7 @@ function H.env(name)
 end
 
 function H.setup(extra)
-  vim.cmd('filetype on') -- -u NONE leaves filetype detection off (DESIGN.md traps)
+  vim.cmd('filetype on') -- -u NONE leaves filetype detection off
   vim.opt.runtimepath:prepend(H.env('KLSP_PLUGIN'))
   vim.cmd('runtime plugin/kernel_lsp.lua')
   local opts = vim.tbl_deep_extend('force', {

@@ -1,0 +1,51 @@
+"""The command line on a real GPU: bench and optimize of an example kernel give both
+baselines with their spreads, the kind of result, and exit codes by the rule."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kernel_lsp.cli import main
+
+pytestmark = pytest.mark.gpu
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+@pytest.fixture
+def workspace(tmp_path, monkeypatch):
+    for name in ("softmax.cu", "softmax.py"):
+        shutil.copy(EXAMPLES / name, tmp_path / name)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_bench_cu_on_gpu(workspace, capsys):
+    assert main(["bench", "softmax.cu", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (t,) = doc["targets"]
+    assert t["verdict"] == "correct" and t["status"] == 0
+    for key in ("time_ms", "eager_ms", "compile_ms", "spread_pct", "eager_spread_pct", "compile_spread_pct",
+                "speedup_eager", "speedup_compile"):
+        assert isinstance(t[key], float), key
+    assert t["custom_kernel"] is True and t["label"] == "custom kernel"
+    assert "shared_gpu" in t
+    assert main(["bench", "softmax.cu"]) == 0
+    out = capsys.readouterr().out
+    assert "custom kernel" in out and ("x ±" in out or "~" in out)
+
+
+def test_optimize_cu_on_gpu(workspace, capsys):
+    rc = main(["optimize", "softmax.cu", "--proposer", "tuner", "--budget", "3", "--json", "--out", "best.cu"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc in (0, 1) and doc["status"] == rc and doc["reason"]
+    for key in ("failed_steps", "speedup_eager", "speedup_compile", "custom_kernel", "spread", "measurement"):
+        assert key in doc
+    assert doc["eager_ms"] and doc["compile_ms"]
+    if rc == 0:
+        assert doc["custom_kernel"] is True and doc["measurement"] == "confirmation"
+        assert doc["speedup_eager"] and doc["speedup_compile"] and doc["spread"] is not None
+        assert (workspace / "best.cu").read_text() == doc["best_source"]
+    else:
+        assert not (workspace / "best.cu").exists()
