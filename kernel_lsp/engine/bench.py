@@ -3,13 +3,13 @@
 The timer and statistics functions are captured HERE, at import, before any candidate code
 is loaded (the Worker imports this module first): a candidate that later reassigns
 `time.perf_counter_ns`, `torch.cuda.Event`, `Event.elapsed_time`, `torch.cuda.synchronize`
-or `builtins.sorted` changes nothing measured here (cheat 7).
+or `builtins.sorted` changes nothing measured here.
 
 GPU method, per run: L2 flushed (a buffer of 2x the device's L2 written), device-wide sync,
 `start` event, one call on the next of several rotating input sets, `end` event, sync.
 `end - start` is the event time on the launching stream.
 
-Work the candidate hid on another stream (cheat 5) is found from this process's OWN kernels:
+Work the candidate hid on another stream is found from this process's OWN kernels:
 a few calls run under the PyTorch profiler (CUPTI activity records: every kernel, copy and
 memset of this process with its stream), each call framed by two marker kernels on the
 launching stream. A kernel on any other stream inside a frame is side-stream work: the run is

@@ -2,7 +2,7 @@
 
 A launch asking for more shared memory per block than the GPU allows fails with
 cudaErrorInvalidValue ("invalid argument"), or leaves its output unwritten when nobody checks
-(cheat 3). The request is static shared memory (ptxas' report of the build) plus the dynamic
+(a silent launch failure). The request is static shared memory (ptxas' report of the build) plus the dynamic
 size in the launch's third `<<<grid, block, bytes>>>` argument; the GPU allows
 `sharedMemPerBlock` (48 KiB) without opt-in and `sharedMemPerBlockOptin` (227 KiB on
 H100/H200) with `cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, n)`.

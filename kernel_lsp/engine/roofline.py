@@ -1,5 +1,5 @@
 """The hardware's floor: no correct kernel is faster than moving its bytes once or doing its
-FLOPs at peak. A measured time below that floor is a measurement error or a cheat (cheat 14):
+FLOPs at peak. A measured time below that floor is a measurement error or a cheat:
 flag it, never show it as a gain. Standard library only.
 """
 

@@ -552,7 +552,7 @@ def _first_dtype(h: Harness) -> str:
 
 def _cache_probe(h: Harness, timing: Timing, options: EngineOptions, ev: Evaluation, notes: list[str]) -> None:
     """Calls on never-seen inputs should take about as long as the timed ones; a cache keyed on
-    values makes the rotated, repeated timing inputs look much faster (cheat 8)."""
+    values makes the rotated, repeated timing inputs look much faster."""
     if not options.cache_probe or h.candidate_fn is None:
         return
     # Never-seen inputs interleaved with an already-timed set: bursts of machine noise hit both.

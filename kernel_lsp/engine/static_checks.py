@@ -1,4 +1,4 @@
-"""Scan a Candidate's source for the patterns of DESIGN.md's cheat list.
+"""Scan a Candidate's source for the patterns of the cheats in docs/cheats.md.
 
 Standard library only (it also runs caller-side). Findings are flags, not verdicts: a
 flagged Candidate may be correct, but it never counts as an optimized kernel.

@@ -3,7 +3,7 @@
 Caller side: standard library only (no torch). The file is read with `ast`, never
 executed, so discovery is safe on untrusted text and fast enough for every save.
 
-Rules (DESIGN.md, "The task contract"):
+Rules (the task contract, docs/architecture.md):
 
 * ``foo.py`` with ``Model``, ``get_inputs`` and ``get_init_inputs`` is a reference Task.
   If it also defines ``ModelNew``, the Candidate is the file itself (kind ``python``).

@@ -1,4 +1,4 @@
-"""Worker side: is the Candidate correct? (DESIGN.md "Rules of the engine" and the cheat list.)
+"""Worker side: is the Candidate correct? (the engine's rules and the cheats of docs/cheats.md.)
 
 Order of work, each step aimed at a known cheat:
 

@@ -272,7 +272,7 @@ def main() -> int:
     sandbox.apply_limits()  # before any import a candidate could have planted, before any request
     proto_in, proto_out = _take_channel()
     faulthandler.enable(file=sys.stderr)  # a segfault leaves a Python stack in the crash report
-    # The timer must be captured before any candidate can patch it (DESIGN: cheat 7).
+    # The timer must be captured before any candidate can patch it (timer patching, docs/cheats.md).
     # $KERNEL_LSP_WORKER_PRELOAD (comma-separated) replaces the list; tests with a
     # stand-in run module set it empty to skip importing torch.
     preloaded: list[str] = []

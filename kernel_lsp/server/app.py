@@ -1,6 +1,6 @@
 """The kernel-lsp language server (pygls 2.x): one state per document, one dispatcher.
 
-One direction (DESIGN.md): document events become jobs, job results become editor
+One direction: document events become jobs, job results become editor
 features. The server keeps a `DocumentState` per open document and hands every event
 to its features (compile, evaluation, optimize, navigation), which own their part of that
 state. Nothing here blocks the event loop: compiles are asyncio subprocesses, GPU work

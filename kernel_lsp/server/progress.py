@@ -38,7 +38,7 @@ class WorkProgress:
             title=self.title, message=message or None, cancellable=self.on_cancel is not None,
             percentage=0))
         self._open = True
-        # window/workDoneProgress/cancel only cancels this future: act on it (DESIGN.md trap).
+        # window/workDoneProgress/cancel only cancels this future: act on it.
         future = self.ls.work_done_progress.tokens.get(self.token)
         if future is not None and self.on_cancel is not None:
             loop = asyncio.get_running_loop()

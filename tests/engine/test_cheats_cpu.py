@@ -1,4 +1,4 @@
-"""Every cheat of DESIGN.md that can run on a CPU, caught by run.evaluate (no Worker process).
+"""Every cheat of docs/cheats.md that can run on a CPU, caught by run.evaluate (no Worker process).
 
 The candidates live in tests/engine/cheats/; the Task is cheats/ref_linear.py (float32 on CPU).
 """

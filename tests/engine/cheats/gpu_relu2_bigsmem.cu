@@ -1,6 +1,6 @@
 // Asks for 256 KiB of dynamic shared memory per block: more than any GPU allows (227 KiB with
 // opt-in on H100/H200). The launch fails with "invalid argument"; nobody checks, so the output
-// stays unwritten (cheat 3). The engine must say which limit the launch passed.
+// stays unwritten. The engine must say which limit the launch passed.
 #include <cuda_runtime.h>
 
 #define SMEM_FLOATS 65536
