@@ -97,7 +97,9 @@ class OpResult:
         s = self.search
         if s is None or not s.improved or s.best_evaluation is None or s.best_evaluation.time is None:
             return None
-        start = s.start_evaluation
+        if s.speedup_compile is not None:  # the Search's own: vs the baseline timed with the start
+            return s.speedup_compile
+        start = s.start_evaluation  # the start's confirmation re-run times no baselines
         if start is None or start.compiled is None:
             return None
         return start.compiled.median_ms / s.best_evaluation.time.median_ms

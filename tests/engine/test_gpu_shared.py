@@ -7,6 +7,8 @@ Run on the device:  python -m pytest tests/engine/test_gpu_shared.py -m gpu -q
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -47,9 +49,15 @@ def evaluate() -> Evaluation:
 
 def test_busy_second_process_changes_neither_verdict_nor_flags() -> None:
     alone = evaluate()
-    proc = subprocess.Popen([sys.executable, "-c", BUSY], stdout=subprocess.PIPE, text=True)
+    # Not our child: a shell starts it and exits, so it is another process, as another user's
+    # job would be (a process this Worker started, like a build, is never counted as sharing).
+    proc = subprocess.Popen(["sh", "-c", '"$0" -c "$1" & echo $!', sys.executable, BUSY],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    busy_pid = int(proc.stdout.readline())
+    proc.wait()
     try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        assert proc.stdout.readline().strip() == "ready"
         time.sleep(0.5)
         # Can this machine list GPU processes at all (NVML / nvidia-smi see this namespace)?
         uuid = str(torch.cuda.get_device_properties(0).uuid)
@@ -57,8 +65,7 @@ def test_busy_second_process_changes_neither_verdict_nor_flags() -> None:
         print("processes on the GPU while busy:", listed)
         shared = evaluate()
     finally:
-        proc.kill()
-        proc.wait()
+        os.kill(busy_pid, signal.SIGKILL)
     for ev in (alone, shared):
         assert ev.verdict == "correct", ev.message
         assert "side_stream_work" not in ev.flags and "not_counted" not in ev.flags, ev.evidence
@@ -74,6 +81,6 @@ def test_busy_second_process_changes_neither_verdict_nor_flags() -> None:
         pytest.skip("NVML / nvidia-smi list no processes here (another PID namespace): the shared GPU "
                     "cannot be named on this machine; verdict, flags and speedup were checked")
     assert shared.shared_gpu is not None and shared.shared_gpu["count"] >= 1, shared.evidence
-    assert any(p["pid"] == proc.pid for p in shared.shared_gpu["processes"]) or "note" in shared.shared_gpu
+    assert any(p["pid"] == busy_pid for p in shared.shared_gpu["processes"]) or "note" in shared.shared_gpu
     assert shared.shared_gpu["spread_pct"] is not None
     assert "timed on a shared GPU" in evaluation_reason(shared)
