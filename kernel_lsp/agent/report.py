@@ -231,7 +231,10 @@ def _evaluation(ev: dict[str, Any] | None, view: _View, cand: str, again: dict[s
             ("eager", f"{_ms({'time': eager}):.4f} ms" if eager else None),
             ("torch.compile", f"{_ms({'time': compiled}):.4f} ms" if compiled else None),
             ("device", (ev.get("device") or {}).get("name")),
-            ("shared GPU", _shared(ev.get("shared_gpu")))]
+            ("shared GPU", _shared(ev.get("shared_gpu"))),
+            ("sandbox", None if ev.get("sandboxed") is None
+             else "ran sandboxed" if ev.get("sandboxed") else "ran without a sandbox"),
+            ("ran on", f"{ev.get('executor')} {ev.get('node')}" if ev.get("node") else None)]
     if again is not None and _ms(again):
         rows.insert(4, ("time (confirmation re-run)", f"{_ms(again):.4f} ms"
                         f" (spread {(again.get('time') or {}).get('spread_pct', 0):.1f} %)"))

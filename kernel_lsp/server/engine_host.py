@@ -29,6 +29,7 @@ class ExecutionDisabled(Exception):
 class EngineHost:
     def __init__(self, ls: "KernelLanguageServer") -> None:
         self.ls = ls
+        self._said_unfenced = False  # the "no sandbox here" warning is shown once
         self._store: Store | None = None
         self._engine: Engine | None = None
         self._engine_key: tuple[Any, ...] | None = None
@@ -62,6 +63,12 @@ class EngineHost:
                 sandbox.resolve(settings.sandbox)
             except sandbox.SandboxUnavailable as exc:
                 raise ExecutionDisabled(str(exc)) from None
+            st = sandbox.status()
+            if settings.sandbox == "auto" and not st.available and not self._said_unfenced:
+                self._said_unfenced = True  # once per server: candidates run unfenced, how to fix it
+                from lsprotocol import types
+
+                self.ls.show(f"kernel-lsp: {st.message()}", types.MessageType.Warning)
 
             self._engine = Engine(store=self.store(), python=settings.python, device=settings.device,
                                   timeout=settings.timeout, cwd=self.root, sandbox=settings.sandbox,

@@ -29,6 +29,7 @@ async def test_report_page(tmp_path):
     assert "<svg" in page and "<polyline" in page
     assert "improved: 2.50x \u00b10.5% faster than the start (confirmed by a re-run against the start)" in page
     assert "vs PyTorch eager: 2.50x" in page  # both baselines, from the start's first run
+    assert "ran without a sandbox" in page  # the fake engine's Evaluations say sandboxed=False
 
     assert "&lt;b&gt;first&lt;/b&gt;" in page and "<b>first</b>" not in page  # notes are escaped
     assert '<span class="add">+# ms: 4</span>' in page  # the diff against its parent

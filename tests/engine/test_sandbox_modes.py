@@ -250,3 +250,22 @@ def test_workspace_of_is_the_project_a_task_belongs_to(tmp_path: Path) -> None:
     (tmp_path / "home" / "loose").mkdir()
     assert workspace_of(str(tmp_path / "home" / "loose" / "k.py"), env) == str(tmp_path / "home" / "loose")
     assert workspace_of(str(tmp_path / "home" / "k.py"), env) == str(tmp_path / "home")
+
+
+def test_server_auto_without_bwrap_tells_the_user_once_how_to_install(no_bwrap, tmp_path):
+    pytest.importorskip("pygls")
+    from kernel_lsp.server.engine_host import EngineHost
+
+    shown: list[str] = []
+
+    class Server:  # what EngineHost reads, and the message it shows
+        settings = Settings(sandbox="auto")
+        root = str(tmp_path)
+
+        def show(self, message: str, kind: object = None) -> None:
+            shown.append(message)
+
+    host = EngineHost(Server())  # type: ignore[arg-type]
+    first = host.engine()
+    assert host.engine() is first  # the same Engine: nothing said twice
+    assert len(shown) == 1 and "WITHOUT a sandbox" in shown[0] and "bubblewrap" in shown[0], shown
