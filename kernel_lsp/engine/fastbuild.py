@@ -117,11 +117,15 @@ def _std_flag() -> str:
 def _cuda_home(nvcc: str) -> str:
     from torch.utils import cpp_extension  # noqa: PLC0415
 
-    home = getattr(cpp_extension, "CUDA_HOME", None) or os.environ.get("CUDA_HOME")
-    if home:
-        return str(home)
     real = shutil.which(nvcc) or nvcc
-    return str(Path(os.path.realpath(real)).parent.parent)
+    beside = str(Path(os.path.realpath(real)).parent.parent)
+    # The first that really holds CUDA's headers: an `nvcc` on PATH may be a wrapper script
+    # (/usr/local/bin/nvcc), which makes torch guess /usr/local as CUDA_HOME.
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"),
+                 getattr(cpp_extension, "CUDA_HOME", None), beside, "/usr/local/cuda"):
+        if home and os.path.exists(os.path.join(str(home), "include", "cuda.h")):
+            return str(home)
+    return beside
 
 
 @functools.cache
@@ -134,6 +138,9 @@ def torch_flags(nvcc: str) -> TorchFlags:
         includes = list(ce.include_paths("cuda"))
     except (OSError, TypeError):  # a CPU build of torch has no CUDA_HOME of its own
         includes = list(ce.include_paths()) + [os.path.join(cuda_home, "include")]
+    cuda_inc = os.path.join(cuda_home, "include")
+    if cuda_inc not in includes:
+        includes.append(cuda_inc)
     py_inc = sysconfig.get_path("include", scheme="posix_prefix")
     if py_inc:
         includes.append(py_inc)
