@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import fcntl
 import functools
 import inspect
 import itertools
@@ -40,7 +39,7 @@ import types
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from kernel_lsp.engine.cache import cache_root
+from kernel_lsp.engine.cache import cache_root, file_lock
 from kernel_lsp.model import CompileResult, Diagnostic, Span, source_hash
 
 DEFAULT_ARCH = "sm_90"  # the lent H200; used only when neither option, env nor device says
@@ -141,17 +140,6 @@ def _find_nvcc(options: dict[str, Any] | None) -> str:
         if cand and os.path.exists(cand):
             return cand
     return "nvcc"
-
-
-@contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
 # -- compiler output -> Diagnostics -----------------------------------------
@@ -264,7 +252,7 @@ def _build_so(source: str, filename: str, options: dict[str, Any] | None) -> tup
     meta = out_dir / f"{key}.json"
     if so_path.exists():  # published only by rename, so existing means complete
         return str(so_path), _cached_result(meta, t0)
-    with _file_lock(out_dir / f"{key}.lock"):
+    with file_lock(out_dir / f"{key}.lock"):
         if so_path.exists():  # another process finished it while we waited
             return str(so_path), _cached_result(meta, t0)
         result = _toolchain_build(source, filename, so_path, nvcc, arch, flags, options)
@@ -409,7 +397,7 @@ def _cached_torch_build(
     if done.exists() and so.exists():
         lib = _import_built(name, build_dir, so, is_module)
         return lib, CompileResult(ok=True, cached=True, seconds=time.perf_counter() - t0)
-    with _file_lock(build_dir.parent / f"{name}.lock"):
+    with file_lock(build_dir.parent / f"{name}.lock"):
         if done.exists() and so.exists():
             lib = _import_built(name, build_dir, so, is_module)
             return lib, CompileResult(ok=True, cached=True, seconds=time.perf_counter() - t0)

@@ -18,7 +18,6 @@ normal way, so a fast-path problem never changes a verdict or a diagnostic.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 import hashlib
 import inspect
@@ -33,10 +32,10 @@ import sysconfig
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from kernel_lsp.engine import inline_split
-from kernel_lsp.engine.cache import cache_root
+from kernel_lsp.engine.cache import cache_root, file_lock
 
 PCH_HEADER = """#include <torch/extension.h>
 #include <cuda.h>
@@ -64,17 +63,6 @@ class FastBuild:
     steps: dict[str, float] = field(default_factory=dict)
     log: str = ""
     commands: list[list[str]] = field(default_factory=list)
-
-
-@contextlib.contextmanager
-def _lock(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
 def pch_root() -> Path:
@@ -207,7 +195,7 @@ def ensure_pch(flags: TorchFlags, timeout: float = STEP_TIMEOUT) -> tuple[Path |
     if failed.exists():
         return None, failed.read_text()[:300], 0.0
     t0 = time.perf_counter()
-    with _lock(d / ".lock"):
+    with file_lock(d / ".lock"):
         if gch.exists():
             return header, "", 0.0
         tmp = d / f"klsp_torch.h.gch.{os.getpid()}.tmp"
