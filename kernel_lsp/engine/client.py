@@ -249,22 +249,7 @@ class Engine:
         return ev
 
     async def _record(self, task: Task, candidate: Candidate, ev: Evaluation, progress: Progress | None) -> None:
-        if self.store is None:
-            return
-        await _report(progress, "recording")
-        store = self.store
-
-        def write() -> None:
-            store.add_task(task)
-            store.add_candidate(task.name, candidate)
-            store.add_evaluation(task.name, ev)
-
-        # A cancelled caller must not lose the record: shield the write. A failing store
-        # is logged, not raised: the caller still gets its Evaluation.
-        try:
-            await asyncio.shield(asyncio.to_thread(write))
-        except Exception:  # noqa: BLE001
-            log.warning("could not record the evaluation of %s in the store", candidate.id, exc_info=True)
+        await record(self.store, task, candidate, ev, progress)
 
     async def profile(
         self, task: Task, candidate: Candidate | None = None, timeout: float | None = None,
@@ -404,3 +389,16 @@ async def _report(progress: Progress | None, phase: str) -> None:
     except Exception:  # noqa: BLE001 - a broken progress callback must not stop an evaluation
         log.debug("progress callback failed", exc_info=True)
 
+
+async def record(store: "Store | None", task: Task, candidate: Candidate, ev: Evaluation,
+                 progress: Progress | None = None) -> None:
+    """Write an Evaluation to the store (``Store.record``) off the event loop. A cancelled caller
+    must not lose the record: the write is shielded. A failing store is logged, not raised: the
+    caller still gets its Evaluation."""
+    if store is None:
+        return
+    await _report(progress, "recording")
+    try:
+        await asyncio.shield(asyncio.to_thread(store.record, task, candidate, ev))
+    except Exception:  # noqa: BLE001
+        log.warning("could not record the evaluation of %s in the store", candidate.id, exc_info=True)

@@ -41,6 +41,7 @@ from kernel_lsp.engine.client import (
     _report,
     looks_secret,
     needs_build,
+    record,
 )
 from kernel_lsp.engine.cluster_build import build_in_cluster, unpack_artefact
 from kernel_lsp.engine.executor_api import ExecutorUnavailable, StatusCallback
@@ -508,20 +509,7 @@ class RayExecutor:
         return ev
 
     async def _record(self, task: Task, candidate: Candidate, ev: Evaluation, progress: Progress | None) -> None:
-        if self.store is None:
-            return
-        await _report(progress, "recording")
-        store = self.store
-
-        def write() -> None:
-            store.add_task(task)
-            store.add_candidate(task.name, candidate)
-            store.add_evaluation(task.name, ev)
-
-        try:
-            await asyncio.shield(asyncio.to_thread(write))
-        except Exception:  # noqa: BLE001 - the caller still gets its Evaluation
-            log.warning("could not record the evaluation of %s in the store", candidate.id, exc_info=True)
+        await record(self.store, task, candidate, ev, progress)
 
     def _arch(self, opts: dict[str, Any]) -> str | None:
         if opts.get("arch"):
