@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Every gpu test inside the sandbox on a GPU machine that has torch but no bubblewrap or LSP packages.
+# Prepare here (repo root): the LSP/openai wheels for cp312 in .whl/ (pip download --no-deps ...), and
+# bubblewrap unpacked: mkdir -p .deb && cd .deb && apt-get download bubblewrap && dpkg -x bubblewrap_*.deb root.
+# Then on the GPU machine (carry .whl and .deb):  OUT=/some/dir bash benchmarks/gpu_sandboxed_tests.sh
+set -u
+cd "$(dirname "$0")/.."; OUT=${OUT:-$PWD/.gpu-out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PATH="$PWD/.deb/root/usr/bin:$PATH"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /opt/site .whl/*.whl >/dev/null 2>&1 || echo "wheel install failed"
+export PYTHONPATH=/opt/site
+bwrap --version; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+python3 -c 'from kernel_lsp.engine import sandbox as s; print("sandbox:", s.status().message())'
+run() { local name=$1; shift; local t0=$SECONDS; timeout "$@" > "$OUT/$name.log" 2>&1; echo "$name rc=$? $((SECONDS-t0))s: $(tail -1 $OUT/$name.log)"; }
+P="python3 -m pytest -q -ra -p no:cacheprovider -m gpu"
+run sandbox 150 $P tests/engine/test_gpu_sandbox.py
+run engine 180 $P tests/engine/test_gpu_engine.py tests/engine/test_gpu_shared.py tests/engine/test_gpu_faults.py
+run agent 100 $P tests/agent/test_gpu.py tests/test_server_gpu.py
+run examples 100 $P tests/test_examples.py tests/engine/test_inline_split_gpu.py
+run wholemodel 50 $P tests/agent/test_whole_model_gpu.py
+run cost 30 python3 benchmarks/sandbox_cost.py --starts 10 --torch-starts 3 --out-dir "$OUT"
+grep -h "passed\|failed\|FAILED\|ERROR" "$OUT"/*.log | head -60
