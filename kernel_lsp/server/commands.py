@@ -32,6 +32,15 @@ class OptimizeArgs:
 
 
 @attrs.define(frozen=True)
+class OpArgs:
+    """optimizeOp: one submodule of the model's `Model` (its qualified name, e.g. "blocks.0.fc")."""
+
+    uri: str
+    op: str
+    proposer: Literal["llm", "tuner"] | None = None
+
+
+@attrs.define(frozen=True)
 class JobArgs:
     """cancel: one job by id, or every visible job."""
 

@@ -50,7 +50,7 @@ async def ask(ls: "KernelLanguageServer", run: "SearchRun", message: str) -> boo
     try:
         ls.protocol.notify(CANDIDATE_NOTIFICATION, {
             "uri": run.uri, "search": run.search_id, "candidate": run.best.id if run.best else None,
-            "gain": run.gain, "message": message})
+            "gain": run.gain, "message": message, **({"target": "file://" + run.target} if run.target else {})})
     except Exception:  # noqa: BLE001 - a client that ignores it loses nothing
         log.debug("candidate notification not sent", exc_info=True)
     preview(ls, run, run.best)
@@ -70,6 +70,8 @@ async def ask(ls: "KernelLanguageServer", run: "SearchRun", message: str) -> boo
 async def apply(ls: "KernelLanguageServer", run: "SearchRun") -> dict[str, Any]:
     """A versioned edit from the Search's start text to its winner; refused if the text moved."""
     candidate = run.best
+    if run.target is not None:
+        return await create_file(ls, run)
     state = ls.state(run.uri)
     if state.version != run.version or state.text != run.text:
         message = ("kernel-lsp: the file changed while the Search ran, so its result was not applied; "
@@ -96,6 +98,45 @@ async def apply(ls: "KernelLanguageServer", run: "SearchRun") -> dict[str, Any]:
     )
     result = await ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(edit=edit, label=label))
     out: dict[str, Any] = {"applied": bool(result.applied)}
+    if not result.applied:
+        out["reason"] = result.failure_reason or "the editor did not apply the edit"
+    return out
+
+
+async def create_file(ls: "KernelLanguageServer", run: "SearchRun") -> dict[str, Any]:
+    """The hot-op action's integrated model as a new file beside the model (it imports the model,
+    so it cannot replace it): one edit that creates or overwrites `run.target` (only ever a file
+    kernel-lsp wrote: op_action.optimized_path checked), with its text."""
+    uri = "file://" + run.target
+    text = run.best.source
+    support = _annotations_supported(ls)
+    label = f"kernel-lsp: verified faster model (record {run.search_id}) as {os.path.basename(run.target)}"
+    whole = types.Range(start=types.Position(line=0, character=0), end=types.Position(line=0, character=0))
+    # (CreateFile with overwrite leaves an empty file: the text goes in at its start)
+    text_edit: types.TextEdit | types.AnnotatedTextEdit = (
+        types.AnnotatedTextEdit(range=whole, new_text=text, annotation_id="kernel-lsp-candidate")
+        if support else types.TextEdit(range=whole, new_text=text))
+    workspace = ls.client_capabilities.workspace
+    ops = (workspace.workspace_edit.resource_operations or []) if workspace and workspace.workspace_edit else []
+    if types.ResourceOperationKind.Create not in ops:  # no file creation in this editor: write it ourselves
+        with open(run.target, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        from kernel_lsp.server.optimize import show_document
+
+        show_document(ls, uri, take_focus=False)
+        return {"applied": True, "written": run.target}
+    edit = types.WorkspaceEdit(
+        document_changes=[
+            types.CreateFile(uri=uri, options=types.CreateFileOptions(overwrite=True),
+                             annotation_id="kernel-lsp-candidate" if support else None),
+            types.TextDocumentEdit(
+                text_document=types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=None),
+                edits=[text_edit])],
+        change_annotations={"kernel-lsp-candidate": types.ChangeAnnotation(
+            label=label, needs_confirmation=True, description="Review the new model before creating it")}
+        if support else None)
+    result = await ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(edit=edit, label=label))
+    out: dict[str, Any] = {"applied": bool(result.applied), "target": run.target}
     if not result.applied:
         out["reason"] = result.failure_reason or "the editor did not apply the edit"
     return out

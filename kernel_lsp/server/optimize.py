@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from lsprotocol import types
 
 from kernel_lsp.model import Candidate, Evaluation, Task, TargetKind
-from kernel_lsp.server import handback
+from kernel_lsp.server import handback, op_action
 from kernel_lsp.server.commands import CommandError, DocumentArgs, JobArgs, OptimizeArgs, SearchArgs, parse_args
 from kernel_lsp.server.engine_host import ExecutionDisabled
 from kernel_lsp.server.evaluation import NOISY_SPREAD, REWRITE, anchor_target, fmt_ms, is_rewrite, reference_candidate
@@ -41,6 +41,7 @@ class SearchRun:
     best: Candidate | None = None
     search_id: int | None = None
     gain: str = ""  # how the winner compares, in words (the Apply prompt)
+    target: str | None = None  # a new file the winner goes to (the hot-op action's integrated model)
 
 
 class OptimizeFeature(LanguageFeature):
@@ -75,6 +76,7 @@ class OptimizeFeature(LanguageFeature):
                                   else "Optimize this module (hot op)", types.CodeActionKind.RefactorRewrite,
                                   "kernel-lsp.optimize", {"uri": state.uri, **({"op": op} if op else {})},
                                   llm, [diag]))
+        out += op_action.code_actions(self, state, params)  # per op, through the whole-model flow
         target = anchor_target(doc)
         if target is not None:
             what = "module" if target.kind in (TargetKind.TASK_MODEL, TargetKind.CANDIDATE_MODEL) else "kernel"
@@ -100,7 +102,11 @@ class OptimizeFeature(LanguageFeature):
             "kernel-lsp.showReport": self.show_report,
             "kernel-lsp.previewCandidate": self.preview,
             "kernel-lsp.applyCandidate": self.apply,
+            op_action.COMMAND: self.optimize_op,
         }
+
+    async def optimize_op(self, *args: Any) -> dict[str, Any]:
+        return await op_action.optimize_op_command(self, *args)
 
     async def optimize(self, *args: Any) -> dict[str, Any]:
         a = parse_args("kernel-lsp.optimize", OptimizeArgs, args)
@@ -161,6 +167,8 @@ class OptimizeFeature(LanguageFeature):
         out = await handback.apply(self.server, run)
         if out["applied"] and run.best is not None:
             self.runs.pop(run.search_id or -1, None)
+            if run.target is not None:
+                return out  # a new file: the document's own text did not change
             state = self.server.state(run.uri)
             # Measure the applied text once it is in the buffer (the client's didChange may
             # come before or after its applyEdit answer).

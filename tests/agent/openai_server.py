@@ -13,6 +13,8 @@ An item is either a string (the assistant's text) or a dict:
     {"status": int, "body": dict|str, "headers": {}}  an HTTP error (429, 401, 500, ...)
     {"sleep": float, "text": str}                  answer after a delay (timeouts, cancel)
     {"stream_error": str}                          a stream that breaks with an error event
+    a callable(body) -> item                       the answer made at request time (from files the
+                                                   server under test wrote meanwhile)
 Streaming (`"stream": true`) answers are Server-Sent Events in small chunks, `[DONE]` last.
 """
 
@@ -93,6 +95,8 @@ class _Handler(BaseHTTPRequestHandler):
         except json.JSONDecodeError:
             body = {"_raw": raw.decode("utf-8", "replace")}
         item = self.scripted.next_item()
+        if callable(item):
+            item = item(body)
         record = {"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body,
                   "answered": item, "time": time.time()}
         with self.scripted._lock:
