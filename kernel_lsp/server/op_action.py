@@ -19,6 +19,7 @@ from lsprotocol import types
 from kernel_lsp.model import Candidate
 from kernel_lsp.server.commands import OpArgs, parse_args
 from kernel_lsp.server.engine_host import ExecutionDisabled
+from kernel_lsp.server.evaluation import NOISY_SPREAD
 from kernel_lsp.server.progress import WorkProgress
 
 if TYPE_CHECKING:
@@ -241,6 +242,8 @@ def describe(op: "OpResult | None", result: "WholeModelResult") -> str:
             s += f" ±{e['spread_pct']:.1f}%"
         if e.get("device"):
             s += f" on {e['device']}"
+        if (e.get("spread_pct") or 0) > NOISY_SPREAD:
+            s += " (noisy timing: the ratios are rough)"
         if e.get("speedup_compile") is not None and e["speedup_compile"] < 1.0:
             s += "; torch.compile of the whole model is faster still: consider it"
         parts.append(s)
