@@ -201,8 +201,12 @@ async def _job(feature: "OptimizeFeature", state: "DocumentState", run: Any, a: 
             if await handback.ask(ls, run, summary["message"]):
                 summary["apply"] = await feature._apply(run)
             return summary
+    numbers = describe(op, result) if op is not None and (op.speedup or result.end_to_end) else ""
+    if numbers:
+        summary["gain"] = numbers
     progress.end(f"nothing offered: {summary['reason']}")
-    ls.show(f"kernel-lsp: nothing offered for {a.op}: {summary['reason']}. Your files are unchanged"
+    ls.show(f"kernel-lsp: nothing offered for {a.op}: {summary['reason']}"
+            + (f" ({numbers})" if numbers else "") + ". Your files are unchanged"
             + (f"; the op's Task is {os.path.relpath(op.task, ls.host.root)}" if op and op.task else "") + ".")
     return summary
 
