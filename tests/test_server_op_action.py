@@ -130,12 +130,13 @@ async def test_hot_op_action_optimizes_that_op_and_offers_the_verified_model(cli
 
     task = root / ".kernel-lsp" / "ops" / "block_norm.py"
     SERVER.add(answer(task, WRONG, "norm: wrong"), answer(task, FASTER, "norm: faster"))
-    client.show_message_answer = "Apply"
+    client.show_message_answer = "Keep for later"  # then Apply by id, as the editor plugins do
     result = await asyncio.wait_for(client.workspace_execute_command_async(types.ExecuteCommandParams(
         command="kernel-lsp.optimizeOp", arguments=[per_op["norm"].command.arguments[0]])), timeout=540)
 
     print("hot-op action:", result.get("gain") or result.get("reason"))
     assert result["improved"] is True, json.dumps(result, indent=1, default=str)
+    assert result["search"] == result["record"] and result["best"]
     assert result["task"] == str(task) and task.exists()  # the op's Task, where the user sees it
     op = result["op"]
     assert op["kept"] and op["speedup"] > 1 and op["label"] == "PyTorch rewrite" and op["shapes"] == [[96, 128]]
@@ -153,7 +154,10 @@ async def test_hot_op_action_optimizes_that_op_and_offers_the_verified_model(cli
     assert any("put back behind a guard" in m.message and gain in m.message for m in client.message_requests)
     assert any(".kernel-lsp/candidates/" in d.uri for d in client.shown_documents)
     # Apply: one edit that creates block_optimized.py with the integrated model; block.py untouched.
-    assert result["apply"]["applied"] is True
+    assert "apply" not in result and client.applied_edits == []
+    applied = await client.workspace_execute_command_async(types.ExecuteCommandParams(
+        command="kernel-lsp.applyCandidate", arguments=[{"search": result["search"]}]))
+    assert applied == {"applied": True, "target": str(root / "block_optimized.py")}, applied
     edit = client.applied_edits[-1].edit
     create, change = edit.document_changes
     target = (root / "block_optimized.py").as_uri()

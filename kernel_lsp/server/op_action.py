@@ -193,7 +193,8 @@ async def _job(feature: "OptimizeFeature", state: "DocumentState", run: Any, a: 
             run.gain = describe(op, result)
             if result.record is not None:
                 feature.runs[result.record] = run
-            summary.update(gain=run.gain, target=out)
+            # `search`/`best` as the optimize command's answer has them: editors apply by these ids
+            summary.update(gain=run.gain, target=out, search=result.record, best=run.best.id)
             summary["message"] = (f"kernel-lsp: {a.op} of {os.path.basename(state.path)} put back behind a guard, "
                                   f"verified end to end: {run.gain}. Apply creates "
                                   f"{os.path.basename(out)} (your model file is unchanged).")
