@@ -107,6 +107,13 @@ async def create_file(ls: "KernelLanguageServer", run: "SearchRun") -> dict[str,
     """The hot-op action's integrated model as a new file beside the model (it imports the model,
     so it cannot replace it): one edit that creates or overwrites `run.target` (only ever a file
     kernel-lsp wrote: op_action.optimized_path checked), with its text."""
+    state = ls.state(run.uri)
+    if state.text != run.text:  # the integrated model was verified against the model as it was
+        message = (f"kernel-lsp: {os.path.basename(state.path)} changed since the op was optimized, so "
+                   f"{os.path.basename(run.target)} was not created; the run is kept in the store (record "
+                   f"{run.search_id}): run the action again on your current text.")
+        ls.show(message, types.MessageType.Warning)
+        return {"applied": False, "reason": "the model changed since the op was optimized"}
     uri = "file://" + run.target
     text = run.best.source
     support = _annotations_supported(ls)

@@ -11,6 +11,8 @@ previewed first, created by a WorkspaceEdit on Apply.
 from __future__ import annotations
 
 import ast
+import asyncio
+import logging
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +28,8 @@ if TYPE_CHECKING:
     from kernel_lsp.agent.whole_model import OpResult, WholeModelResult
     from kernel_lsp.server.optimize import OptimizeFeature
     from kernel_lsp.server.state import DocumentState
+
+log = logging.getLogger(__name__)
 
 COMMAND = "kernel-lsp.optimizeOp"
 MAX_ACTIONS = 4  # per request: the ops a line stands for, or Model's submodules at the hot-op note
@@ -165,9 +169,15 @@ async def _job(feature: "OptimizeFeature", state: "DocumentState", run: Any, a: 
         progress.end(str(exc))
         ls.show(f"kernel-lsp: {exc}", types.MessageType.Error)
         return {"improved": False, "reason": str(exc)}
-    except BaseException:
+    except asyncio.CancelledError:
         progress.end("cancelled: what was found is kept in the store")
         raise
+    except Exception as exc:  # noqa: BLE001 - an endpoint, store or disk failure: one line, no traceback
+        log.exception("the hot-op action on %s failed", a.op)
+        reason = f"the run for {a.op} failed: {type(exc).__name__}: {exc}"
+        progress.end(reason)
+        ls.show(f"kernel-lsp: {reason}", types.MessageType.Error)
+        return {"improved": False, "reason": reason}
     op = next((o for o in result.ops if o.name == a.op), None)
     summary: dict[str, Any] = {"improved": result.improved, "record": result.record,
                                "op": op.to_dict() if op else None, "end_to_end": result.end_to_end,
