@@ -220,3 +220,22 @@ async def test_cancel_stops_the_op_action(client: EditorClient):
     result = await asyncio.wait_for(run, timeout=10)
     assert result["improved"] is False and result["cancelled"] is True and "cancelled" in result["reason"]
     await wait_for(lambda: client.statuses and not client.statuses[-1]["jobs"], what="no jobs running")
+
+
+async def test_no_offer_when_the_op_found_nothing_correct_and_faster(client: EditorClient):
+    extractable = UNEXTRACTABLE.replace('x, cfg):\n        return x * cfg["scale"]', 'x, scale):\n        return x * scale') \
+        .replace('self.scale(x, {"scale": 2.0})', "self.scale(x, 2.0)")
+    uri = open_model(client, "scaled.py", extractable, save=False)
+    task = client.workspace_root / ".kernel-lsp" / "ops" / "scaled_scale.py"
+    wrong = "    def forward(self, x0):\n        return x0 * 3.0\n"
+    slow = "    def forward(self, x0):\n        import time\n        time.sleep(0.005)\n        return self.op(x0, 2.0)\n"
+    SERVER.add(answer(task, wrong, "scale: wrong"), answer(task, slow, "scale: slower"))
+    result = await asyncio.wait_for(client.workspace_execute_command_async(types.ExecuteCommandParams(
+        command="kernel-lsp.optimizeOp", arguments=[{"uri": uri, "op": "scale"}])), timeout=300)
+    assert result["improved"] is False and "Search found no verified, faster version" in result["reason"], result
+    assert result["task"] == str(task) and task.exists()
+    assert client.applied_edits == [] and client.message_requests == []
+    assert not (client.workspace_root / "scaled_optimized.py").exists()
+    assert not (client.workspace_root / ".kernel-lsp" / "ops" / "scaled_scale_new.py").exists()
+    await wait_for(lambda: any("nothing offered for scale" in m.message and "scaled_scale.py" in m.message
+                               for m in client.messages), what="the reason, shown")
