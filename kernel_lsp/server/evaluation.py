@@ -133,7 +133,7 @@ class EvaluationFeature(LanguageFeature):
             if candidate is None:
                 candidate = reference_candidate(text)
             previous = state.measurement.evaluation if state.measurement else None
-            engine = ls.host.engine()
+            engine = await ls.host.executor(progress.report)  # the Ray cluster or this machine
             ev = await engine.evaluate(task, candidate, checks=checks,
                                        progress=lambda name, *rest: progress.report(str(name)))
         except (TaskError, ExecutionDisabled) as exc:
@@ -260,15 +260,17 @@ class EvaluationFeature(LanguageFeature):
         rng = positions.range(target.name_span)
         args = [{"uri": state.uri}]
         running = ls.jobs.get(("evaluate", state.uri))
+        tooltip = None
         if running is not None:
             title = "measuring…"
         elif state.measurement is not None:
             title = lens_title(state.measurement, state.text)
+            tooltip = lens_tooltip(state.measurement)
         else:
             title = "not measured yet"
-        return [types.CodeLens(range=rng, command=types.Command(title=t, command=c, arguments=args))
-                for t, c in ((title, "kernel-lsp.benchmark"), ("Benchmark", "kernel-lsp.benchmark"),
-                             ("Optimize", "kernel-lsp.optimize"))]
+        return [types.CodeLens(range=rng, command=types.Command(title=t, command=c, arguments=args, tooltip=tip))
+                for t, c, tip in ((title, "kernel-lsp.benchmark", tooltip), ("Benchmark", "kernel-lsp.benchmark", None),
+                                  ("Optimize", "kernel-lsp.optimize", None))]
 
     def code_actions(self, state: DocumentState, params: types.CodeActionParams) -> list[types.CodeAction]:
         if self.anchor(state) is None:
@@ -381,7 +383,7 @@ def measurement_markdown(m: Measurement, text: str) -> list[str]:
     if not m.reference_only and ev.correct:
         kind = REWRITE if is_rewrite(ev) else "custom kernel"
         lines.append(f"Kind of result: {kind}")
-    where = []
+    where = [ran_on(ev)]
     if isinstance(ev.device, dict) and ev.device.get("name"):
         where.append(f"on {ev.device['name']}")
     shared = shared_gpu(ev)
@@ -393,6 +395,24 @@ def measurement_markdown(m: Measurement, text: str) -> list[str]:
     if where:
         lines.append(" · ".join(where))
     return lines
+
+
+def ran_on(ev: Evaluation) -> str:
+    """Where an Evaluation ran: "ran on the Ray cluster, node 10.0.0.5 (node 1a2b…, GPU 0)" or
+    "ran on this machine" (the GPU's name follows in the hover and tooltip)."""
+    if getattr(ev, "executor", "local") == "ray":
+        return f"ran on the Ray cluster, node {ev.node}" if ev.node else "ran on the Ray cluster"
+    return "ran on this machine"
+
+
+def lens_tooltip(m: Measurement) -> str:
+    """The numbers lens' tooltip: where they were measured, on what GPU, which version."""
+    ev = m.evaluation
+    parts = [ran_on(ev)]
+    if isinstance(ev.device, dict) and ev.device.get("name"):
+        parts.append(f"on {ev.device['name']}")
+    parts.append(version_words(m))
+    return " · ".join(parts)
 
 
 def status_entry(state: DocumentState) -> dict[str, Any] | None:
