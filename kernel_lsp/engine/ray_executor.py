@@ -61,10 +61,18 @@ _connections = {"count": 0, "ours": False}   # one ray.init per process, shared 
 
 
 def _import_ray() -> Any:
+    # Ray starts a cluster of its own on this machine when an API is called while not connected
+    # (a Ray Client connection that gave up on a lost head, then the watchdog's ray.nodes()):
+    # never here, the cluster is the one asked for or none.
+    os.environ.setdefault("RAY_ENABLE_AUTO_CONNECT", "0")
     try:
         import ray  # noqa: PLC0415
     except ImportError:
         raise ExecutorUnavailable("the Ray executor needs Ray: pip install 'kernel-lsp[ray]'") from None
+    with contextlib.suppress(Exception):  # ray imported earlier, before the variable was set
+        from ray._private import auto_init_hook  # noqa: PLC0415
+
+        auto_init_hook.enable_auto_connect = False
     return ray
 
 

@@ -42,6 +42,7 @@ class ClusterLink:
         self.connecting: asyncio.Task[None] | None = None
         self.view: dict[str, Any] | None = None  # what `kernel-lsp/status` carries as `cluster`
         self.failed_at: float | None = None
+        self.lost_at: float | None = None     # when the connected cluster stopped answering
         self._closing: set[asyncio.Task[Any]] = set()
 
     # -- what the editor sees ----------------------------------------------------------------
@@ -80,7 +81,7 @@ class ClusterLink:
         if self.connecting is not None and not self.connecting.done():
             self.connecting.cancel()
         self.connecting = None
-        self.failed_at = None
+        self.failed_at = self.lost_at = None
         closing = self._background(old.aclose()) if old is not None else None
         if key is None:
             if self.view is not None:
@@ -159,6 +160,7 @@ class ClusterLink:
             return
         self._set_view(status)
         address = status.get("address")
+        self.lost_at = (self.lost_at or time.monotonic()) if state == "lost" else None
         if state == "lost" and before != "lost":
             self._show(f"{status.get('message') or f'the Ray cluster at {address} stopped answering'}; "
                        f"evaluations run on this machine until it answers again", types.MessageType.Warning)
@@ -192,6 +194,8 @@ class ClusterLink:
         ex = self.executor_
         if ex is not None and getattr(ex, "state", None) == "connected":
             return ex
+        if self.lost_at is not None and time.monotonic() - self.lost_at > RETRY_AFTER:
+            self._switch(key)  # a connection that gave up does not come back: a new one, in the background
         return None
 
     async def aclose(self) -> None:

@@ -24,7 +24,8 @@ from .conftest import GPU_KIND, TOKEN
 
 pytestmark = [pytest.mark.slow]
 
-ENV = {**os.environ, "KERNEL_LSP_CACHE": os.path.join(os.environ.get("TMPDIR", "/tmp"), "kernel-lsp-test-cache")}
+MARK = f"klsp-server-{os.getpid()}-{time.time_ns()}"  # finds any Ray process the server starts itself
+ENV = {**os.environ, "KLSP_TEST_MARK": MARK, "KERNEL_LSP_CACHE": os.path.join(os.environ.get("TMPDIR", "/tmp"), "kernel-lsp-test-cache")}
 FAST = {"onSave": ["verify", "bench"], "timeout": 120, "arch": "sm_90", "gpu": GPU_KIND}
 
 
@@ -148,3 +149,20 @@ async def test_a_cluster_lost_mid_session_says_lost_and_evaluations_go_on_here(c
     uri = open_and_save(client, "rowsum.py", TASK)
     lens = await numbers_lens(client, uri, timeout=120)
     assert "ran on this machine" in (lens.tooltip or ""), lens
+    # The server never started a Ray of its own on this machine when its cluster went away.
+    strays = ray_processes_of_the_server()
+    assert not strays, strays
+
+
+def ray_processes_of_the_server() -> list[str]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if MARK.encode() in environ and any(w in cmd for w in ("ray::", "raylet", "gcs_server", "ray/_private")):
+            found.append(f"{pid} {cmd[:120]}")
+            os.kill(int(pid), 9)  # ours (it carries this run's mark): never left behind
+    return found
