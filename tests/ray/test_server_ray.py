@@ -16,7 +16,8 @@ import pytest_lsp
 from lsprotocol import types
 from pytest_lsp import client_capabilities
 
-from tests.cpu_task import TASK
+from tests.agent.openai_server import start as start_llm
+from tests.cpu_task import FASTER, TASK, fenced
 from tests.lsp_client import EditorClient, config, wait_for
 
 from .cluster import LocalCluster, free_port
@@ -25,8 +26,10 @@ from .conftest import GPU_KIND, TOKEN
 pytestmark = [pytest.mark.slow]
 
 MARK = f"klsp-server-{os.getpid()}-{time.time_ns()}"  # finds any Ray process the server starts itself
-ENV = {**os.environ, "KLSP_TEST_MARK": MARK, "KERNEL_LSP_CACHE": os.path.join(os.environ.get("TMPDIR", "/tmp"), "kernel-lsp-test-cache")}
-FAST = {"onSave": ["verify", "bench"], "timeout": 120, "arch": "sm_90", "gpu": GPU_KIND}
+LLM = start_llm([fenced("one mv", FASTER), fenced("one mv, again", FASTER.replace("ones)", "ones.clone())"))])
+ENV = {**os.environ, "KLSP_TEST_MARK": MARK, "OPENAI_API_KEY": "sk-test-ray-server", "KERNEL_LSP_CACHE": os.path.join(os.environ.get("TMPDIR", "/tmp"), "kernel-lsp-test-cache")}
+FAST = {"onSave": ["verify", "bench"], "timeout": 120, "arch": "sm_90", "gpu": GPU_KIND, "proposer": "llm",
+        "agent": {"model": "scripted-model", "baseUrl": LLM.base_url, "budget": 2}}
 
 
 async def start(client: EditorClient, root: Path, options: dict[str, Any]) -> None:
@@ -115,6 +118,23 @@ async def test_unreachable_falls_back_at_once_then_a_setting_connects_without_a_
     assert "ran on the Ray cluster, node 127.0.0.1" in (lens.tooltip or ""), lens
     text = await hover(client, uri)
     assert "ran on the Ray cluster, node 127.0.0.1" in text and "GPU" in text, text
+
+    # Optimize from the editor: the Search asks for two children at once (the cluster's two GPU
+    # actors) and evaluates them there.
+    before = len(LLM.requests)
+    summary = await client.workspace_execute_command_async(types.ExecuteCommandParams(
+        command="kernel-lsp.optimize", arguments=[{"uri": uri}]))
+    assert summary.get("improved"), summary
+    asked = LLM.requests[before:]
+    assert len(asked) == 2 and abs(asked[1]["time"] - asked[0]["time"]) < 2.0, asked  # one expansion, not two
+    from kernel_lsp.store import Store
+
+    store = Store.for_workspace(str(tmp_path))
+    try:
+        evs = [ev for ev in store.evaluations("rowsum.py", limit=50) if ev.candidate == summary["best"]]
+    finally:
+        store.close()
+    assert evs and all(ev.executor == "ray" and "127.0.0.1" in (ev.node or "") for ev in evs), evs
 
 
 @pytest.fixture
