@@ -440,6 +440,11 @@ def test_plugin_helpers(nvim: str, tmp_path: Path) -> None:
     assert got["status_message_with_best"] == "kernel-lsp Optimize a.py: round 2: expanding c1 · best 3.10x"
     assert got["status_idle"] == ""  # the Search's unconfirmed best is gone with its job
     assert got["status_document"] == "kernel-lsp correct · 2.00x eager · 0.90x torch.compile · 12.0 us ±1.0%"
+    # The Ray cluster (executor = "ray"): connected with its GPUs, lost, unreachable; nothing when local.
+    assert got["status_cluster_connected"] == "kernel-lsp correct · 2.00x eager · ray 2 GPUs"
+    assert got["status_cluster_lost"] == "kernel-lsp ray lost" and got["cluster_lost"] == "lost"
+    assert got["status_cluster_unreachable"] == "kernel-lsp Benchmark a.py · ray unreachable"
+    assert got["status_cluster_local"] == "kernel-lsp correct · 2.00x eager" and got["cluster_local"] is True
     # Progress echoes fit the command line (a longer one stops nvim at a hit-enter prompt).
     assert got["progress_full"] == "kernel-lsp Optimize rowsum.py: round 1: unusable answer · 1 proposals left (66%)"
     assert got["progress_cut"] == "kernel-lsp Optimize rowsum.py: round 1:…" and got["progress_cut_width"] == 40
