@@ -425,7 +425,7 @@ def status_entry(state: DocumentState) -> dict[str, Any] | None:
             "verdict": ev.verdict, "speedupEager": None if m.reference_only else ev.speedup_eager,
             "speedupCompile": None if m.reference_only else ev.speedup_compile,
             "spreadPct": ev.time.spread_pct if ev.time else None, "rewrite": is_rewrite(ev),
-            "referenceOnly": m.reference_only}
+            "referenceOnly": m.reference_only, "where": lens_tooltip(m)}
 
 
 def verdict_words(ev: Evaluation) -> str:

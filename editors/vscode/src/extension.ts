@@ -23,7 +23,7 @@ import {
   pythonExtensionApi,
   serverEnv,
 } from "./server";
-import { STATUS_NOTIFICATION, StatusBar, StatusParams, isServed } from "./status";
+import { STATUS_NOTIFICATION, StatusBar, StatusParams, isServed, lensTooltips } from "./status";
 
 /** Replaceable in tests: whether an interpreter can run the server. */
 export const runtime = { probe: probeInterpreter as (python: string) => Promise<Probe> };
@@ -116,6 +116,9 @@ export class Controller implements vscode.Disposable {
         didChange: (e, next) => (isCandidate(e.document.uri.toString()) ? Promise.resolve() : next(e)),
         didSave: (doc, next) => (isCandidate(doc.uri.toString()) ? Promise.resolve() : next(doc)),
         didClose: (doc, next) => (isCandidate(doc.uri.toString()) ? Promise.resolve() : next(doc)),
+        // The numbers lens says where they were measured (Ray node, GPU) in its tooltip.
+        provideCodeLenses: async (doc, token, next) =>
+          lensTooltips(await next(doc, token), this.status.documents.get(doc.uri.toString())),
         workspace: {
           // Answer our section ourselves so that trust is applied; others go the usual way.
           configuration: async (params, token, next) => {

@@ -21,6 +21,8 @@ export interface StatusDocument {
   version?: number | null;
   stale?: boolean;
   summary?: string;
+  /** Where it ran: "ran on the Ray cluster, node ... · on NVIDIA H100 · measured on version 3". */
+  where?: string;
 }
 
 /** The Ray cluster the server evaluates on (`executor = "ray"`, docs/ray.md). */
@@ -83,7 +85,8 @@ function jobsView(params: StatusParams, doc?: StatusDocument): StatusView {
     return {
       text: summary ? `$(zap) ${summary.length > 60 ? summary.slice(0, 59) + "…" : summary}` : "$(zap) kernel-lsp",
       tooltip: summary
-        ? `kernel-lsp: ${summary}${typeof doc?.version === "number" ? ` (measured on version ${doc.version})` : ""}`
+        ? `kernel-lsp: ${summary}${typeof doc?.version === "number" ? ` (measured on version ${doc.version})` : ""}` +
+          (typeof doc?.where === "string" && doc.where ? `\n${doc.where}` : "")
         : "kernel-lsp: idle",
       command: "kernelLsp.showLog",
     };
@@ -99,6 +102,21 @@ function jobsView(params: StatusParams, doc?: StatusDocument): StatusView {
     .map((j) => `${j.title || j.id}${j.message ? `: ${j.message}` : ""}${speedup(j.bestSpeedup) ? ` (best ${speedup(j.bestSpeedup)}, unconfirmed)` : ""}`)
     .join("\n");
   return { text, tooltip: `${tooltip}\nClick to cancel`, command: "kernelLsp.cancel" };
+}
+
+/**
+ * The numbers lens' tooltip (where it ran, on what GPU): the server sets it on the lens' Command,
+ * which vscode-languageclient 9 drops, so it is taken from the status of the lens' document.
+ */
+export function lensTooltips<L extends { command?: { title: string; tooltip?: string } }>(
+  lenses: L[] | null | undefined,
+  doc: StatusDocument | undefined,
+): L[] | null | undefined {
+  if (!Array.isArray(lenses) || typeof doc?.where !== "string" || !doc.where) return lenses;
+  for (const lens of lenses) {
+    if (lens.command && lens.command.title === doc.summary && !lens.command.tooltip) lens.command.tooltip = doc.where;
+  }
+  return lenses;
 }
 
 /** Files the server serves: the status item shows only on these. */

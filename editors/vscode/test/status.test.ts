@@ -1,6 +1,6 @@
 import assert = require("node:assert/strict");
 import { beforeEach, test } from "node:test";
-import { StatusBar, isServed, statusView } from "../src/status";
+import { StatusBar, isServed, lensTooltips, statusView } from "../src/status";
 import * as vscode from "./vscode-mock";
 
 beforeEach(() => vscode.reset());
@@ -79,4 +79,18 @@ test("the status bar item follows the cluster's state", () => {
   assert.equal(item.text, "$(zap) kernel-lsp · $(warning) ray lost");
   bar.update({ jobs: [], cluster: null });
   assert.equal(item.text, "$(zap) kernel-lsp");
+});
+
+test("the numbers lens and the status tooltip say where the numbers were measured", () => {
+  const doc = { uri: "file:///ws/a.py", version: 3, summary: "correct · 2.00x eager", where: "ran on the Ray cluster, node 10.0.0.5 (node 1a2b, GPU 0) · on NVIDIA H100 · measured on version 3" };
+  const lenses = [
+    { command: { title: "correct · 2.00x eager", command: "kernel-lsp.benchmark" } },
+    { command: { title: "Benchmark", command: "kernel-lsp.benchmark" } },
+    {},
+  ];
+  lensTooltips(lenses, doc);
+  assert.equal((lenses[0].command as { tooltip?: string }).tooltip, doc.where);
+  assert.equal((lenses[1].command as { tooltip?: string }).tooltip, undefined);
+  assert.equal(lensTooltips(undefined, doc), undefined);
+  assert.match(statusView({ jobs: [] }, doc).tooltip, /\nran on the Ray cluster, node 10\.0\.0\.5/);
 });
