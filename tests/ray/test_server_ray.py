@@ -118,6 +118,9 @@ async def test_unreachable_falls_back_at_once_then_a_setting_connects_without_a_
     assert "ran on the Ray cluster, node 127.0.0.1" in (lens.tooltip or ""), lens
     text = await hover(client, uri)
     assert "ran on the Ray cluster, node 127.0.0.1" in text and "GPU" in text, text
+    # The status entry (VS Code's lens tooltip and status bar) says it too.
+    entry = next(d for d in client.statuses[-1]["documents"] if d["uri"] == uri)
+    assert entry["where"].startswith("ran on the Ray cluster, node 127.0.0.1"), entry
 
     # Optimize from the editor: the Search asks for two children at once (the cluster's two GPU
     # actors) and evaluates them there.
