@@ -114,8 +114,13 @@ class ClusterLink:
             self._show(f"ray_address {address} makes this server part of the cluster; from an editor use "
                        f"the head's Ray Client port (ray://HOST:10001) so a lost head cannot stop the server",
                        types.MessageType.Info)
-        from kernel_lsp.engine.ray_executor import RayExecutor  # ray itself is imported in connect()
+        from kernel_lsp.engine.ray_executor import RayExecutor, _import_ray
 
+        try:  # importing ray takes a second or more: not on the event loop
+            await asyncio.to_thread(_import_ray)
+        except ExecutorUnavailable as exc:  # Ray is not installed
+            self._unreachable(address, str(exc))
+            return
         ex: Any = None
 
         def on_status(status: dict[str, Any]) -> None:

@@ -105,9 +105,18 @@ async def test_unreachable_falls_back_at_once_then_a_setting_connects_without_a_
     address = f"ray://127.0.0.1:{cluster.client_port}"
     client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
         settings={"kernelLsp": {**FAST, "executor": "ray", "rayAddress": address}}))
-    up = await wait_for(lambda: cluster_state(client).get("state") == "connected" and cluster_state(client),
-                        timeout=120, what="the status saying the cluster is connected")
+    latencies: list[float] = []
+
+    async def connected_while_hovering() -> dict[str, Any] | None:
+        t = time.monotonic()  # the server answers while ray.init and the actors' warm-up run
+        assert "ModelNew" in await hover(client, uri)
+        latencies.append(time.monotonic() - t)
+        return cluster_state(client).get("state") == "connected" and cluster_state(client)
+
+    up = await wait_for(connected_while_hovering, timeout=120, interval=0.2,
+                        what="the status saying the cluster is connected")
     assert up["address"] == address and up["gpus"] == 2, up
+    assert len(latencies) > 3 and max(latencies) < 1.0, latencies
 
     # ... and the next evaluation runs there: the hover and the lens tooltip name the node.
     result = await client.workspace_execute_command_async(types.ExecuteCommandParams(
