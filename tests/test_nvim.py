@@ -489,3 +489,16 @@ def test_checkhealth(nvim: str, tmp_path: Path) -> None:
     if nvcc_available():
         assert "OK nvcc " in text or "✅ OK nvcc" in text or "- OK nvcc" in text, context
     assert "model endpoint" in text and "OPENAI_API_KEY" not in text.replace("OPENAI_API_KEY is", ""), context
+    assert "where candidates run" in text and "on this machine (executor \"local\"" in text, context
+
+
+def test_checkhealth_with_a_ray_cluster(nvim: str, tmp_path: Path) -> None:
+    """executor = "ray": the address, a host:port one flagged for an editor, the token set (never shown)."""
+    result = run_scenario(nvim, "health.lua", tmp_path, timeout=120,
+                          KLSP_SETTINGS=json.dumps({"executor": "ray", "rayAddress": "127.0.0.1:6379"}),
+                          KLSP_CMD_ENV=json.dumps({"RAY_AUTH_TOKEN": "tok-SECRET-77"}))
+    text = "\n".join(result.get("lines", []))
+    assert "error" not in result, text
+    assert "Ray cluster: 127.0.0.1:6379" in text and "ray://HOST:10001" in text, text
+    assert "RAY_AUTH_TOKEN is set (not shown)" in text and "tok-SECRET-77" not in text, text
+    assert "no cluster state from the server yet" in text, text
