@@ -80,6 +80,17 @@ def cluster_state(client: EditorClient) -> dict[str, Any]:
     return {}
 
 
+async def until_connected(client: EditorClient, predicate: Any = None, timeout: float = 180) -> dict[str, Any]:
+    """The cluster's status once connected; on a timeout, what the server said instead."""
+    try:
+        return await wait_for(predicate or (lambda: cluster_state(client).get("state") == "connected"
+                                            and cluster_state(client)),
+                              timeout=timeout, interval=0.2, what="the status saying the cluster is connected")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: cluster {cluster_state(client)}; messages "
+                             f"{[m.message for m in client.messages]}") from None
+
+
 def said(client: EditorClient, words: str) -> list[str]:
     return [m.message for m in client.messages if words in m.message]
 
@@ -114,8 +125,7 @@ async def test_unreachable_falls_back_at_once_then_a_setting_connects_without_a_
         latencies.append(time.monotonic() - t)
         return cluster_state(client).get("state") == "connected" and cluster_state(client)
 
-    up = await wait_for(connected_while_hovering, timeout=120, interval=0.2,
-                        what="the status saying the cluster is connected")
+    up = await until_connected(client, connected_while_hovering)
     assert up["address"] == address and up["gpus"] == 2, up
     assert len(latencies) > 3 and max(latencies) < 1.0, latencies
     print(f"connected after {sum(latencies) + 0.2 * len(latencies):.1f} s; {len(latencies)} hovers meanwhile, "
@@ -167,8 +177,7 @@ async def test_a_cluster_lost_mid_session_says_lost_and_evaluations_go_on_here(c
                                                                                 tmp_path: Path):
     address = f"ray://127.0.0.1:{own_cluster.client_port}"
     await start(client, tmp_path, {**FAST, "executor": "ray", "rayAddress": address})
-    up = await wait_for(lambda: cluster_state(client).get("state") == "connected" and cluster_state(client),
-                        timeout=120, what="the status saying the cluster is connected")
+    up = await until_connected(client)
     assert up["address"] == address and up["gpus"] == 1, up
 
     t0 = time.monotonic()
