@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -22,9 +23,19 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CONNECT_TIMEOUT = 30.0   # ray.init; a refused port fails at once (the executor probes first)
+# ray.init (a Ray Client connection starts a server process on the head and installs kernel_lsp
+# there: tens of seconds on a busy head); a refused port fails at once (the executor probes first).
+CONNECT_TIMEOUT = 45.0
 RETRY_AFTER = 60.0       # an unreachable cluster is tried again by the next evaluation after this
 CLOSE_TIMEOUT = 20.0
+
+
+def connect_timeout() -> float:
+    """CONNECT_TIMEOUT, or KERNEL_LSP_RAY_CONNECT_TIMEOUT (seconds) for a slow cluster."""
+    try:
+        return max(1.0, float(os.environ.get("KERNEL_LSP_RAY_CONNECT_TIMEOUT") or CONNECT_TIMEOUT))
+    except ValueError:
+        return CONNECT_TIMEOUT
 
 
 def cluster_key(settings: Any) -> tuple[Any, ...] | None:
@@ -129,7 +140,7 @@ class ClusterLink:
 
         ex = RayExecutor(address, store=self.host.store(), gpu=gpu, max_gpus=max_gpus or None, timeout=timeout,
                          options={"arch": arch} if arch else None, on_status=on_status,
-                         connect_timeout=CONNECT_TIMEOUT)
+                         connect_timeout=connect_timeout())
         try:
             await ex.connect()
         except asyncio.CancelledError:  # the settings changed while connecting: nothing left behind
