@@ -36,7 +36,7 @@ def gpu_cluster():
         c.stop()
 
 
-@pytest_lsp.fixture(config=config(env=dict(os.environ)))
+@pytest_lsp.fixture(config=config(env={**os.environ, "KERNEL_LSP_RAY_CONNECT_TIMEOUT": "150"}))
 async def client(lsp_client: EditorClient, gpu_cluster, tmp_path: Path):
     for name in ("softmax.cu", "softmax.py"):
         shutil.copy(EXAMPLES / name, tmp_path / name)
