@@ -105,10 +105,16 @@ def screenshot_on_failure(request):
                 request.getfixturevalue(name).shot(f"failed-{request.node.name}")
 
 
-def launch(root: Path, folder: Path, settings: dict, env: dict[str, str], trust: bool) -> Iterator[Workbench]:
+@pytest.fixture(scope="module")
+def playwright():
     from playwright.sync_api import sync_playwright
 
-    with code_server(root, settings, env, trust) as cs, sync_playwright() as p:
+    with sync_playwright() as p:  # one per module: a second one inside the first's loop fails
+        yield p
+
+
+def launch(p, root: Path, folder: Path, settings: dict, env: dict[str, str], trust: bool) -> Iterator[Workbench]:
+    with code_server(root, settings, env, trust) as cs:
         # Debian's Chromium, not a browser of Playwright's own; root needs --no-sandbox.
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         try:
@@ -138,7 +144,7 @@ def endpoint():
 
 
 @pytest.fixture(scope="module")
-def trusted(tmp_path_factory, endpoint) -> Iterator[Workbench]:
+def trusted(tmp_path_factory, endpoint, playwright) -> Iterator[Workbench]:
     root = tmp_path_factory.mktemp("vscode")
     ws = root / "ws"
     ws.mkdir()
@@ -157,7 +163,7 @@ def trusted(tmp_path_factory, endpoint) -> Iterator[Workbench]:
         "kernelLsp.timeout": 120,
     }
     env = {"OPENAI_API_KEY": "sk-e2e-test", "KERNEL_LSP_CACHE": str(root / "cache")}
-    yield from launch(root, ws, settings, env, trust=True)
+    yield from launch(playwright, root, ws, settings, env, trust=True)
 
 
 def test_planted_error_in_problems(trusted: Workbench):
@@ -230,7 +236,7 @@ def test_optimize_from_the_palette_then_apply_from_the_diff(trusted: Workbench, 
 
 
 @pytest.fixture(scope="module")
-def untrusted(tmp_path_factory) -> Iterator[Workbench]:
+def untrusted(tmp_path_factory, playwright) -> Iterator[Workbench]:
     """A folder VS Code does not trust, whose own settings name the interpreter: VS Code
     ignores that setting there, and the default `python3` has no kernel-lsp."""
     root = tmp_path_factory.mktemp("vscode-untrusted")
@@ -240,7 +246,7 @@ def untrusted(tmp_path_factory) -> Iterator[Workbench]:
     (ws / "softmax.cu").write_text(PLANTED)
     settings = {"security.workspace.trust.enabled": True, "security.workspace.trust.startupPrompt": "never",
                 "security.workspace.trust.banner": "always"}
-    yield from launch(root, ws, settings, {}, trust=False)
+    yield from launch(playwright, root, ws, settings, {}, trust=False)
 
 
 def test_untrusted_workspace_says_what_to_do(untrusted: Workbench):
