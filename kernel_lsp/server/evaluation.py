@@ -72,8 +72,11 @@ class EvaluationFeature(LanguageFeature):
         m = state.measurement
         if m is not None and m.fresh_for(state.text) and self.server.jobs.get(("evaluate", state.uri)) is None:
             return  # saved without an edit: the numbers shown are this text's
-        # The save's compile waits for this measurement: one publish for both (state.settle).
-        state.save_publish = SavePublish(version=state.version, waiting={"compile", "evaluation"})
+        # The save's compile (scheduled just before, features run in order) and this
+        # measurement publish once, together (state.settle).
+        compiling = self.server.jobs.get(("compile", state.uri))
+        if compiling is not None and not compiling.task.done():
+            state.save_publish = SavePublish(version=state.version, waiting={"compile", "evaluation"})
         self.schedule(state, ("compile", *checks), visible=False)
 
     def did_close(self, state: DocumentState) -> None:
