@@ -232,7 +232,15 @@ def test_optimize_from_the_palette_then_apply_from_the_diff(trusted: Workbench, 
     text = poll("the applied candidate in the editor", lambda: "torch.mv" in trusted.editor_text() and trusted.editor_text(),
                 timeout=30)
     assert "for i in range" not in text
+    # The applied text is measured again: the lens says so, then shows its numbers.
+    lens = poll("the re-measured lens", lambda: [l for l in trusted.lenses() if l.startswith("correct")], timeout=180)
+    assert "x eager" in lens[0] and "torch.compile" in lens[0], lens
     trusted.shot("applied")
+    # The prompt is still on screen: its Apply says the candidate is in already.
+    toast = page.locator(".notification-toast", has_text="apply this verified candidate")
+    toast.get_by_role("button", name="Apply").click()
+    poll("'applied already'", lambda: [n for n in trusted.notifications() if "applied already" in n], timeout=20)
+    assert trusted.editor_text().count("torch.mv") == 1
 
 
 @pytest.fixture(scope="module")
