@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
+import contextlib
 import json
 import os
 import platform
@@ -63,12 +64,24 @@ def child_pch() -> dict[str, Any]:
     from kernel_lsp.engine import build, fastbuild
 
     t0 = time.perf_counter()
-    pch, why, secs = fastbuild.ensure_pch(fastbuild.torch_flags(build._find_nvcc(None)))
-    return {"ok": pch is not None, "reason": why, "seconds": secs, "wall": time.perf_counter() - t0}
+    flags = fastbuild.torch_flags(build._find_nvcc(None))
+    # The light headers the units are built against, and the full one for units that need it.
+    out: dict[str, Any] = {"ok": True, "reason": "", "seconds": 0.0, "headers": {}}
+    for kind, headers in (("host", (fastbuild.LIGHT_HOST,)), ("main", (fastbuild.LIGHT_MAIN,)),
+                          ("full", (fastbuild.PCH_HEADER, fastbuild.PCH_MINIMAL))):
+        pch, why, secs = fastbuild.ensure_pch(flags, headers=headers)
+        out["headers"][kind] = {"ok": pch is not None, "reason": why, "seconds": round(secs, 2)}
+        out["seconds"] += secs
+        out["ok"] = out["ok"] and pch is not None
+        out["reason"] = out["reason"] or why
+    out["wall"] = time.perf_counter() - t0
+    return out
 
 
 def child_build(src: str) -> dict[str, Any]:
     from kernel_lsp.engine import build
+
+    import torch.utils.cpp_extension  # noqa: F401  - a per-process cost, not the build's
 
     t0 = time.perf_counter()
     text = Path(src).read_text()
@@ -76,9 +89,20 @@ def child_build(src: str) -> dict[str, Any]:
     with build.capture() as records:
         result = build.build_python(text, src)
     exts = [r for r in records]
+    # What each fast build did (kept beside the build in the cache): step seconds, and the
+    # units that needed the full torch header.
+    notes = []
+    for d in sorted((build.cache_root() / "ext").glob("*/.kernel-lsp-fast.json")):
+        with contextlib.suppress(OSError, ValueError):
+            notes.append(json.loads(d.read_text()))
+    # The module's import with its extensions built (at once where there are several; torch
+    # already imported): what a candidate's cold build costs.
     return {
         "ok": result.ok, "wall": time.perf_counter() - t0,
-        "seconds": sum(r.seconds for r in exts), "extensions": len(exts),
+        "seconds": result.seconds, "extensions": len(exts),
+        "sum_extension_s": sum(r.seconds for r in exts),
+        "steps": [n.get("steps", {}) for n in notes],
+        "full_header": sorted({u for n in notes for u in n.get("full_header", [])}),
         "fast_path": bool(exts) and all(r.fast_path for r in exts),
         "fallback_reason": "; ".join(r.fallback_reason for r in exts if r.fallback_reason),
         "error": "" if result.ok else (result.diagnostics[0].message if result.diagnostics else result.log[-300:]),
@@ -282,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-run", action="store_true", help="builds only (no GPU)")
     ap.add_argument("--split-only", action="store_true",
                     help="no builds: what the split decides per candidate (CPU; writes inline_build_split.*)")
+    ap.add_argument("--work", type=Path, help="work folder, kept: a later run with the same folder reuses the "
+                    "builds measured there (to split the measurement over several calls)")
     ap.add_argument("--pch-dir", type=Path, help="where the precompiled torch header is kept (default: fresh)")
     args = ap.parse_args(argv)
     if not args.folder.is_dir():
@@ -298,7 +324,9 @@ def main(argv: list[str] | None = None) -> int:
     cores = os.cpu_count() or 2
     jobs_fast = args.jobs or max(1, cores // 3)
     jobs_default = args.default_jobs or args.jobs or max(1, cores // 2)
-    work = Path(tempfile.mkdtemp(prefix="klsp-inline-build-"))
+    work = args.work or Path(tempfile.mkdtemp(prefix="klsp-inline-build-"))
+    for sub in ("fast", "default"):
+        (work / sub).mkdir(parents=True, exist_ok=True)
     pch_dir = args.pch_dir or (work / "pch")
     deadline = time.monotonic() + args.budget_s
     log(f"{len(cands)} candidates, {cores} cores, fast builds {jobs_fast} at once, default builds {jobs_default} "
@@ -321,7 +349,13 @@ def main(argv: list[str] | None = None) -> int:
             row[f"{'fast' if fast else 'default'}_error"] = "not run: time budget spent"
             return
         cache = work / ("fast" if fast else "default") / c["name"]
-        r = spawn(["build", c["src"]], child_env(cache, pch_dir, fast, arch), args.build_timeout)
+        kept = cache.with_name(c["name"] + ".build.json")  # --work: a build measured before is kept
+        if kept.exists():
+            r = json.loads(kept.read_text())
+        else:
+            r = spawn(["build", c["src"]], child_env(cache, pch_dir, fast, arch), args.build_timeout)
+            if r.get("ok") or r.get("error"):
+                kept.write_text(json.dumps(r))
         key = "fast" if fast else "default"
         row[f"{key}_s"] = round(r["seconds"], 2) if r.get("ok") else None
         row[f"{key}_wall_s"] = round(r.get("wall", 0.0), 2)
@@ -330,6 +364,9 @@ def main(argv: list[str] | None = None) -> int:
         if fast:
             row["fast_path"] = bool(r.get("ok") and r.get("fast_path"))
             row["fallback_reason"] = r.get("fallback_reason", "") or ("" if r.get("ok") else row.get("fast_error", ""))
+            row["extensions"] = r.get("extensions")
+            row["fast_steps"] = r.get("steps")
+            row["full_header"] = r.get("full_header")
         log(f"{key:7s} {c['name']}: {row[f'{key}_s']} s  fast_path={r.get('fast_path')} "
             f"{(r.get('fallback_reason') or r.get('error') or '')[:120]}")
 
@@ -395,6 +432,11 @@ def fmt(v: Any) -> str:
     return str(v)
 
 
+def _pch_parts(res: dict[str, Any]) -> str:
+    heads = res.get("pch", {}).get("headers", {})
+    return ", ".join(f"{k} {fmt(v.get('seconds'))} s" for k, v in heads.items()) or str(res.get("pch"))
+
+
 def render(res: dict[str, Any]) -> str:
     s = res["summary"]
     c = res["concurrency"]
@@ -404,8 +446,13 @@ def render(res: dict[str, Any]) -> str:
         f"Device: {res['device']}. Command: `{res['command']}`.",
         f"Concurrency: {c['fast_builds']} fast builds at once, {c['default_builds']} default builds at once "
         f"(each build in a fresh cache and its own process); GPU checks {c['runs']} at once.",
-        f"Precompiled torch header, made once per torch version and kept in the cache (not in the times "
-        f"below): {fmt(res.get('pch', {}).get('seconds'))} s ({'ok' if res.get('pch', {}).get('ok') else res.get('pch')}).",
+        f"Precompiled torch headers, made once per torch version and kept in the cache (not in the times "
+        f"below): {fmt(res.get('pch', {}).get('seconds'))} s in all "
+        f"({_pch_parts(res)}): "
+        "the host units and main.cpp are built against light headers (host: the tensor API and "
+        "CUDA's; main.cpp: pybind), a unit that needs more against the full torch/extension.h.",
+        "A candidate's build time is its module's import with its extensions built (several at once), "
+        "torch already imported.",
         "",
         f"- fast path taken: {s['fast_path']}/{s['candidates']} ({100 * s['fast_share']:.0f} %; target >= "
         f"{100 * TARGETS['fast_share']:.0f} %)",
@@ -413,14 +460,16 @@ def render(res: dict[str, Any]) -> str:
         f"default path median {fmt(s['median_default_s'])} s; median speedup {fmt(s['median_speedup_x'])}x",
         f"- verdict changes: {s['verdict_changes']} of {s['verified']} checked; output changes: {s['output_changes']}",
         "",
-        "| candidate | fast path | fallback reason | default s | fast s | default verdict | fast verdict | same verdict | outputs |",
-        "| --- | --- | --- | ---: | ---: | --- | --- | --- | --- |",
+        "| candidate | extensions | fast path | fallback reason | full torch header for | default s | fast s | "
+        "default verdict | fast verdict | same verdict | outputs |",
+        "| --- | ---: | --- | --- | --- | ---: | ---: | --- | --- | --- | --- |",
     ]
     for r in res["candidates"]:
         reason = (r.get("fallback_reason") or r.get("fast_error") or "").replace("|", "\\|")[:90]
-        lines.append(f"| {r['name']} | {'yes' if r['fast_path'] else 'no'} | {reason} | {fmt(r['default_s'])} | "
-                     f"{fmt(r['fast_s'])} | {r.get('default_verdict', '-')} | {r.get('fast_verdict', '-')} | "
-                     f"{fmt(r['same_verdict'])} | {r.get('output_note', '-')} |")
+        lines.append(f"| {r['name']} | {fmt(r.get('extensions'))} | {'yes' if r['fast_path'] else 'no'} | {reason} | "
+                     f"{', '.join(r.get('full_header') or []) or '-'} | {fmt(r['default_s'])} | "
+                     f"{fmt(r['fast_s'])} | {r.get('default_verdict') or '-'} | {r.get('fast_verdict') or '-'} | "
+                     f"{fmt(r['same_verdict'])} | {r.get('output_note') or '-'} |")
     return "\n".join(lines) + "\n"
 
 

@@ -11,6 +11,10 @@
   about 60 s); otherwise as a torch extension with a hashed name.
 - ``build_cuda`` / ``build_python`` do the same without handing back the library
   (for the CPU build pool, so the GPU Worker later gets a cache hit).
+- With the fast path on, the extensions a module builds at import run at once: each
+  ``load_inline`` returns a stand-in at once and builds in a thread; the module's import ends
+  when every build has, and the stand-ins in its globals are swapped for the real modules
+  (a candidate with two extensions took their sum, now their longest).
 
 Two processes building the same text take turns on a file lock; outputs are
 written to a temporary name and renamed, or marked done only once complete.
@@ -31,8 +35,11 @@ import os
 import re
 import shutil
 import subprocess
+import concurrent.futures
+import contextvars
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import types
@@ -50,6 +57,11 @@ _captures: list[list[CompileResult]] = []
 _counter = itertools.count()
 _hooks_installed = False
 _fast_inline: bool | None = None
+# Set while load_python executes a module: its uncached extension builds go to threads.
+_deferred: contextvars.ContextVar[list[_PendingExtension] | None] = contextvars.ContextVar("deferred", default=None)
+_env_lock = threading.Lock()
+_env_users = 0
+_env_saved: str | None = None
 
 
 class BuildError(RuntimeError):
@@ -401,25 +413,71 @@ def _cached_torch_build(
         if done.exists() and so.exists():
             lib = _import_built(name, build_dir, so, is_module)
             return lib, CompileResult(ok=True, cached=True, seconds=time.perf_counter() - t0)
-        saved = os.environ.get("TORCH_CUDA_ARCH_LIST")
-        # The arch is part of the key, so the build must use exactly it (no GPU needed).
-        os.environ["TORCH_CUDA_ARCH_LIST"] = _torch_arch_list(arch)
         try:
-            lib = build()
+            with _arch_env(arch):
+                lib = build()
         except Exception as exc:  # torch raises RuntimeError with ninja's output
             log = str(exc)
             diags = parse_compiler_output(log, rename)
             result = CompileResult(ok=False, diagnostics=diags, log=log, seconds=time.perf_counter() - t0,
                                    command=["torch.utils.cpp_extension", name])
             raise BuildError(f"building extension {name} failed", result) from exc
-        finally:
-            if saved is None:
-                os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
-            else:
-                os.environ["TORCH_CUDA_ARCH_LIST"] = saved
         done.write_text(str(time.time()))
     return lib, CompileResult(ok=True, cached=False, seconds=time.perf_counter() - t0,
                               command=["torch.utils.cpp_extension", name])
+
+
+@contextlib.contextmanager
+def _arch_env(arch: str) -> Iterator[None]:
+    """TORCH_CUDA_ARCH_LIST = the target arch while any build runs (the arch is part of the key,
+    so the build must use exactly it; no GPU needed). Counted: builds may run in threads."""
+    global _env_users, _env_saved
+    with _env_lock:
+        if _env_users == 0:
+            _env_saved = os.environ.get("TORCH_CUDA_ARCH_LIST")
+        _env_users += 1
+        os.environ["TORCH_CUDA_ARCH_LIST"] = _torch_arch_list(arch)
+    try:
+        yield
+    finally:
+        with _env_lock:
+            _env_users -= 1
+            if _env_users == 0:
+                if _env_saved is None:
+                    os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
+                else:
+                    os.environ["TORCH_CUDA_ARCH_LIST"] = _env_saved
+
+
+class _PendingExtension:
+    """What a deferred load_inline returns until its build is done: attribute access waits for
+    the build (and raises its error); load_python swaps it for the module at the end."""
+
+    def __init__(self, name: str, future: concurrent.futures.Future[Any], stack: traceback.StackSummary) -> None:
+        self._klsp_name = name
+        self._klsp_future = future
+        self._klsp_stack = stack
+
+    def _klsp_result(self) -> Any:
+        return self._klsp_future.result()
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("_klsp_"):
+            raise AttributeError(attr)
+        return getattr(self._klsp_result(), attr)
+
+    def __repr__(self) -> str:
+        return f"<extension {self._klsp_name} (building)>"
+
+
+_build_threads: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _threads() -> concurrent.futures.ThreadPoolExecutor:
+    global _build_threads
+    if _build_threads is None:
+        _build_threads = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="klsp-ext-build")
+    return _build_threads
 
 
 def _import_built(name: str, build_dir: Path, so: Path, is_module: bool) -> object:
@@ -488,6 +546,8 @@ def _try_fast(a: dict[str, Any], name: str, build_dir: Path, is_module: bool, no
         note["fallback_reason"] = f"fast path raised {type(exc).__name__}: {exc}"[:500]
         return None
     note["steps"] = {k: round(v, 3) for k, v in fb.steps.items()}
+    if fb.full_header:
+        note["full_header"] = list(fb.full_header)
     if fb.so:
         try:
             lib = _import_built(name, build_dir, Path(fb.so), is_module)
@@ -535,25 +595,39 @@ def _wrap(real: Callable[..., Any], kind: str) -> Callable[..., Any]:
                     return lib
             return real(**a)
 
-        try:
-            lib, result = _cached_torch_build(name, build_dir, build, is_module, arch)
-        except BuildError as exc:
-            exc.result.fallback_reason = str(note.get("fallback_reason") or "")
-            _record(exc.result)
-            raise
-        if result.cached:
-            with contextlib.suppress(OSError, ValueError):
-                note = json.loads((build_dir / _FAST_NOTE).read_text())
-        elif with_cuda:
-            with contextlib.suppress(OSError):
-                (build_dir / _FAST_NOTE).write_text(json.dumps(note))
-        result.fast_path = bool(note.get("fast_path"))
-        result.fallback_reason = str(note.get("fallback_reason") or "")
-        _record(result)
-        return lib
+        def run() -> object:
+            try:
+                lib, result = _cached_torch_build(name, build_dir, build, is_module, arch)
+            except BuildError as exc:
+                exc.result.fallback_reason = str(note.get("fallback_reason") or "")
+                _record(exc.result)
+                raise
+            return _finish(lib, result, note, build_dir, with_cuda)
+
+        pending = _deferred.get()
+        cached = (build_dir / ".kernel-lsp-done").exists() and (build_dir / f"{name}.so").exists()
+        if pending is not None and is_module and kind == "inline" and not cached:
+            ext = _PendingExtension(name, _threads().submit(run), traceback.extract_stack()[:-1])
+            pending.append(ext)
+            return ext
+        return run()
 
     wrapper._klsp_real = real  # type: ignore[attr-defined]
     return wrapper
+
+
+def _finish(lib: object, result: CompileResult, note: dict[str, Any], build_dir: Path, with_cuda: bool) -> object:
+    """Record a done build with what the fast path did (kept beside a cached build)."""
+    if result.cached:
+        with contextlib.suppress(OSError, ValueError):
+            note = json.loads((build_dir / _FAST_NOTE).read_text())
+    elif with_cuda:
+        with contextlib.suppress(OSError):
+            (build_dir / _FAST_NOTE).write_text(json.dumps(note))
+    result.fast_path = bool(note.get("fast_path"))
+    result.fallback_reason = str(note.get("fallback_reason") or "")
+    _record(result)
+    return lib
 
 
 def _patch(cpp_extension: types.ModuleType) -> None:
@@ -620,7 +694,7 @@ def _merge(records: list[CompileResult], seconds: float, ok: bool = True) -> Com
 
 
 def _python_diagnostic(exc: BaseException, filename: str) -> Diagnostic:
-    line = 0
+    line = max(int(getattr(exc, "_klsp_line", 0) or 0) - 1, 0)  # a deferred build: where it was asked for
     for frame in traceback.extract_tb(exc.__traceback__):
         if frame.filename == filename and frame.lineno:
             line = frame.lineno - 1  # deepest frame in the candidate's own file
@@ -635,6 +709,22 @@ def _python_diagnostic(exc: BaseException, filename: str) -> Diagnostic:
 
 def _is_oom(exc: BaseException) -> bool:
     return isinstance(exc, MemoryError) or type(exc).__name__.endswith("OutOfMemoryError")
+
+
+def _resolve(module: types.ModuleType, pending: list[_PendingExtension], filename: str) -> None:
+    """After the module ran: raise the first failed deferred build (from the line that asked for
+    it), else put the built modules where the stand-ins are in the module's globals."""
+    for ext in pending:
+        exc = ext._klsp_future.exception()
+        if exc is not None:
+            frames = [f for f in ext._klsp_stack if f.filename == filename]
+            if frames:  # the diagnostic goes on the load_inline line, as for a build at that line
+                exc._klsp_line = frames[-1].lineno  # type: ignore[attr-defined]
+            raise exc
+    built = {id(ext): ext._klsp_result() for ext in pending}
+    for key, value in list(module.__dict__.items()):
+        if isinstance(value, _PendingExtension):
+            module.__dict__[key] = built[id(value)]
 
 
 def load_python(source: str, filename: str) -> tuple[types.ModuleType | None, CompileResult]:
@@ -656,9 +746,16 @@ def load_python(source: str, filename: str) -> tuple[types.ModuleType | None, Co
     module = types.ModuleType(name)
     module.__file__ = filename
     sys.modules[name] = module  # dataclasses, pickling and typing look the module up
+    pending: list[_PendingExtension] = []
+    token = _deferred.set(pending if fast_inline_enabled() else None)
     with capture() as records:
         try:
-            exec(code, module.__dict__)
+            try:
+                exec(code, module.__dict__)
+            finally:
+                _deferred.reset(token)
+                concurrent.futures.wait([p._klsp_future for p in pending])
+            _resolve(module, pending, filename)
         except BuildError as exc:
             sys.modules.pop(name, None)
             result = _merge(records, time.perf_counter() - t0, ok=False)

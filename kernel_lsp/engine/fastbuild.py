@@ -17,6 +17,7 @@ normal way, so a fast-path problem never changes a verdict or a diagnostic.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import functools
 import hashlib
@@ -51,6 +52,30 @@ PCH_HEADER = """#include <torch/extension.h>
 #endif
 """
 PCH_MINIMAL = "#include <torch/extension.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n"
+# The units are first built against light headers: the full torch/extension.h (the C++ frontend,
+# pybind) costs about 7 s of template instantiation in every unit that includes it, even from a
+# precompiled header (g++ instantiates at the end of each unit). Host code uses the tensor API and
+# CUDA's; main.cpp the pybind glue. A unit that needs more is built again against the full header.
+LIGHT_HOST = """#include <torch/types.h>
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#if __has_include(<c10/cuda/impl/cuda_cmake_macros.h>)
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#if __has_include(<cublas_v2.h>) && __has_include(<cusparse.h>) && __has_include(<cusolverDn.h>)
+#include <ATen/cuda/CUDAContext.h>
+#endif
+#endif
+"""
+LIGHT_MAIN = """#include <torch/types.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/utils/pybind.h>
+#include <torch/csrc/autograd/python_variable.h>
+"""
+# Includes that pull in the whole frontend; blanked (line numbers kept) for the light build.
+_HEAVY_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]torch/(?:extension|torch|all|python)\.h[>"][^\n]*$', re.M)
 HOST_OPT = "-O1"      # the host units are torch glue; the PCH is made with the same level
 STEP_TIMEOUT = 600.0
 
@@ -63,6 +88,7 @@ class FastBuild:
     steps: dict[str, float] = field(default_factory=dict)
     log: str = ""
     commands: list[list[str]] = field(default_factory=list)
+    full_header: list[str] = field(default_factory=list)  # units that needed torch/extension.h in full
 
 
 def pch_root() -> Path:
@@ -183,9 +209,11 @@ def _host_base(flags: TorchFlags) -> list[str]:
     return [flags.std, "-fPIC", HOST_OPT, *_host_defines(flags), *inc]
 
 
-def ensure_pch(flags: TorchFlags, timeout: float = STEP_TIMEOUT) -> tuple[Path | None, str, float]:
-    """(header to -include, why not, seconds spent building it now). Built once, under a lock."""
-    key = hashlib.sha256(flags.identity.encode()).hexdigest()[:20]
+def ensure_pch(flags: TorchFlags, timeout: float = STEP_TIMEOUT,
+               headers: tuple[str, ...] = (PCH_HEADER, PCH_MINIMAL)) -> tuple[Path | None, str, float]:
+    """(header to -include, why not, seconds spent building it now). Built once, under a lock;
+    ``headers``: the texts to try, in order (the full torch header by default)."""
+    key = hashlib.sha256((flags.identity + headers[0]).encode()).hexdigest()[:20]
     d = pch_root() / key
     header = d / "klsp_torch.h"
     gch = d / "klsp_torch.h.gch"
@@ -201,7 +229,7 @@ def ensure_pch(flags: TorchFlags, timeout: float = STEP_TIMEOUT) -> tuple[Path |
         tmp = d / f"klsp_torch.h.gch.{os.getpid()}.tmp"
         why = ""
         # torch's CUDA headers if this install has what they include, else torch/extension.h alone
-        for text in (PCH_HEADER, PCH_MINIMAL):
+        for text in headers:
             header.write_text(text)
             cmd = [flags.cxx, "-x", "c++-header", *_host_base(flags), str(header), "-o", str(tmp)]
             try:
@@ -216,6 +244,11 @@ def ensure_pch(flags: TorchFlags, timeout: float = STEP_TIMEOUT) -> tuple[Path |
             return None, why, time.perf_counter() - t0
         os.replace(tmp, gch)
     return header, "", time.perf_counter() - t0
+
+
+def light_text(text: str) -> str:
+    """The unit without the includes of the whole torch frontend (lines kept for diagnostics)."""
+    return _HEAVY_INCLUDE.sub("", text)
 
 
 # -- load_inline's main.cpp ---------------------------------------------------------------------------
@@ -342,19 +375,21 @@ def build_inline(args: dict[str, Any], nvcc: str, link: bool = True, timeout: fl
         flags = torch_flags(nvcc)
     except Exception as exc:  # noqa: BLE001 - any surprise in torch's helpers means: the normal way
         return done(f"torch's build flags: {exc}")
-    pch, why, pch_s = ensure_pch(flags, timeout)
-    if pch_s:
-        res.steps["pch"] = pch_s
-    if pch is None:
-        return done(why)
+    # The light headers for both units (made at once the first time), the full one only if needed.
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        light = dict(zip(("host", "main"), pool.map(lambda h: ensure_pch(flags, timeout, (h,)), (LIGHT_HOST, LIGHT_MAIN))))
+    for unit, (_, _, secs) in light.items():
+        if secs:
+            res.steps[f"pch_{unit}"] = secs
     extra_cflags = _as_list(args.get("extra_cflags"))
     extra_cuda = _as_list(args.get("extra_cuda_cflags"))
     user_inc = [f"-I{os.path.abspath(p)}" for p in _as_list(args.get("extra_include_paths"))]
     name_def = f"#define TORCH_EXTENSION_NAME {name}\n"
-    (build_dir / "fast_main.cpp").write_text(name_def + f'#line 1 "{build_dir / "main.cpp"}"\n' + main_cpp(args))
-    (build_dir / "fast_host.cpp").write_text(name_def + parts.host)
+    texts = {"main": name_def + f'#line 1 "{build_dir / "main.cpp"}"\n' + main_cpp(args),
+             "host": name_def + parts.host}
+    unit_flags = {"host": _pch_safe(host_flags_from_cuda(extra_cuda)),
+                  "main": _pch_safe([f for f in extra_cflags if f])}
     (build_dir / "fast_device.cu").write_text(parts.device)
-    base = [flags.cxx, "-c", "-Winvalid-pch", "-include", str(pch), *_host_base(flags), *user_inc]
     from torch.utils import cpp_extension as ce  # noqa: PLC0415
 
     try:
@@ -362,21 +397,50 @@ def build_inline(args: dict[str, Any], nvcc: str, link: bool = True, timeout: fl
     except Exception as exc:  # noqa: BLE001
         return done(f"torch's CUDA arch flags: {exc}")
     dev_inc = [x for d in flags.includes for x in ("-isystem", d)]
-    jobs = {
-        "device": [nvcc, "-c", *(d for d in flags.defines if '"' not in d), *flags.nvcc_common, *arch_flags, "--compiler-options", "-fPIC",
-                   flags.std, *dev_inc, *user_inc, *extra_cuda, "fast_device.cu", "-o", "fast_device.o"],
-        "host": [*base, *_pch_safe(host_flags_from_cuda(extra_cuda)), "fast_host.cpp", "-o", "fast_host.o"],
-        "main": [*base, *_pch_safe([f for f in extra_cflags if f]), "fast_main.cpp", "-o", "fast_main.o"],
-    }
+
+    def unit_cmd(unit: str, pch: Path, full: bool) -> list[str]:
+        src = f"fast_{unit}{'_full' if full else ''}.cpp"
+        (build_dir / src).write_text(texts[unit] if full else light_text(texts[unit]))
+        return [flags.cxx, "-c", "-Winvalid-pch", "-include", str(pch), *_host_base(flags), *user_inc,
+                *unit_flags[unit], src, "-o", f"fast_{unit}.o"]
+
+    jobs = {"device": [nvcc, "-c", *(d for d in flags.defines if '"' not in d), *flags.nvcc_common, *arch_flags,
+                       "--compiler-options", "-fPIC", flags.std, *dev_inc, *user_inc, *extra_cuda, "fast_device.cu",
+                       "-o", "fast_device.o"]}
+    full_pch: Path | None = None
+    full_now = [u for u, (pch, _, _) in light.items() if pch is None]  # no light header here: the full one
+    if full_now:
+        full_pch, why, pch_s = ensure_pch(flags, timeout)
+        if pch_s:
+            res.steps["pch"] = pch_s
+        if full_pch is None:
+            return done(why)
+    for unit, (pch, _, _) in light.items():
+        jobs[unit] = unit_cmd(unit, pch or full_pch, pch is None)  # type: ignore[arg-type]
     res.commands = list(jobs.values())
     results = _run_all(jobs, build_dir, timeout)
     for step, (rc, text, secs) in results.items():
         res.steps[step] = secs
-        if text.strip():
+        if text.strip() and rc == 0:
             res.log += f"[{step}]\n{text}\n"
+    again = [u for u in ("host", "main") if u not in full_now and results[u][0] != 0]
+    if again and results["device"][0] == 0:
+        # Code that uses more of torch than the light header has: the same unit, the full header.
+        full_pch, why, pch_s = ensure_pch(flags, timeout)
+        if pch_s:
+            res.steps["pch"] = pch_s
+        if full_pch is None:
+            return done(why)
+        retry = _run_all({u: unit_cmd(u, full_pch, True) for u in again}, build_dir, timeout)
+        for u, (rc, text, secs) in retry.items():
+            res.steps[f"{u}_full"] = secs
+            results[u] = (rc, text, secs)
+        res.full_header += again
+    res.full_header += full_now
     for step in ("device", "host", "main"):
         rc, text, _ = results.get(step, (1, "not run", 0.0))
         if rc != 0:
+            res.log += f"[{step}]\n{text}\n"
             return done(f"fast {step} unit failed to compile: {_first_error(text)}")
     if not link:
         return done()

@@ -105,12 +105,24 @@ def _python_parts(source: str) -> tuple[dict[int, str], list[tuple[int, str]]]:
 
 def scan(source: str, kind: str, reference_source: str = "") -> list[dict[str, Any]]:
     """Findings for a Candidate's text. `kind` is "python" or "cuda"; the reference's text
-    excuses precision words it uses itself (a half-precision task may use half)."""
+    excuses precision words it uses itself (a half-precision task may use half), and lines it
+    holds itself (a candidate that keeps the Task's own code, as an extracted op's does, is not
+    flagged for it)."""
     findings: list[dict[str, Any]] = []
     raw_lines = source.splitlines()
     ref_low_precision = bool(_LOW_PRECISION_WORDS.search(reference_source or ""))
+    ref_lines = {ln.strip() for ln in (reference_source or "").splitlines() if ln.strip()}
+    in_new: set[int] = set()   # the lines of class ModelNew: never excused
+    inside = False
+    for number, raw in enumerate(raw_lines, start=1):
+        if raw.strip() and not raw[0].isspace():
+            inside = bool(re.match(r"class\s+ModelNew\b", raw))
+        if inside:
+            in_new.add(number)
 
     def add(rules: list[tuple[str, str, str]], number: int, text: str) -> None:
+        if number not in in_new and 0 < number <= len(raw_lines) and raw_lines[number - 1].strip() in ref_lines:
+            return
         for flag, pattern, why in rules:
             if flag == "precision_lowering" and ref_low_precision:
                 continue

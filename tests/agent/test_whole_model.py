@@ -12,6 +12,7 @@ import importlib.util
 import json
 import os
 import shutil
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -178,9 +179,15 @@ async def test_whole_model_flow(engine, tmp_path, monkeypatch):
         assert op.custom_kernel is False and op.label == "PyTorch rewrite"
         kernel = Path(op.kernel).read_text()
         assert kernel.endswith(FASTER[name]) and WRONG[name] not in kernel
+        # The Task's own code (it imports the model by path) is not the candidates' cheat.
+        flags = {f for n in store.search(s.search_id)["nodes"] for f in (n["evaluation"] or {}).get("flags", [])}
+        assert "tampering" not in flags, flags
+        # torch.compile finds the op's class by its module's name (the torch.compile baseline).
+        task_module = load(Path(op.task), f"op_task_{name}")
+        op_module = task_module.Model(*task_module.get_init_inputs()).op
+        assert importlib.import_module(type(op_module).__module__) is sys.modules[type(op_module).__module__]
 
     # End to end: correct and faster, all three kept.
-    Path("/tmp/wm_debug.json").write_text(json.dumps([result.reason, [o.reason for o in result.ops], result.end_to_end], default=str, indent=1))
     assert result.improved, result.reason
     e = result.end_to_end
     assert e["correct"] and e["speedup_eager"] > 1 and e["faster"]

@@ -56,7 +56,8 @@ async def _mingpt_gelu_kernel_integrated(tmp_path):
     assert op.name == "mlp.act" and op.shapes == [[8, 256, 3072]]
     assert op.search is not None and op.search.improved, op.search.reason if op.search else op.reason
     assert op.custom_kernel is True and op.label == "custom kernel"
-    assert op.speedup > 1.5 and op.speedup_compile is not None
+    first = op.search.start_evaluation.to_dict() if op.search.start_evaluation is not None else None
+    assert op.speedup > 1.5 and op.speedup_compile is not None, (op.search.compile_ms, first)
     e = result.end_to_end
     assert e["correct"], e
     assert e["speedup_eager"] is not None and e["speedup_compile"] is not None and e["eager_ms"] > 0

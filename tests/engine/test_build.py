@@ -253,3 +253,77 @@ def test_own_nvcc_fallback_when_toolchain_is_absent(cache, monkeypatch):
     assert not bad.ok
     err = [d for d in bad.diagnostics if d.severity == "error"][0]
     assert err.path == "/tmp/fallback.cu" and err.span.start_line in (3, 4)  # #line maps to the user's file
+
+
+TWO_EXTENSIONS = '''
+from torch.utils.cpp_extension import load_inline
+cpp = """
+#include <torch/extension.h>
+torch::Tensor {f}(torch::Tensor x) {{ return x * {k}; }}
+"""
+ext_a = load_inline(name="twice_ext", cpp_sources=[cpp.format(f="twice", k=2)], functions=["twice"])
+ext_b = load_inline(name="thrice_ext", cpp_sources=[cpp.format(f="thrice", k=3)], functions=["thrice"])
+thrice = ext_b.thrice  # used at import: waits for that build only
+'''
+
+
+@pytest.mark.slow
+def test_a_module_builds_its_extensions_at_once(cache):
+    """Two real C++ extensions asked for one after the other at import build side by side: each
+    build's time span (its main.cpp written, its .so written) overlaps the other's; the module
+    ends with the real extension modules in its globals, and calls work."""
+    pytest.importorskip("torch")
+    import types
+
+    import torch
+
+    build.configure_fast_inline(True)
+    try:
+        with build.capture() as records:
+            m, result = build.load_python(TWO_EXTENSIONS, "/tmp/two.py")
+    finally:
+        build.configure_fast_inline(None)
+    assert result.ok, result.log
+    assert len(records) == 2 and not any(r.cached for r in records)
+    assert isinstance(m.ext_a, types.ModuleType) and isinstance(m.ext_b, types.ModuleType)
+    assert torch.equal(m.ext_a.twice(torch.ones(2)), torch.full((2,), 2.0))
+    assert torch.equal(m.thrice(torch.ones(2)), torch.full((2,), 3.0))
+    spans = []
+    for d in (cache / "ext").iterdir():
+        if d.is_dir():
+            so = next(d.glob("*.so"))
+            spans.append(((d / "main.cpp").stat().st_mtime, so.stat().st_mtime))
+    (a0, a1), (b0, b1) = sorted(spans)
+    assert b0 < a1, f"the second build started {b0 - a1:.1f} s after the first ended"
+    # Cached: no stand-ins, loaded at once.
+    m2, again = build.load_python(TWO_EXTENSIONS, "/tmp/two.py")
+    assert again.ok and again.cached and isinstance(m2.ext_a, types.ModuleType)
+
+
+def test_a_failed_deferred_build_points_at_its_line(cache, monkeypatch):
+    """Of two extensions built at once, the one that fails is reported on its own load_inline
+    line, with the compiler's diagnostics; the good one is still built and recorded."""
+    def fake_load_inline(name, cpp_sources, cuda_sources=None, functions=None, extra_cflags=None,
+                         build_directory=None, verbose=False, is_python_module=True):
+        if "bad" in name:
+            raise RuntimeError(f"Error building extension '{name}':\n{build_directory}/main.cpp:2:1: "
+                               "error: 'nope' was not declared in this scope\n")
+        return type(sys)(name)
+
+    module = type(sys)("fake_cpp_extension2")
+    module.load_inline = build._wrap(fake_load_inline, "inline")
+    monkeypatch.setitem(sys.modules, "fake_cpp_extension2", module)
+    src = ("import fake_cpp_extension2 as c\n"
+           "good = c.load_inline(name='good', cpp_sources=['x'], functions=['f'])\n"
+           "bad = c.load_inline(name='bad', cpp_sources=['y'], functions=['f'])\n")
+    build.configure_fast_inline(True)
+    try:
+        with build.capture() as records:
+            m, result = build.load_python(src, "/tmp/deferred_bad.py")
+    finally:
+        build.configure_fast_inline(None)
+    assert m is None and not result.ok
+    assert sorted(r.ok for r in records) == [False, True]
+    assert any("nope" in d.message and d.source == "nvcc" for d in result.diagnostics)
+    call = result.diagnostics[-1]
+    assert call.source == "python" and call.span.start_line == 2 and "extension build failed" in call.message

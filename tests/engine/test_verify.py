@@ -192,3 +192,18 @@ def test_shared_memory_limit_named_instead_of_invalid_argument() -> None:
     assert "`n * sizeof(float)` bytes" in launch_limits.explain("CUDA error: invalid argument", runtime, {}, h200)
     assert launch_limits.explain("CUDA error: invalid argument", runtime, {}, h200, definite_only=True) is None
     assert launch_limits.explain("CUDA error: an illegal memory access", src, {}, h200) is None
+
+
+def test_the_tasks_own_lines_are_not_the_candidates_cheats():
+    """An extracted op's Task imports its model with sys.modules (torch.compile needs it); a
+    candidate that keeps the Task's code is not flagged for that line, but the same line in
+    ModelNew still is."""
+    ref = ("import sys\nimport torch\n"
+           "def _load(spec, module):\n    sys.modules[spec.name] = module\n"
+           "class Model(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n")
+    kept = ref + "\nclass ModelNew(Model):\n    pass\n"
+    assert not [f for f in static_checks.scan(kept, "python", ref) if f["flag"] == "tampering"]
+    cheat = ref + ("\nclass ModelNew(Model):\n    def forward(self, x):\n"
+                   "        sys.modules[spec.name] = module\n        return x * 2\n")
+    assert [f["line"] for f in static_checks.scan(cheat, "python", ref) if f["flag"] == "tampering"] == [11]
+    assert [f["line"] for f in static_checks.scan(kept, "python", "") if f["flag"] == "tampering"] == [4]
