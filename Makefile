@@ -7,7 +7,7 @@ TORCH_INDEX ?=
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test test-python test-editors gpu-test clean
+.PHONY: setup demo test test-python test-editors gpu-test clean test-vscode
 
 $(BIN)/kernel-lsp: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -22,13 +22,18 @@ setup: $(BIN)/kernel-lsp
 demo: setup
 	$(BIN)/kernel-lsp check examples/
 
-test: test-python test-editors
+test: test-python test-editors test-vscode
 
 test-python: setup
 	$(BIN)/python -m pytest -q -ra
 
 test-editors: setup
 	bash editors/vscode/ci.sh
+
+# A real VS Code (code-server) in Chromium with the .vsix: installs what it needs (Debian, npm,
+# PyPI; cached under ~/.cache/kernel-lsp/vscode-e2e) and fails, never skips, when it cannot run.
+test-vscode: setup test-editors
+	bash editors/vscode/e2e/setup.sh $(BIN)/python
 
 # On a GPU machine: the gpu-marked tests (the server's skip without the LSP packages), with
 # GPU_PY, an interpreter that has a CUDA build of torch and pytest (default: .venv's if

@@ -468,8 +468,8 @@ def render(res: dict[str, Any]) -> str:
         reason = (r.get("fallback_reason") or r.get("fast_error") or "").replace("|", "\\|")[:90]
         lines.append(f"| {r['name']} | {fmt(r.get('extensions'))} | {'yes' if r['fast_path'] else 'no'} | {reason} | "
                      f"{', '.join(r.get('full_header') or []) or '-'} | {fmt(r['default_s'])} | "
-                     f"{fmt(r['fast_s'])} | {r.get('default_verdict', '-')} | {r.get('fast_verdict', '-')} | "
-                     f"{fmt(r['same_verdict'])} | {r.get('output_note', '-')} |")
+                     f"{fmt(r['fast_s'])} | {r.get('default_verdict') or '-'} | {r.get('fast_verdict') or '-'} | "
+                     f"{fmt(r['same_verdict'])} | {r.get('output_note') or '-'} |")
     return "\n".join(lines) + "\n"
 
 

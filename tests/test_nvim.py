@@ -440,6 +440,11 @@ def test_plugin_helpers(nvim: str, tmp_path: Path) -> None:
     assert got["status_message_with_best"] == "kernel-lsp Optimize a.py: round 2: expanding c1 · best 3.10x"
     assert got["status_idle"] == ""  # the Search's unconfirmed best is gone with its job
     assert got["status_document"] == "kernel-lsp correct · 2.00x eager · 0.90x torch.compile · 12.0 us ±1.0%"
+    # The Ray cluster (executor = "ray"): connected with its GPUs, lost, unreachable; nothing when local.
+    assert got["status_cluster_connected"] == "kernel-lsp correct · 2.00x eager · ray 2 GPUs"
+    assert got["status_cluster_lost"] == "kernel-lsp ray lost" and got["cluster_lost"] == "lost"
+    assert got["status_cluster_unreachable"] == "kernel-lsp Benchmark a.py · ray unreachable"
+    assert got["status_cluster_local"] == "kernel-lsp correct · 2.00x eager" and got["cluster_local"] is True
     # Progress echoes fit the command line (a longer one stops nvim at a hit-enter prompt).
     assert got["progress_full"] == "kernel-lsp Optimize rowsum.py: round 1: unusable answer · 1 proposals left (66%)"
     assert got["progress_cut"] == "kernel-lsp Optimize rowsum.py: round 1:…" and got["progress_cut_width"] == 40
@@ -484,3 +489,16 @@ def test_checkhealth(nvim: str, tmp_path: Path) -> None:
     if nvcc_available():
         assert "OK nvcc " in text or "✅ OK nvcc" in text or "- OK nvcc" in text, context
     assert "model endpoint" in text and "OPENAI_API_KEY" not in text.replace("OPENAI_API_KEY is", ""), context
+    assert "where candidates run" in text and "on this machine (executor \"local\"" in text, context
+
+
+def test_checkhealth_with_a_ray_cluster(nvim: str, tmp_path: Path) -> None:
+    """executor = "ray": the address, a host:port one flagged for an editor, the token set (never shown)."""
+    result = run_scenario(nvim, "health.lua", tmp_path, timeout=120,
+                          KLSP_SETTINGS=json.dumps({"executor": "ray", "rayAddress": "127.0.0.1:6379"}),
+                          KLSP_CMD_ENV=json.dumps({"RAY_AUTH_TOKEN": "tok-SECRET-77"}))
+    text = "\n".join(result.get("lines", []))
+    assert "error" not in result, text
+    assert "Ray cluster: 127.0.0.1:6379" in text and "ray://HOST:10001" in text, text
+    assert "RAY_AUTH_TOKEN is set (not shown)" in text and "tok-SECRET-77" not in text, text
+    assert "no cluster state from the server yet" in text, text

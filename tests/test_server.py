@@ -152,3 +152,59 @@ async def test_one_publish_per_save_with_its_version(client: EditorClient):
     await asyncio.sleep(1.0)  # a second publish for the same save would arrive meanwhile
     mine = [p for p in client.publishes if p.uri == uri]
     assert [p.version for p in mine] == [1, 2], [(p.version, len(p.diagnostics)) for p in mine]
+
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+@pytest_lsp.fixture(config=config(env=dict(os.environ)), params=["visual-studio-code", "neovim"])
+async def bench_client(lsp_client: EditorClient, request: pytest.FixtureRequest, tmp_path: Path):
+    for name in ("softmax.cu", "softmax.py"):  # a .cu with its harness: saves are measured
+        (tmp_path / name).write_text((EXAMPLES / name).read_text())
+    await lsp_client.initialize_session(types.InitializeParams(
+        capabilities=client_capabilities(request.param), root_uri=tmp_path.as_uri(),
+        workspace_folders=[types.WorkspaceFolder(uri=tmp_path.as_uri(), name="ws")],
+        initialization_options={"arch": "sm_90", "onSave": ["compile", "verify", "bench"], "timeout": 120}))
+    lsp_client.workspace_root = tmp_path
+    yield
+    await lsp_client.shutdown_session()
+
+
+def _measured(client: EditorClient, uri: str):
+    async def lens() -> str:
+        lenses = await client.text_document_code_lens_async(types.CodeLensParams(
+            text_document=types.TextDocumentIdentifier(uri=uri)))
+        titles = [l.command.title for l in lenses or [] if l.command]
+        return "" if "measuring…" in titles or "not measured yet" in titles else " | ".join(titles)
+    return lens
+
+
+async def test_a_measured_cu_save_publishes_once_with_its_version(bench_client: EditorClient):
+    """A .cu whose saves are measured: the compile's diagnostics and the measurement's (on the
+    CPU: a measurement that says why it did not run) come in one publish per save."""
+    client = bench_client
+    path = client.workspace_root / "softmax.cu"
+    text = path.read_text()
+    uri = open_doc(client, path, text)
+    client.text_document_did_save(types.DidSaveTextDocumentParams(  # as an editor's open-and-save
+        text_document=types.TextDocumentIdentifier(uri=uri)))
+    await wait_for(_measured(client, uri), timeout=180, interval=0.3, what="the first save's measurement")
+    await asyncio.sleep(1.5)
+    first = [p for p in client.publishes if p.uri == uri]
+    assert [p.version for p in first] == [1], [(p.version, [d.message for d in p.diagnostics]) for p in first]
+    edited = text + "\n// an edit\n"
+    save_doc(client, uri, path, edited, version=2)
+    lens = await wait_for(_measured(client, uri), timeout=180, interval=0.3, what="the save's measurement")
+    await asyncio.sleep(1.5)  # a second publish for the save would arrive meanwhile
+    saved = [p for p in client.publishes if p.uri == uri and p.version == 2]
+    assert len(saved) == 1, [(p.version, [d.message for d in p.diagnostics]) for p in client.publishes]
+    assert all(p.version is not None for p in client.publishes if p.uri == uri)
+    print("lens:", lens)
+
+    # A save that does not compile: its error shows, once, and no measurement follows it.
+    broken = edited.replace("__global__", "__global__ int oops = undefined_name;\n__global__", 1)
+    save_doc(client, uri, path, broken, version=3)
+    await wait_for(lambda: errors(client, uri), timeout=60, what="the planted error")
+    await asyncio.sleep(2.0)
+    saved = [p for p in client.publishes if p.uri == uri and p.version == 3]
+    assert len(saved) == 1 and any("undefined_name" in d.message for d in saved[0].diagnostics), saved

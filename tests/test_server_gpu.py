@@ -52,6 +52,10 @@ async def test_tune_softmax_then_apply(client: EditorClient):
     lens = await wait_for(measured, timeout=300, interval=1.0, what="a measured lens")
     print("lens:", lens)
     assert "x eager" in lens and "torch.compile" in lens
+    # The save's compile and its measurement: one publish, with the version.
+    await asyncio.sleep(1.5)
+    mine = [p for p in client.publishes if p.uri == uri]
+    assert [p.version for p in mine] == [1], [(p.version, [d.message for d in p.diagnostics]) for p in mine]
 
     client.show_message_answer = "Apply"
     result = await asyncio.wait_for(client.workspace_execute_command_async(types.ExecuteCommandParams(

@@ -203,3 +203,6 @@ async def test_fix_compile_error_without_a_harness(client: EditorClient):
     assert "repaired" in client.message_requests[-1].message, client.message_requests[-1].message
     edit = client.applied_edits[-1].edit.document_changes[0]
     assert edit.text_document.version == 1 and edit.edits[0].new_text.strip() == "a", edit
+    # This client shows no diff of its own (no candidatePreview): the editor is asked to review.
+    annotations = client.applied_edits[-1].edit.change_annotations or {}
+    assert all(a.needs_confirmation for a in annotations.values()), annotations

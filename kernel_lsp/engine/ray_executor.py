@@ -61,10 +61,18 @@ _connections = {"count": 0, "ours": False}   # one ray.init per process, shared 
 
 
 def _import_ray() -> Any:
+    # Ray starts a cluster of its own on this machine when an API is called while not connected
+    # (a Ray Client connection that gave up on a lost head, then the watchdog's ray.nodes()):
+    # never here, the cluster is the one asked for or none.
+    os.environ.setdefault("RAY_ENABLE_AUTO_CONNECT", "0")
     try:
         import ray  # noqa: PLC0415
     except ImportError:
         raise ExecutorUnavailable("the Ray executor needs Ray: pip install 'kernel-lsp[ray]'") from None
+    with contextlib.suppress(Exception):  # ray imported earlier, before the variable was set
+        from ray._private import auto_init_hook  # noqa: PLC0415
+
+        auto_init_hook.enable_auto_connect = False
     return ray
 
 
@@ -371,8 +379,15 @@ class RayExecutor:
     def _kill(self, handle: Any) -> None:
         if handle is None or self._ray is None:
             return
-        with contextlib.suppress(Exception):
-            self._ray.kill(handle, no_restart=True)
+        ray = self._ray
+
+        def kill() -> None:
+            with contextlib.suppress(Exception):
+                ray.kill(handle, no_restart=True)
+
+        # In a thread: on a Ray Client connection that is reconnecting (a lost head), ray.kill
+        # blocks for the whole grace period, and the event loop (the language server's) must not.
+        threading.Thread(target=kill, daemon=True, name="kernel-lsp-ray-kill").start()
 
     async def _notify(self) -> None:
         if self._changed is None:
@@ -631,17 +646,20 @@ class RayExecutor:
         for t in list(self._tasks):
             t.cancel()
         slots, self._slots = self._slots, []
+        lost = self.state == "lost"
         self._set_state("closed", "closed")
         await self._notify()
         if self._ray is not None:
             refs = []
-            for s in slots:
+            # A lost cluster gets no calls (each would block on the dead connection): its actors
+            # end with this driver's job when the connection goes.
+            for s in [] if lost else slots:
                 with contextlib.suppress(Exception):
                     refs.append(asyncio.wrap_future(s.handle.shutdown.remote().future()))
             if refs:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(asyncio.gather(*refs, return_exceptions=True), 10.0)
-            for s in slots:
+            for s in [] if lost else slots:
                 self._kill(s.handle)
             await self._release_connection()
             self._ray = None

@@ -70,6 +70,7 @@ class KernelLanguageServer(LanguageServer):
             self.settings = load_settings(self.root, self.init_options, *overlays)
         except SettingsError as exc:
             self.show(f"kernel-lsp: {exc}", types.MessageType.Error)
+        self.host.settings_changed()  # executor / ray_address changed: (re)connect, no restart
 
     # -- documents --------------------------------------------------------------------------
 
@@ -182,7 +183,8 @@ class KernelLanguageServer(LanguageServer):
                      if (entry := status_entry(state)) is not None]
         try:
             self.protocol.notify(STATUS_NOTIFICATION, {
-                "jobs": [j.status() for j in self.jobs.running()], "documents": documents})
+                "jobs": [j.status() for j in self.jobs.running()], "documents": documents,
+                "cluster": self.host.cluster.status()})
         except Exception:  # no client yet (tests construct the server bare)
             log.debug("status not sent", exc_info=True)
 

@@ -1,9 +1,12 @@
 """On open and save: real nvcc diagnostics and ptxas resources (kernel_lsp.analysis), for
 .cu files and for CUDA embedded in Python strings, placed on the user's lines; spill and
-occupancy warnings. One publish per compile, carrying the version that was compiled."""
+occupancy warnings. One publish per compile, carrying the version that was compiled; when
+the save is also measured (on_save verify/bench), one publish for the compile and the
+measurement together (`DocumentState.settle`)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +62,18 @@ class CompileFeature(LanguageFeature):
                                       visible=False)
 
     async def run(self, state: DocumentState, text: str, version: int | None) -> list[CompileResult]:
+        try:
+            return await self._run(state, text, version)
+        except BaseException:
+            # Cancelled or failed: a measurement of this save that waits for us must still
+            # publish, unless a newer compile took our place (it settles the save instead).
+            job = self.server.jobs.get(("compile", state.uri))
+            replaced = job is not None and job.task is not asyncio.current_task()
+            if not replaced and state.settle("compile", version) == "publish":
+                self.server.publish(state, {}, version=version)
+            raise
+
+    async def _run(self, state: DocumentState, text: str, version: int | None) -> list[CompileResult]:
         ls = self.server
         doc = await ls.document_async(state)
         if doc.text != text:  # typing went on: compile the text this save was for
@@ -66,6 +81,8 @@ class CompileFeature(LanguageFeature):
 
             doc = parse_document(state.path, text, doc)
         if not (state.is_cuda or any(e.kind == "cuda" for e in doc.embedded)):
+            if state.settle("compile", version) == "publish":  # the measurement came first
+                ls.publish(state, {}, version=version)
             return []
         settings = ls.settings
         # Published even if the user typed on meanwhile: these are the saved text's messages,
@@ -73,10 +90,27 @@ class CompileFeature(LanguageFeature):
         results = await compile_document(doc, settings)
         usage = kernel_resources(doc, results, settings.effective_arch)
         state.compiled = Compiled(version=version, text=text, results=results, resources=usage)
-        ls.publish(state, {
+        owned = {
             "compile": [ls.lsp_diagnostic(state, d) for r in results for d in r.diagnostics
                         if d.path in (None, doc.path)],
             "resources": [ls.lsp_diagnostic(state, d) for d in resource_warnings(doc, usage, settings)],
-        }, version=version)
+        }
+        how = state.settle("compile", version)
+        if how == "wait" and not all(r.ok for r in results):
+            how = self._measurement_cannot_follow(state)
+        if how == "wait":
+            state.diagnostics.update(owned)  # published with this save's measurement, once
+        else:
+            ls.publish(state, owned, version=version)
         ls.refresh_inlay_hints()
         return results
+
+    def _measurement_cannot_follow(self, state: DocumentState) -> str:
+        """The saved text does not compile: its errors show now, and the save's measurement
+        (which would build the same source) is cancelled rather than published a second time."""
+        state.save_publish = None
+        job = self.server.jobs.get(("evaluate", state.uri))
+        if job is not None and not job.visible:  # only the save's own; a Benchmark the user asked for runs on
+            job.reason = "the saved text does not compile"
+            job.task.cancel()
+        return "publish"

@@ -1,7 +1,9 @@
-"""The server's Store and Engine, made on first use.
+"""The server's Store and Executors, made on first use.
 
-The Engine runs every harness and candidate in a Worker subprocess: nothing of torch, and
-no user or model code, ever runs in the server process.
+The local Engine runs every harness and candidate in a Worker subprocess: nothing of torch,
+and no user or model code, ever runs in the server process. With `executor = "ray"` the
+evaluations go to a Ray cluster instead (cluster.py: connected in the background, the local
+Engine standing in while the cluster is unreachable or lost).
 """
 
 from __future__ import annotations
@@ -10,9 +12,10 @@ import asyncio
 import dataclasses
 import logging
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from kernel_lsp.model import Candidate, Task
+from kernel_lsp.server.cluster import ClusterLink
 
 if TYPE_CHECKING:
     from kernel_lsp.engine import Engine
@@ -33,6 +36,7 @@ class EngineHost:
         self._store: Store | None = None
         self._engine: Engine | None = None
         self._engine_key: tuple[Any, ...] | None = None
+        self.cluster = ClusterLink(self)
 
     @property
     def root(self) -> str:
@@ -76,6 +80,19 @@ class EngineHost:
             self._engine_key = key
         return self._engine
 
+    async def executor(self, note: Callable[[str], Any] | None = None) -> Any:
+        """Where evaluations and Searches run now: the Ray cluster when `executor = "ray"` and
+        it is connected (waiting for a connection under way), else the local Engine."""
+        settings = self.ls.settings
+        if not settings.execution_enabled:
+            self.engine()  # raises ExecutionDisabled with its sentence
+        ray = await self.cluster.executor(note)
+        return ray if ray is not None else self.engine()
+
+    def settings_changed(self) -> None:
+        """A changed `executor` / `ray_address` / `gpu` / `max_gpus` reconnects, no restart."""
+        self.cluster.settings_changed()
+
     def task_for(self, path: str, text: str) -> tuple[Task, Candidate | None]:
         """The Task of a document, named by its path in the workspace (unique in the store)."""
         from kernel_lsp.engine import find_task
@@ -85,6 +102,7 @@ class EngineHost:
         return dataclasses.replace(task, name=name), candidate
 
     async def aclose(self) -> None:
+        await self.cluster.aclose()
         if self._engine is not None:
             await self._engine.aclose()
             self._engine = None

@@ -9,6 +9,7 @@ torch.compile's, so the most common PyTorch file has numbers and Optimize.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from typing import TYPE_CHECKING, Any
@@ -20,7 +21,7 @@ from kernel_lsp.server.commands import DocumentArgs, parse_args
 from kernel_lsp.server.engine_host import ExecutionDisabled
 from kernel_lsp.server.feature import LanguageFeature
 from kernel_lsp.server.progress import WorkProgress
-from kernel_lsp.server.state import DocumentState, Measurement
+from kernel_lsp.server.state import DocumentState, Measurement, SavePublish
 
 if TYPE_CHECKING:
     from kernel_lsp.server.jobs import Job
@@ -71,6 +72,11 @@ class EvaluationFeature(LanguageFeature):
         m = state.measurement
         if m is not None and m.fresh_for(state.text) and self.server.jobs.get(("evaluate", state.uri)) is None:
             return  # saved without an edit: the numbers shown are this text's
+        # The save's compile (scheduled just before, features run in order) and this
+        # measurement publish once, together (state.settle).
+        compiling = self.server.jobs.get(("compile", state.uri))
+        if compiling is not None and not compiling.task.done():
+            state.save_publish = SavePublish(version=state.version, waiting={"compile", "evaluation"})
         self.schedule(state, ("compile", *checks), visible=False)
 
     def did_close(self, state: DocumentState) -> None:
@@ -133,10 +139,11 @@ class EvaluationFeature(LanguageFeature):
             if candidate is None:
                 candidate = reference_candidate(text)
             previous = state.measurement.evaluation if state.measurement else None
-            engine = ls.host.engine()
+            engine = await ls.host.executor(progress.report)  # the Ray cluster or this machine
             ev = await engine.evaluate(task, candidate, checks=checks,
                                        progress=lambda name, *rest: progress.report(str(name)))
         except (TaskError, ExecutionDisabled) as exc:
+            self._settle_unmeasured(state, version)
             progress.end(str(exc))
             if job is not None:
                 job.reason = str(exc)
@@ -144,7 +151,9 @@ class EvaluationFeature(LanguageFeature):
                 ls.show(f"kernel-lsp: {exc}", types.MessageType.Warning)
             return None
         except BaseException:
+            self._settle_unmeasured(state, version)
             progress.end("cancelled")
+            ls.refresh_lenses()  # no longer "measuring…"
             raise
         hot: list[dict[str, Any]] = []
         if ev.correct and "bench" in checks and task.cuda_path is None:
@@ -155,7 +164,7 @@ class EvaluationFeature(LanguageFeature):
         state.measurement = Measurement(evaluation=ev, version=version, text=text,
                                         reference_only=reference_only, hot_ops=hot,
                                         sandboxed=getattr(ev, "sandboxed", None))
-        self.publish(state, previous)
+        self.publish(state, previous, saved=True)
         title_now = lens_title(state.measurement)
         progress.end(title_now)
         if visible and ev.verdict == "not_run":  # "Benchmark now" that did nothing says why
@@ -163,6 +172,15 @@ class EvaluationFeature(LanguageFeature):
                     f"{ev.message or 'nothing could run'}", types.MessageType.Warning)
         ls.send_status()
         return ev
+
+    def _settle_unmeasured(self, state: DocumentState, version: int | None) -> None:
+        """No measurement for this save: the compile that waited for it publishes now (unless
+        a newer measurement took this one's place: that one settles the save)."""
+        job = self.server.jobs.get(("evaluate", state.uri))
+        if job is not None and job.task is not asyncio.current_task():
+            return
+        if state.settle("evaluation", version) == "publish":
+            self.server.publish(state, {}, version=version)
 
     def _load(self, state: DocumentState) -> None:
         """The last stored Evaluation of the document's Task, fresh only if it measured this text."""
@@ -195,7 +213,9 @@ class EvaluationFeature(LanguageFeature):
         state._anchor = (doc, target)
         return target
 
-    def publish(self, state: DocumentState, previous: Evaluation | None = None) -> None:
+    def publish(self, state: DocumentState, previous: Evaluation | None = None, saved: bool = False) -> None:
+        """The measurement's diagnostics; `saved`: a measurement of a save, published once
+        together with that save's compile (whichever finishes last publishes both)."""
         ls = self.server
         m = state.measurement
         out: list[types.Diagnostic] = []
@@ -239,7 +259,11 @@ class EvaluationFeature(LanguageFeature):
                     f"hot op {op['name']}: {op['share_pct']:.0f}% of Model.forward's time "
                     f"({op.get('count', 1)} calls); the Optimize action can target it", "hot-op",
                     model.name_span if model else span, data={"op": op["name"]})
-        ls.publish(state, {"evaluation": out}, version=m.version if m else state.version)
+        version = m.version if m else state.version
+        if saved and state.settle("evaluation", version) == "wait":
+            state.diagnostics["evaluation"] = out  # the save's compile, still running, publishes both
+        else:
+            ls.publish(state, {"evaluation": out}, version=version)
         ls.refresh_lenses()
         ls.send_status()
 
@@ -260,15 +284,17 @@ class EvaluationFeature(LanguageFeature):
         rng = positions.range(target.name_span)
         args = [{"uri": state.uri}]
         running = ls.jobs.get(("evaluate", state.uri))
+        tooltip = None
         if running is not None:
             title = "measuring…"
         elif state.measurement is not None:
             title = lens_title(state.measurement, state.text)
+            tooltip = lens_tooltip(state.measurement)
         else:
             title = "not measured yet"
-        return [types.CodeLens(range=rng, command=types.Command(title=t, command=c, arguments=args))
-                for t, c in ((title, "kernel-lsp.benchmark"), ("Benchmark", "kernel-lsp.benchmark"),
-                             ("Optimize", "kernel-lsp.optimize"))]
+        return [types.CodeLens(range=rng, command=types.Command(title=t, command=c, arguments=args, tooltip=tip))
+                for t, c, tip in ((title, "kernel-lsp.benchmark", tooltip), ("Benchmark", "kernel-lsp.benchmark", None),
+                                  ("Optimize", "kernel-lsp.optimize", None))]
 
     def code_actions(self, state: DocumentState, params: types.CodeActionParams) -> list[types.CodeAction]:
         if self.anchor(state) is None:
@@ -381,7 +407,7 @@ def measurement_markdown(m: Measurement, text: str) -> list[str]:
     if not m.reference_only and ev.correct:
         kind = REWRITE if is_rewrite(ev) else "custom kernel"
         lines.append(f"Kind of result: {kind}")
-    where = []
+    where = [ran_on(ev)]
     if isinstance(ev.device, dict) and ev.device.get("name"):
         where.append(f"on {ev.device['name']}")
     shared = shared_gpu(ev)
@@ -395,6 +421,24 @@ def measurement_markdown(m: Measurement, text: str) -> list[str]:
     return lines
 
 
+def ran_on(ev: Evaluation) -> str:
+    """Where an Evaluation ran: "ran on the Ray cluster, node 10.0.0.5 (node 1a2b…, GPU 0)" or
+    "ran on this machine" (the GPU's name follows in the hover and tooltip)."""
+    if getattr(ev, "executor", "local") == "ray":
+        return f"ran on the Ray cluster, node {ev.node}" if ev.node else "ran on the Ray cluster"
+    return "ran on this machine"
+
+
+def lens_tooltip(m: Measurement) -> str:
+    """The numbers lens' tooltip: where they were measured, on what GPU, which version."""
+    ev = m.evaluation
+    parts = [ran_on(ev)]
+    if isinstance(ev.device, dict) and ev.device.get("name"):
+        parts.append(f"on {ev.device['name']}")
+    parts.append(version_words(m))
+    return " · ".join(parts)
+
+
 def status_entry(state: DocumentState) -> dict[str, Any] | None:
     m = state.measurement
     if m is None:
@@ -405,7 +449,7 @@ def status_entry(state: DocumentState) -> dict[str, Any] | None:
             "verdict": ev.verdict, "speedupEager": None if m.reference_only else ev.speedup_eager,
             "speedupCompile": None if m.reference_only else ev.speedup_compile,
             "spreadPct": ev.time.spread_pct if ev.time else None, "rewrite": is_rewrite(ev),
-            "referenceOnly": m.reference_only}
+            "referenceOnly": m.reference_only, "where": lens_tooltip(m)}
 
 
 def verdict_words(ev: Evaluation) -> str:

@@ -54,8 +54,7 @@ async def ask(ls: "KernelLanguageServer", run: "SearchRun", message: str) -> boo
     except Exception:  # noqa: BLE001 - a client that ignores it loses nothing
         log.debug("candidate notification not sent", exc_info=True)
     preview(ls, run, run.best)
-    experimental = ls.client_capabilities.experimental
-    if isinstance(experimental, dict) and experimental.get("kernelLsp", {}).get("candidatePreview"):
+    if previews_itself(ls):
         return False  # the editor plugin shows the diff and calls kernel-lsp.applyCandidate itself
     try:
         choice = await ls.window_show_message_request_async(types.ShowMessageRequestParams(
@@ -65,6 +64,12 @@ async def ask(ls: "KernelLanguageServer", run: "SearchRun", message: str) -> boo
         log.info("showMessageRequest failed: %s", exc)
         return False
     return choice is not None and choice.title == APPLY
+
+
+def previews_itself(ls: "KernelLanguageServer") -> bool:
+    """The editor plugin shows the candidate's diff and asks Apply itself."""
+    experimental = ls.client_capabilities.experimental
+    return bool(isinstance(experimental, dict) and experimental.get("kernelLsp", {}).get("candidatePreview"))
 
 
 async def apply(ls: "KernelLanguageServer", run: "SearchRun") -> dict[str, Any]:
@@ -92,8 +97,10 @@ async def apply(ls: "KernelLanguageServer", run: "SearchRun") -> dict[str, Any]:
         document_changes=[types.TextDocumentEdit(
             text_document=types.OptionalVersionedTextDocumentIdentifier(uri=run.uri, version=run.version),
             edits=[text_edit])],
+        # A plugin that showed the diff had the user review it already: a second review
+        # (VS Code's Refactor Preview) would ask for Apply twice.
         change_annotations={"kernel-lsp-candidate": types.ChangeAnnotation(
-            label=label, needs_confirmation=True,
+            label=label, needs_confirmation=not previews_itself(ls),
             description="Review the diff before applying")} if support else None,
     )
     result = await ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(edit=edit, label=label))

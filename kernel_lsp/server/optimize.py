@@ -224,7 +224,7 @@ class OptimizeFeature(LanguageFeature):
                 if candidate is None:
                     note = f"Profile: most of forward's time is in {op}; start there." if op else ""
                     candidate = reference_candidate(run.text, note)
-                engine = ls.host.engine()
+                engine = await ls.host.executor(progress.report)  # a Ray cluster: N candidates at once
             proposer = make_proposer(ls, kind)
             search = Search(engine, ls.host.store(), task, candidate, proposer, options)
             job = ls.jobs.get(("search", run.uri))

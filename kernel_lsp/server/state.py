@@ -51,6 +51,17 @@ class Measurement:
 
 
 @dataclass
+class SavePublish:
+    """A save whose compile and measurement publish their diagnostics together, once.
+
+    `waiting`: the owners ("compile", "evaluation") whose result for `version` is still to come.
+    """
+
+    version: int | None
+    waiting: set[str]
+
+
+@dataclass
 class DocumentState:
     uri: str
     path: str
@@ -64,6 +75,8 @@ class DocumentState:
     # The text an Apply wrote: when the buffer holds it, it is measured again.
     remeasure_text: str | None = None
     store_read: bool = False  # the store's last Evaluation was looked up (once per open)
+    # Set by a save that measures: its compile waits for the measurement, one publish for both.
+    save_publish: SavePublish | None = None
     _parsing: asyncio.Future[None] | None = field(default=None, repr=False)
     _positions: tuple[str, Positions] | None = field(default=None, repr=False)
     _symbols: tuple[Document, list[dict[str, Any]]] | None = field(default=None, repr=False)
@@ -85,6 +98,19 @@ class DocumentState:
     @property
     def compile_stale(self) -> bool:
         return self.compiled is not None and self.compiled.text != self.text
+
+    def settle(self, owner: str, version: int | None) -> str:
+        """What `owner`'s result for `version` does with the save's one publish: "alone" (no
+        save waits for it: publish as usual), "wait" (another owner of the save is still
+        running: keep the diagnostics, publish nothing) or "publish" (the last one: publish all)."""
+        batch = self.save_publish
+        if batch is None or batch.version != version or owner not in batch.waiting:
+            return "alone"
+        batch.waiting.discard(owner)
+        if batch.waiting:
+            return "wait"
+        self.save_publish = None
+        return "publish"
 
     def positions(self, encoding: str) -> Positions:
         if self._positions is None or self._positions[0] is not self.text:

@@ -29,6 +29,17 @@ H.run(function()
   out.progress_cut_width = vim.fn.strdisplaywidth(out.progress_cut)
   k.on_status(nil, { jobs = {}, documents = { { uri = vim.uri_from_bufnr(0), summary = 'correct · 2.00x eager · 0.90x torch.compile · 12.0 us ±1.0%' } } }, {}, {})
   out.status_document = vim.g.kernel_lsp_status
+  local cu = { { uri = vim.uri_from_bufnr(0), summary = 'correct · 2.00x eager' } }
+  k.on_status(nil, { jobs = {}, documents = cu, cluster = { executor = 'ray', state = 'connected', address = 'ray://gpu-box:10001', gpus = 2 } }, {}, {})
+  out.status_cluster_connected = vim.g.kernel_lsp_status
+  k.on_status(nil, { jobs = {}, documents = {}, cluster = { executor = 'ray', state = 'lost', address = 'ray://gpu-box:10001' } }, {}, {})
+  out.status_cluster_lost = vim.g.kernel_lsp_status
+  out.cluster_lost = k.state.cluster and k.state.cluster.state
+  k.on_status(nil, { jobs = { { id = 'j', title = 'Benchmark a.py' } }, cluster = { executor = 'ray', state = 'unreachable' } }, {}, {})
+  out.status_cluster_unreachable = vim.g.kernel_lsp_status
+  k.on_status(nil, { jobs = {}, documents = cu, cluster = vim.NIL }, {}, {})
+  out.status_cluster_local = vim.g.kernel_lsp_status
+  out.cluster_local = k.state.cluster == nil
   out.fit = k.fit('kernel-lsp: a very long message\nover two lines', 28)
   out.fit_short = k.fit('short', 28)
   k.on_candidate(nil, { gain = '2.00x faster than your code, verified · 3.00x PyTorch eager · 1.10x torch.compile' }, {}, {})

@@ -24,6 +24,11 @@ export interface ServerSettings {
   python?: string;
   device?: string;
   slowShare?: number;
+  /** Where candidates run: "local" or "ray" (docs/ray.md), and the Ray cluster. */
+  executor?: string;
+  rayAddress?: string;
+  gpu?: string;
+  maxGpus?: number;
 }
 
 const ON_SAVE = new Set(["compile", "verify", "bench"]);
@@ -72,6 +77,10 @@ export function serverSettings(cfg: ConfigReader, trusted: boolean): ServerSetti
     python: str(cfg, "workerPython"),
     device: str(cfg, "device"),
     slowShare: num(cfg, "slowShare"),
+    executor: str(cfg, "executor"),
+    rayAddress: str(cfg, "rayAddress"),
+    gpu: str(cfg, "gpu"),
+    maxGpus: num(cfg, "maxGpus"),
   });
 }
 

@@ -23,7 +23,7 @@ import {
   pythonExtensionApi,
   serverEnv,
 } from "./server";
-import { STATUS_NOTIFICATION, StatusBar, StatusParams, isServed } from "./status";
+import { STATUS_NOTIFICATION, StatusBar, StatusParams, isServed, lensTooltips } from "./status";
 
 /** Replaceable in tests: whether an interpreter can run the server. */
 export const runtime = { probe: probeInterpreter as (python: string) => Promise<Probe> };
@@ -116,6 +116,9 @@ export class Controller implements vscode.Disposable {
         didChange: (e, next) => (isCandidate(e.document.uri.toString()) ? Promise.resolve() : next(e)),
         didSave: (doc, next) => (isCandidate(doc.uri.toString()) ? Promise.resolve() : next(doc)),
         didClose: (doc, next) => (isCandidate(doc.uri.toString()) ? Promise.resolve() : next(doc)),
+        // The numbers lens says where they were measured (Ray node, GPU) in its tooltip.
+        provideCodeLenses: async (doc, token, next) =>
+          lensTooltips(await next(doc, token), this.status.documents.get(doc.uri.toString())),
         workspace: {
           // Answer our section ourselves so that trust is applied; others go the usual way.
           configuration: async (params, token, next) => {
@@ -180,7 +183,20 @@ export class Controller implements vscode.Disposable {
   }
 
   private async showDiff(params: { uri: string; external?: boolean; takeFocus?: boolean }) {
-    const shown = await showCandidateDiff(params, this.hints, (ref) => this.apply(ref), () => this.discard());
+    // The prompt outlives an Apply from the diff's title bar (a notification cannot be
+    // closed from here): its own Apply then says so instead of applying a second time.
+    const prompt = { applied: false };
+    this.prompt = prompt;
+    const shown = await showCandidateDiff(
+      params,
+      this.hints,
+      (ref) => {
+        if (!prompt.applied) return this.apply(ref);
+        void vscode.window.showInformationMessage("kernel-lsp: this candidate is applied already.");
+        return Promise.resolve(undefined);
+      },
+      () => this.discard(),
+    );
     if (shown) this.diffOpen = true;
     return shown;
   }
@@ -300,6 +316,7 @@ export class Controller implements vscode.Disposable {
       await this.closeDiff();
       const r = (result ?? {}) as Args;
       if (r.applied === true) {
+        if (this.prompt) this.prompt.applied = true;
         await vscode.commands.executeCommand("setContext", "kernelLsp.candidatePending", false);
       } else if (typeof r.reason === "string" || typeof r.error === "string") {
         void vscode.window.showWarningMessage(`kernel-lsp: not applied: ${String(r.reason ?? r.error)}`);
@@ -322,6 +339,8 @@ export class Controller implements vscode.Disposable {
   }
 
   diffOpen = false;
+  /** The Apply prompt of the last diff shown. */
+  private prompt?: { applied: boolean };
 
   dispose(): void {
     if (this.restartTimer) clearTimeout(this.restartTimer);

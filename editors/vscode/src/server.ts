@@ -86,7 +86,9 @@ export const API_KEY_SECRET = "kernelLsp.apiKey";
 /** What `probe` found: the server's version in that interpreter, or why it cannot run there. */
 export type Probe = { ok: true; version: string } | { ok: false; reason: string };
 
-const PROBE_CODE = "import kernel_lsp; print(kernel_lsp.__version__)";
+// The server's own packages too: kernel_lsp alone imports from a bare interpreter when
+// PYTHONPATH points at a checkout, and the server would then crash at start, again and again.
+const PROBE_CODE = "import kernel_lsp, pygls, lsprotocol; print(kernel_lsp.__version__)";
 
 /** Whether `python` can run the server (kernel_lsp importable), without starting it. */
 export function probeInterpreter(python: string, timeoutMs = 20000): Promise<Probe> {
@@ -96,7 +98,10 @@ export function probeInterpreter(python: string, timeoutMs = 20000): Promise<Pro
       const code = (err as NodeJS.ErrnoException).code;
       if (code === "ENOENT") return resolve({ ok: false, reason: `${python} was not found` });
       const last = String(stderr).trim().split("\n").pop() ?? "";
-      resolve({ ok: false, reason: /No module named/.test(last) ? `kernel-lsp is not installed in ${python}` : last || err.message });
+      const missing = /No module named '?([\w.]+)/.exec(last)?.[1];
+      if (missing === "kernel_lsp") return resolve({ ok: false, reason: `kernel-lsp is not installed in ${python}` });
+      if (missing) return resolve({ ok: false, reason: `kernel-lsp's dependencies are not installed in ${python} (no ${missing})` });
+      resolve({ ok: false, reason: last || err.message });
     });
   });
 }

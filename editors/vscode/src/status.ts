@@ -2,6 +2,7 @@
 // {jobs: [{id, title, uri, message, bestSpeedup, unconfirmed}], documents: [{uri, version,
 // stale, summary, ...}]}. While a job runs it shows the job; otherwise the measurement of the
 // active file, in the lens' words. A Search's unconfirmed best leaves with its job.
+// `cluster` (null with the local Executor) says whether the Ray cluster is connected or lost.
 import * as vscode from "vscode";
 
 export const STATUS_NOTIFICATION = "kernel-lsp/status";
@@ -20,11 +21,24 @@ export interface StatusDocument {
   version?: number | null;
   stale?: boolean;
   summary?: string;
+  /** Where it ran: "ran on the Ray cluster, node ... · on NVIDIA H100 · measured on version 3". */
+  where?: string;
+}
+
+/** The Ray cluster the server evaluates on (`executor = "ray"`, docs/ray.md). */
+export interface StatusCluster {
+  executor?: string;
+  state?: string; // connecting | connected | lost | unreachable
+  address?: string | null;
+  gpus?: number;
+  nodes?: string[];
+  message?: string;
 }
 
 export interface StatusParams {
   jobs?: StatusJob[];
   documents?: StatusDocument[];
+  cluster?: StatusCluster | null;
 }
 
 export interface StatusView {
@@ -37,15 +51,42 @@ function speedup(x: number | null | undefined): string | undefined {
   return typeof x === "number" && Number.isFinite(x) ? `${x.toFixed(2)}x` : undefined;
 }
 
-/** What the status bar shows: the running jobs, else `doc`'s measurement. */
+/** The cluster's part of the status bar; undefined with the local Executor. */
+export function clusterView(c: StatusCluster | null | undefined): { text: string; tooltip: string } | undefined {
+  if (!c || typeof c !== "object" || c.executor !== "ray") return undefined;
+  const at = `Ray cluster at ${c.address || "auto"}`;
+  const why = typeof c.message === "string" && c.message ? `: ${c.message}` : "";
+  const gpus = typeof c.gpus === "number" ? c.gpus : 0;
+  const nodes = Array.isArray(c.nodes) && c.nodes.length ? `\n${c.nodes.map((n) => `  ${n}`).join("\n")}` : "";
+  switch (c.state) {
+    case "connected":
+      return { text: `$(cloud) ray ${gpus} GPU${gpus === 1 ? "" : "s"}`, tooltip: `${at}: connected${why}${nodes}` };
+    case "connecting":
+      return { text: "$(cloud-upload) ray connecting", tooltip: `${at}: connecting (evaluations wait for it)` };
+    case "lost":
+      return { text: "$(warning) ray lost", tooltip: `${at}: lost${why}; evaluations run on this machine until it answers again` };
+    default:
+      return { text: "$(warning) ray unreachable", tooltip: `${at}: not connected${why}` };
+  }
+}
+
+/** What the status bar shows: the running jobs, else `doc`'s measurement; then the cluster. */
 export function statusView(params: StatusParams, doc?: StatusDocument): StatusView {
+  const view = jobsView(params, doc);
+  const cluster = clusterView(params?.cluster);
+  if (!cluster) return view;
+  return { ...view, text: `${view.text} · ${cluster.text}`, tooltip: `${view.tooltip}\n${cluster.tooltip}` };
+}
+
+function jobsView(params: StatusParams, doc?: StatusDocument): StatusView {
   const jobs = Array.isArray(params?.jobs) ? params.jobs : [];
   if (jobs.length === 0) {
     const summary = typeof doc?.summary === "string" ? doc.summary : undefined;
     return {
       text: summary ? `$(zap) ${summary.length > 60 ? summary.slice(0, 59) + "…" : summary}` : "$(zap) kernel-lsp",
       tooltip: summary
-        ? `kernel-lsp: ${summary}${typeof doc?.version === "number" ? ` (measured on version ${doc.version})` : ""}`
+        ? `kernel-lsp: ${summary}${typeof doc?.version === "number" ? ` (measured on version ${doc.version})` : ""}` +
+          (typeof doc?.where === "string" && doc.where ? `\n${doc.where}` : "")
         : "kernel-lsp: idle",
       command: "kernelLsp.showLog",
     };
@@ -61,6 +102,21 @@ export function statusView(params: StatusParams, doc?: StatusDocument): StatusVi
     .map((j) => `${j.title || j.id}${j.message ? `: ${j.message}` : ""}${speedup(j.bestSpeedup) ? ` (best ${speedup(j.bestSpeedup)}, unconfirmed)` : ""}`)
     .join("\n");
   return { text, tooltip: `${tooltip}\nClick to cancel`, command: "kernelLsp.cancel" };
+}
+
+/**
+ * The numbers lens' tooltip (where it ran, on what GPU): the server sets it on the lens' Command,
+ * which vscode-languageclient 9 drops, so it is taken from the status of the lens' document.
+ */
+export function lensTooltips<L extends { command?: { title: string; tooltip?: string } }>(
+  lenses: L[] | null | undefined,
+  doc: StatusDocument | undefined,
+): L[] | null | undefined {
+  if (!Array.isArray(lenses) || typeof doc?.where !== "string" || !doc.where) return lenses;
+  for (const lens of lenses) {
+    if (lens.command && lens.command.title === doc.summary && !lens.command.tooltip) lens.command.tooltip = doc.where;
+  }
+  return lenses;
 }
 
 /** Files the server serves: the status item shows only on these. */

@@ -354,3 +354,28 @@ test("Show Log opens the output channel", async () => {
   await vscode.commands.executeCommand("kernelLsp.showLog");
   assert.ok(vscode.state.commands.has("kernelLsp.showLog"));
 });
+
+test("after an Apply from the diff's title bar, the prompt's own Apply does not apply again", async (t) => {
+  const { client } = await started();
+  vscode.state.activeTextEditor = { document: CU, selection: { active: new vscode.Position(0, 0) } };
+  let answer!: (choice: string) => void;
+  const asked = new Promise<string>((r) => (answer = r));
+  const shown = vscode.window.showInformationMessage;
+  const said: string[] = [];
+  (vscode.window as any).showInformationMessage = async (msg: string) => {
+    said.push(msg);
+    return msg.includes("apply this verified candidate") ? asked : undefined;
+  };
+  t.after(() => void ((vscode.window as any).showInformationMessage = shown));
+  client.notifications.get("kernel-lsp/candidate")!({ uri: DOC.toString(), search: 8, candidate: "c2" });
+  await client.clientOptions.middleware.window.showDocument(
+    { uri: vscode.Uri.file("/ws/.kernel-lsp/candidates/softmax-c2.cu").toString() }, async () => ({ success: false }));
+  lc.behaviour.executeResult = { applied: true };
+  await vscode.commands.executeCommand("kernelLsp.applyCandidate"); // the title bar's button
+  const applies = () => client.requests.filter((r) => (r.params as any).command === "kernel-lsp.applyCandidate").length;
+  assert.equal(applies(), 1);
+  answer("Apply"); // the notification, still on screen
+  await new Promise((r) => setTimeout(r, 10));
+  assert.equal(applies(), 1);
+  assert.ok(said.includes("kernel-lsp: this candidate is applied already."), said.join(" | "));
+});

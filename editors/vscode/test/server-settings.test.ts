@@ -26,6 +26,10 @@ const VALUES: Record<string, unknown> = {
   workerPython: "/gpu/bin/python",
   device: "1",
   slowShare: 0.2,
+  executor: "ray",
+  rayAddress: "ray://gpu-box:10001",
+  gpu: "H100",
+  maxGpus: 4,
 };
 
 test("the server reads every setting the extension sends", { skip: !fs.existsSync(python) && `no ${python}: set KERNEL_LSP_PYTHON` }, () => {
@@ -43,12 +47,14 @@ test("the server reads every setting the extension sends", { skip: !fs.existsSyn
       on_save: got.on_save, execution_enabled: got.execution_enabled, agent_model: got.agent_model,
       agent_base_url: got.agent_base_url, agent_budget: got.agent_budget, occupancy_threshold: got.occupancy_threshold,
       proposer: got.proposer, timeout: got.timeout, python: got.python, device: got.device, slow_share: got.slow_share,
+      executor: got.executor, ray_address: got.ray_address, gpu: got.gpu, max_gpus: got.max_gpus,
     },
     {
       nvcc: "/usr/local/cuda/bin/nvcc", arch: "sm_89", extra_flags: ["-lineinfo"], include_paths: ["/opt/cutlass/include"],
       on_save: ["compile", "bench"], execution_enabled: false, agent_model: "gpt-5",
       agent_base_url: "http://localhost:8000/v1", agent_budget: 5, occupancy_threshold: 0.4,
       proposer: "llm", timeout: 30, python: "/gpu/bin/python", device: "1", slow_share: 0.2,
+      executor: "ray", ray_address: "ray://gpu-box:10001", gpu: "H100", max_gpus: 4,
     },
   );
 });

@@ -1,7 +1,9 @@
 import assert = require("node:assert/strict");
 import * as os from "os";
 import { test } from "node:test";
-import { apiKey, chooseInterpreter, serverEnv } from "../src/server";
+import * as fs from "fs";
+import * as path from "path";
+import { apiKey, chooseInterpreter, probeInterpreter, serverEnv } from "../src/server";
 
 const ext = (p: string | undefined) => ({ environments: { getActiveEnvironmentPath: () => (p ? { path: p } : undefined) } });
 
@@ -41,4 +43,24 @@ test("a stored key beats OPENAI_API_KEY from the environment", async () => {
   assert.equal(await apiKey(secrets("sk-stored"), { OPENAI_API_KEY: "sk-env" }), "sk-stored");
   assert.equal(await apiKey(secrets(undefined), { OPENAI_API_KEY: "sk-env" }), "sk-env");
   assert.equal(await apiKey(secrets(undefined), {}), undefined);
+});
+
+/** A stand-in interpreter: a shell script that fails the way Python does without a module. */
+function fakePython(missing: string): string {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "kernel-lsp-probe-"));
+  const file = path.join(dir, "python");
+  fs.writeFileSync(file, `#!/bin/sh\necho "ModuleNotFoundError: No module named '${missing}'" >&2\nexit 1\n`, { mode: 0o755 });
+  return file;
+}
+
+test("the probe tells a missing kernel-lsp from its missing dependencies", { skip: process.platform === "win32" }, async () => {
+  const bare = fakePython("kernel_lsp");
+  assert.deepEqual(await probeInterpreter(bare), { ok: false, reason: `kernel-lsp is not installed in ${bare}` });
+  // PYTHONPATH at a checkout: kernel_lsp imports, the server's packages do not.
+  const partial = fakePython("pygls");
+  assert.deepEqual(await probeInterpreter(partial), {
+    ok: false,
+    reason: `kernel-lsp's dependencies are not installed in ${partial} (no pygls)`,
+  });
+  assert.deepEqual(await probeInterpreter("/no/such/python"), { ok: false, reason: "/no/such/python was not found" });
 });

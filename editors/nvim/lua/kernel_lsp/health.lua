@@ -151,6 +151,33 @@ function M.check()
   elseif model then
     h.warn('OPENAI_API_KEY is not set in the server environment', { 'setup({ cmd_env = { OPENAI_API_KEY = ... } })' })
   end
+
+  h.start('where candidates run')
+  if (settings.executor or 'local') ~= 'ray' then
+    h.ok('on this machine (executor "local"; for a GPU box see :help kernel_lsp-ray)')
+    return
+  end
+  local address = settings.rayAddress
+  h.info('Ray cluster: ' .. (address or 'ray_address from [tool.kernel-lsp], else auto'))
+  if address and not address:find('^ray://') and address ~= 'auto' then
+    h.warn('from an editor use the Ray Client port: Ray may end a host:port driver when the head goes away',
+      { 'settings.rayAddress = "ray://HOST:10001"' })
+  end
+  if env.RAY_AUTH_TOKEN and env.RAY_AUTH_TOKEN ~= '' then
+    h.ok('RAY_AUTH_TOKEN is set (not shown)')
+  else
+    h.warn('RAY_AUTH_TOKEN is not set in the server environment: a cluster with token auth refuses it',
+      { "setup({ cmd_env = { RAY_AUTH_MODE = 'token', RAY_AUTH_TOKEN = ... } }) (the box's ~/.ray/auth_token)" })
+  end
+  local c = plugin.state.cluster
+  if type(c) ~= 'table' then
+    h.info('no cluster state from the server yet (open a .cu or .py file)')
+  elseif c.state == 'connected' then
+    h.ok(string.format('connected: %s', c.message or (tostring(c.gpus) .. ' GPU actor(s)')))
+  else
+    h.warn(string.format('%s: %s', c.state or '?', c.message or ''),
+      { 'evaluations run on this machine meanwhile; check the address, the token and that the head runs' })
+  end
 end
 
 return M

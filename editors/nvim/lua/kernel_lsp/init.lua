@@ -22,6 +22,7 @@ M.config = {
 M.state = {
   jobs = {}, -- from kernel-lsp/status
   documents = {}, -- uri -> the server's measurement of that document (kernel-lsp/status)
+  cluster = nil, -- the Ray cluster the server evaluates on (kernel-lsp/status; nil: this machine)
   candidate = nil, -- the last verified candidate offered (kernel-lsp/candidate): its gain in words
   messages = {}, -- every server message in full (a long one is echoed cut: no hit-enter prompt)
   progress = {}, -- recent kernel-lsp progress values
@@ -275,8 +276,31 @@ end
 
 -- kernel-lsp/status -------------------------------------------------------------------
 
+--- The Ray cluster in a few words ('ray 2 GPUs', 'ray lost', ...); nil with the local Executor.
+function M.cluster_words(c)
+  if type(c) ~= 'table' or c.executor ~= 'ray' then
+    return nil
+  end
+  if c.state == 'connected' then
+    local n = type(c.gpus) == 'number' and c.gpus or 0
+    return string.format('ray %d GPU%s', n, n == 1 and '' or 's')
+  elseif c.state == 'connecting' or c.state == 'lost' then
+    return 'ray ' .. c.state
+  end
+  return 'ray unreachable'
+end
+
 --- A short statusline string: '' when idle with nothing to say.
 function M.statusline()
+  local line = M.jobs_statusline()
+  local cluster = M.cluster_words(M.state.cluster)
+  if not cluster then
+    return line
+  end
+  return line == '' and ('kernel-lsp ' .. cluster) or (line .. ' · ' .. cluster)
+end
+
+function M.jobs_statusline()
   local jobs = M.state.jobs
   local function x(v)
     return type(v) == 'number' and string.format('%.2fx', v) or nil
@@ -316,6 +340,8 @@ end
 
 function M.on_status(_, params, _, _)
   M.state.jobs = type(params) == 'table' and type(params.jobs) == 'table' and params.jobs or {}
+  -- JSON null arrives as vim.NIL: only a table is a cluster.
+  M.state.cluster = type(params) == 'table' and type(params.cluster) == 'table' and params.cluster or nil
   M.state.documents = {}
   for _, d in ipairs(type(params) == 'table' and type(params.documents) == 'table' and params.documents or {}) do
     if type(d.uri) == 'string' then
