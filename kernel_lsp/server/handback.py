@@ -147,7 +147,8 @@ async def create_file(ls: "KernelLanguageServer", run: "SearchRun") -> dict[str,
                 text_document=types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=None),
                 edits=[text_edit])],
         change_annotations={"kernel-lsp-candidate": types.ChangeAnnotation(
-            label=label, needs_confirmation=True, description="Review the new model before creating it")}
+            label=label, needs_confirmation=not previews_itself(ls),
+            description="Review the new model before creating it")}
         if support else None)
     result = await ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(edit=edit, label=label))
     out: dict[str, Any] = {"applied": bool(result.applied), "target": run.target}
