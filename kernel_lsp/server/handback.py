@@ -135,9 +135,9 @@ async def create_file(ls: "KernelLanguageServer", run: "SearchRun") -> dict[str,
     if types.ResourceOperationKind.Create not in ops:  # no file creation in this editor: write it ourselves
         with open(run.target, "w", encoding="utf-8") as handle:
             handle.write(text)
-        from kernel_lsp.server.optimize import show_document
-
-        show_document(ls, uri, take_focus=False)
+        window = ls.client_capabilities.window
+        if window and window.show_document and window.show_document.support:
+            ls.window_show_document(types.ShowDocumentParams(uri=uri, take_focus=False))
         return {"applied": True, "written": run.target}
     edit = types.WorkspaceEdit(
         document_changes=[

@@ -14,6 +14,7 @@ import ast
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
@@ -107,9 +108,10 @@ def optimized_path(model_path: str) -> tuple[str | None, str]:
     return out, ""
 
 
-async def optimize_op_command(feature: "OptimizeFeature", *args: Any) -> dict[str, Any]:
-    from kernel_lsp.server.optimize import SearchRun
-
+async def optimize_op_command(feature: "OptimizeFeature", args: tuple[Any, ...], new_run: Callable[..., Any],
+                              make_proposer: Callable[[Any, str], Any]) -> dict[str, Any]:
+    """`new_run`: optimize.SearchRun, `make_proposer`: optimize.make_proposer (passed in: the
+    Search feature imports this module)."""
     a = parse_args(COMMAND, OpArgs, args)
     ls = feature.server
     state = ls.state(a.uri)
@@ -123,7 +125,7 @@ async def optimize_op_command(feature: "OptimizeFeature", *args: Any) -> dict[st
         reason = f"{name} has unsaved changes: save it first (the op is extracted from the saved file)"
         ls.show(f"kernel-lsp: {reason}", types.MessageType.Warning)
         return {"improved": False, "reason": reason}
-    run = SearchRun(uri=a.uri, version=state.version, text=state.text)
+    run = new_run(uri=a.uri, version=state.version, text=state.text)
     title = f"Optimize op {a.op} of {name}"
     job = None
 
@@ -131,19 +133,18 @@ async def optimize_op_command(feature: "OptimizeFeature", *args: Any) -> dict[st
         if job is not None:
             job.task.cancel()
 
-    job = ls.jobs.start(("search", a.uri, a.op), title, _job(feature, state, run, a, title, cancel), uri=a.uri)
+    job = ls.jobs.start(("search", a.uri, a.op), title, _job(feature, state, run, a, title, cancel, make_proposer), uri=a.uri)
     result = await ls.jobs.wait(job)
     return result if result is not None else {"improved": False, "cancelled": True,
                                               "reason": "cancelled: what was found is kept in the store"}
 
 
 async def _job(feature: "OptimizeFeature", state: "DocumentState", run: Any, a: OpArgs, title: str,
-               cancel) -> dict[str, Any]:
+               cancel, make_proposer: Callable[[Any, str], Any]) -> dict[str, Any]:
     from kernel_lsp.agent.search import SearchOptions
     from kernel_lsp.agent.whole_model import WholeModelError, WholeModelOptions, optimize_op
     from kernel_lsp.engine.tasks import TaskError
     from kernel_lsp.server import handback
-    from kernel_lsp.server.optimize import make_proposer
     from kernel_lsp.verdicts import CannotRun
 
     ls = feature.server

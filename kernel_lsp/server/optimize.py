@@ -106,7 +106,7 @@ class OptimizeFeature(LanguageFeature):
         }
 
     async def optimize_op(self, *args: Any) -> dict[str, Any]:
-        return await op_action.optimize_op_command(self, *args)
+        return await op_action.optimize_op_command(self, args, SearchRun, make_proposer)
 
     async def optimize(self, *args: Any) -> dict[str, Any]:
         a = parse_args("kernel-lsp.optimize", OptimizeArgs, args)
