@@ -261,9 +261,10 @@ cpp = """
 #include <torch/extension.h>
 torch::Tensor {f}(torch::Tensor x) {{ return x * {k}; }}
 """
-ext_a = load_inline(name="twice_ext", cpp_sources=[cpp.format(f="twice", k=2)], functions=["twice"])
-ext_b = load_inline(name="thrice_ext", cpp_sources=[cpp.format(f="thrice", k=3)], functions=["thrice"])
-thrice = ext_b.thrice  # used at import: waits for that build only
+# Names and sources of their own: torch skips a build whose module this process already loaded.
+ext_a = load_inline(name="at_once_a", cpp_sources=[cpp.format(f="twice_at_once", k=2)], functions=["twice_at_once"])
+ext_b = load_inline(name="at_once_b", cpp_sources=[cpp.format(f="thrice_at_once", k=3)], functions=["thrice_at_once"])
+thrice = ext_b.thrice_at_once  # used at import: waits for that build only
 '''
 
 
@@ -286,7 +287,7 @@ def test_a_module_builds_its_extensions_at_once(cache):
     assert result.ok, result.log
     assert len(records) == 2 and not any(r.cached for r in records)
     assert isinstance(m.ext_a, types.ModuleType) and isinstance(m.ext_b, types.ModuleType)
-    assert torch.equal(m.ext_a.twice(torch.ones(2)), torch.full((2,), 2.0))
+    assert torch.equal(m.ext_a.twice_at_once(torch.ones(2)), torch.full((2,), 2.0))
     assert torch.equal(m.thrice(torch.ones(2)), torch.full((2,), 3.0))
     spans = []
     for d in (cache / "ext").iterdir():
