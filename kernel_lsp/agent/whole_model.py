@@ -437,3 +437,21 @@ async def optimize_op(path: str, op_name: str, engine: Any, store: Any, make_pro
     opts = options or WholeModelOptions()
     opts = WholeModelOptions(**{**opts.__dict__, "ops": [op_name]})
     return await optimize_model(path, engine, store, make_proposer, opts, root=root, progress=progress)
+
+
+INTEGRATED_MARK = "kernel-lsp optimize"  # in the docstring of every integrated model we write
+
+
+def optimized_path(model_path: str) -> tuple[str | None, str]:
+    """`<model>_optimized.py` beside the model, or (None, why not): never over a file kernel-lsp
+    did not write."""
+    out = os.path.splitext(os.path.abspath(model_path))[0] + "_optimized.py"
+    if os.path.exists(out):
+        try:
+            with open(out, encoding="utf-8") as fh:
+                head = fh.read(600)
+        except OSError as exc:
+            return None, f"cannot read {out}: {exc}"
+        if INTEGRATED_MARK not in head:
+            return None, f"{os.path.basename(out)} exists and was not written by kernel-lsp"
+    return out, ""

@@ -17,7 +17,6 @@ import os
 import sys
 from typing import Any
 
-MARK = "kernel-lsp optimize"  # in the docstring of every integrated model we write
 
 
 def _engines(settings: Any, timeout: float) -> list[Any]:
@@ -36,16 +35,12 @@ def _target_path(ns: argparse.Namespace, model: str) -> tuple[str | None, str]:
         if out == os.path.abspath(model):
             return None, "--out names the model itself: the integrated model imports it, pick another file"
         return out, ""
-    out = os.path.splitext(os.path.abspath(model))[0] + "_optimized.py"
-    if os.path.exists(out):
-        try:
-            with open(out, encoding="utf-8") as fh:
-                head = fh.read(600)
-        except OSError as exc:
-            return None, f"cannot read {out}: {exc}"
-        if MARK not in head:
-            return None, f"{os.path.basename(out)} exists and was not written by kernel-lsp: pass --out FILE"
-    return out, ""
+    from kernel_lsp.agent.whole_model import optimized_path
+
+    out, why = optimized_path(model)
+    if out is None and "not written by kernel-lsp" in why:
+        why += ": pass --out FILE"
+    return out, why
 
 
 def _summary(doc: dict[str, Any]) -> None:

@@ -91,21 +91,6 @@ def code_actions(feature: "OptimizeFeature", state: "DocumentState",
     return out
 
 
-def optimized_path(model_path: str) -> tuple[str | None, str]:
-    """`<model>_optimized.py` beside the model, or (None, why not): never over a file kernel-lsp
-    did not write."""
-    from kernel_lsp.cli.whole_model import MARK
-
-    out = os.path.splitext(os.path.abspath(model_path))[0] + "_optimized.py"
-    if os.path.exists(out):
-        try:
-            with open(out, encoding="utf-8") as fh:
-                head = fh.read(600)
-        except OSError as exc:
-            return None, f"cannot read {out}: {exc}"
-        if MARK not in head:
-            return None, f"{os.path.basename(out)} exists and was not written by kernel-lsp"
-    return out, ""
 
 
 async def optimize_op_command(feature: "OptimizeFeature", args: tuple[Any, ...], new_run: Callable[..., Any],
@@ -232,6 +217,14 @@ def _why_not(result: "WholeModelResult", op: "OpResult | None") -> str:
             return f"the model with it is not correct end to end ({e.get('verdict')}: {e.get('message') or ''})"
         return op.reason or result.reason
     return f"{op.name}'s Search found no verified, faster version: {op.reason or result.reason}"
+
+
+
+def optimized_path(model_path: str) -> tuple[str | None, str]:
+    """Where the integrated model goes (agent.whole_model's rule; imported late: no agent at start)."""
+    from kernel_lsp.agent.whole_model import optimized_path as rule
+
+    return rule(model_path)
 
 
 def describe(op: "OpResult | None", result: "WholeModelResult") -> str:
