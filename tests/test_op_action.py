@@ -3,7 +3,8 @@
 from pathlib import Path
 from types import SimpleNamespace
 
-from kernel_lsp.server.op_action import describe, ops_for, optimized_path
+from kernel_lsp.agent.whole_model import optimized_path
+from kernel_lsp.server.op_action import describe, ops_for
 
 BLOCK = (Path(__file__).parent / "agent" / "tasks" / "block.py").read_text()
 

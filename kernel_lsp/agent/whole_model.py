@@ -389,15 +389,19 @@ def _summary(ops: list[OpResult]) -> list[str]:
             for o in ops if o.speedup]
 
 
+def integrated_text(result: WholeModelResult, out_path: str) -> str:
+    """The integrated model's text for `out_path` (its paths relative to it), with its summary."""
+    kept = [o for o in result.ops if o.kept]
+    return integrated_source(result.model, out_path, result.replacements, _summary(kept))
+
+
 def write_integrated(result: WholeModelResult, out_path: str, store: Any = None) -> str | None:
     """Write the integrated model to `out_path` (its paths made relative to it); None when
     there is nothing verified to write. With `store`, the run's record notes the file."""
     if not result.replacements:
         return None
-    kept = [o for o in result.ops if o.kept]
-    text = integrated_source(result.model, out_path, result.replacements, _summary(kept))
     with open(out_path, "w", encoding="utf-8") as fh:
-        fh.write(text)
+        fh.write(integrated_text(result, out_path))
     result.written = out_path
     if store is not None and result.record is not None:
         row = store.search(result.record)

@@ -25,7 +25,9 @@ CompileResult is reported only inside ``capture()``.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import contextvars
 import ctypes
 import functools
 import inspect
@@ -35,8 +37,6 @@ import os
 import re
 import shutil
 import subprocess
-import concurrent.futures
-import contextvars
 import sys
 import tempfile
 import threading
@@ -406,11 +406,11 @@ def _cached_torch_build(
     t0 = time.perf_counter()
     done = build_dir / ".kernel-lsp-done"
     so = build_dir / f"{name}.so"
-    if done.exists() and so.exists():
+    if _is_built(build_dir, name):
         lib = _import_built(name, build_dir, so, is_module)
         return lib, CompileResult(ok=True, cached=True, seconds=time.perf_counter() - t0)
     with file_lock(build_dir.parent / f"{name}.lock"):
-        if done.exists() and so.exists():
+        if _is_built(build_dir, name):
             lib = _import_built(name, build_dir, so, is_module)
             return lib, CompileResult(ok=True, cached=True, seconds=time.perf_counter() - t0)
         try:
@@ -425,6 +425,11 @@ def _cached_torch_build(
         done.write_text(str(time.time()))
     return lib, CompileResult(ok=True, cached=False, seconds=time.perf_counter() - t0,
                               command=["torch.utils.cpp_extension", name])
+
+
+def _is_built(build_dir: Path, name: str) -> bool:
+    """A finished build of extension `name` is in `build_dir` (marked done only once complete)."""
+    return (build_dir / ".kernel-lsp-done").exists() and (build_dir / f"{name}.so").exists()
 
 
 @contextlib.contextmanager
@@ -605,8 +610,7 @@ def _wrap(real: Callable[..., Any], kind: str) -> Callable[..., Any]:
             return _finish(lib, result, note, build_dir, with_cuda)
 
         pending = _deferred.get()
-        cached = (build_dir / ".kernel-lsp-done").exists() and (build_dir / f"{name}.so").exists()
-        if pending is not None and is_module and kind == "inline" and not cached:
+        if pending is not None and is_module and kind == "inline" and not _is_built(build_dir, name):
             ext = _PendingExtension(name, _threads().submit(run), traceback.extract_stack()[:-1])
             pending.append(ext)
             return ext
@@ -721,10 +725,9 @@ def _resolve(module: types.ModuleType, pending: list[_PendingExtension], filenam
             if frames:  # the diagnostic goes on the load_inline line, as for a build at that line
                 exc._klsp_line = frames[-1].lineno  # type: ignore[attr-defined]
             raise exc
-    built = {id(ext): ext._klsp_result() for ext in pending}
     for key, value in list(module.__dict__.items()):
         if isinstance(value, _PendingExtension):
-            module.__dict__[key] = built[id(value)]
+            module.__dict__[key] = value._klsp_result()
 
 
 def load_python(source: str, filename: str) -> tuple[types.ModuleType | None, CompileResult]:

@@ -407,12 +407,16 @@ def build_inline(args: dict[str, Any], nvcc: str, link: bool = True, timeout: fl
     jobs = {"device": [nvcc, "-c", *(d for d in flags.defines if '"' not in d), *flags.nvcc_common, *arch_flags,
                        "--compiler-options", "-fPIC", flags.std, *dev_inc, *user_inc, *extra_cuda, "fast_device.cu",
                        "-o", "fast_device.o"]}
+    def full_header() -> tuple[Path | None, str]:
+        pch, why, secs = ensure_pch(flags, timeout)  # made once, by the first unit that needs it
+        if secs:
+            res.steps["pch"] = secs
+        return pch, why
+
     full_pch: Path | None = None
     full_now = [u for u, (pch, _, _) in light.items() if pch is None]  # no light header here: the full one
     if full_now:
-        full_pch, why, pch_s = ensure_pch(flags, timeout)
-        if pch_s:
-            res.steps["pch"] = pch_s
+        full_pch, why = full_header()
         if full_pch is None:
             return done(why)
     for unit, (pch, _, _) in light.items():
@@ -426,9 +430,7 @@ def build_inline(args: dict[str, Any], nvcc: str, link: bool = True, timeout: fl
     again = [u for u in ("host", "main") if u not in full_now and results[u][0] != 0]
     if again and results["device"][0] == 0:
         # Code that uses more of torch than the light header has: the same unit, the full header.
-        full_pch, why, pch_s = ensure_pch(flags, timeout)
-        if pch_s:
-            res.steps["pch"] = pch_s
+        full_pch, why = full_header()
         if full_pch is None:
             return done(why)
         retry = _run_all({u: unit_cmd(u, full_pch, True) for u in again}, build_dir, timeout)

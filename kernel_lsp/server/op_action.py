@@ -42,23 +42,20 @@ def ops_for(text: str, line: int, at_hot_op: bool) -> list[str]:
     (the profile names aten ops, not submodules: each gets its own action)."""
     from kernel_lsp.agent.op_lines import ops_at
 
+    tree = _tree(text)
     found = [o for o in ops_at(text, line) if o]
     if not found and at_hot_op:
-        try:
-            tree = ast.parse(text)
-        except SyntaxError:
-            return []
         model = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model"), None)
         if model is not None:
             for ln in range(model.lineno - 1, model.end_lineno or model.lineno):
                 found += [o for o in ops_at(text, ln) if o and "." not in o and o not in found]
     # `self.weight = nn.Parameter(...)` names a tensor, not a module
-    params = {t.attr for n in ast.walk(_tree(text)) if isinstance(n, ast.Assign) and _is_param(n.value)
+    params = {t.attr for n in ast.walk(tree) if isinstance(n, ast.Assign) and _is_param(n.value)
               for t in n.targets if isinstance(t, ast.Attribute)}
     return [o for o in found if o.rpartition(".")[2] not in params][:MAX_ACTIONS]
 
 
-def _tree(text: str) -> ast.AST:
+def _tree(text: str) -> ast.Module:
     try:
         return ast.parse(text)
     except SyntaxError:
@@ -89,8 +86,6 @@ def code_actions(feature: "OptimizeFeature", state: "DocumentState",
             tags=[types.CodeActionTag.LlmGenerated] if llm else None,
             command=types.Command(title=title, command=COMMAND, arguments=[{"uri": state.uri, "op": op}])))
     return out
-
-
 
 
 async def optimize_op_command(feature: "OptimizeFeature", args: tuple[Any, ...], new_run: Callable[..., Any],
@@ -127,7 +122,8 @@ async def optimize_op_command(feature: "OptimizeFeature", args: tuple[Any, ...],
 async def _job(feature: "OptimizeFeature", state: "DocumentState", run: Any, a: OpArgs, title: str,
                cancel, make_proposer: Callable[[Any, str], Any]) -> dict[str, Any]:
     from kernel_lsp.agent.search import SearchOptions
-    from kernel_lsp.agent.whole_model import WholeModelError, WholeModelOptions, optimize_op
+    from kernel_lsp.agent.whole_model import (WholeModelError, WholeModelOptions, integrated_text, optimize_op,
+                                              optimized_path)
     from kernel_lsp.engine.tasks import TaskError
     from kernel_lsp.server import handback
     from kernel_lsp.verdicts import CannotRun
@@ -178,12 +174,7 @@ async def _job(feature: "OptimizeFeature", state: "DocumentState", run: Any, a: 
             summary.update(improved=False, reason=f"a verified, faster model was found (record {result.record}) "
                                                   f"but not offered: {why_not}")
         else:
-            from kernel_lsp.agent.integrate import integrated_source
-            from kernel_lsp.agent.whole_model import _summary as op_lines
-
-            text = integrated_source(result.model, out, result.replacements,
-                                     op_lines([o for o in result.ops if o.kept]))
-            run.best = Candidate(source=text, kind="python", origin="whole-model", note=f"{a.op} integrated")
+            run.best = Candidate(source=integrated_text(result, out), kind="python", origin="whole-model", note=f"{a.op} integrated")
             run.search_id = result.record
             run.target = out
             run.gain = describe(op, result)
@@ -217,14 +208,6 @@ def _why_not(result: "WholeModelResult", op: "OpResult | None") -> str:
             return f"the model with it is not correct end to end ({e.get('verdict')}: {e.get('message') or ''})"
         return op.reason or result.reason
     return f"{op.name}'s Search found no verified, faster version: {op.reason or result.reason}"
-
-
-
-def optimized_path(model_path: str) -> tuple[str | None, str]:
-    """Where the integrated model goes (agent.whole_model's rule; imported late: no agent at start)."""
-    from kernel_lsp.agent.whole_model import optimized_path as rule
-
-    return rule(model_path)
 
 
 def describe(op: "OpResult | None", result: "WholeModelResult") -> str:

@@ -268,6 +268,17 @@ thrice = ext_b.thrice_at_once  # used at import: waits for that build only
 '''
 
 
+def load_at_once(src, filename):
+    """load_python with the fast path on (extensions built at once); (module, result, records)."""
+    build.configure_fast_inline(True)
+    try:
+        with build.capture() as records:
+            m, result = build.load_python(src, filename)
+    finally:
+        build.configure_fast_inline(None)
+    return m, result, records
+
+
 @pytest.mark.slow
 def test_a_module_builds_its_extensions_at_once(cache):
     """Two real C++ extensions asked for one after the other at import build side by side: each
@@ -278,12 +289,7 @@ def test_a_module_builds_its_extensions_at_once(cache):
 
     import torch
 
-    build.configure_fast_inline(True)
-    try:
-        with build.capture() as records:
-            m, result = build.load_python(TWO_EXTENSIONS, "/tmp/two.py")
-    finally:
-        build.configure_fast_inline(None)
+    m, result, records = load_at_once(TWO_EXTENSIONS, "/tmp/two.py")
     assert result.ok, result.log
     assert len(records) == 2 and not any(r.cached for r in records)
     assert isinstance(m.ext_a, types.ModuleType) and isinstance(m.ext_b, types.ModuleType)
@@ -317,12 +323,7 @@ def test_a_failed_deferred_build_points_at_its_line(cache, monkeypatch):
     src = ("import fake_cpp_extension2 as c\n"
            "good = c.load_inline(name='good', cpp_sources=['x'], functions=['f'])\n"
            "bad = c.load_inline(name='bad', cpp_sources=['y'], functions=['f'])\n")
-    build.configure_fast_inline(True)
-    try:
-        with build.capture() as records:
-            m, result = build.load_python(src, "/tmp/deferred_bad.py")
-    finally:
-        build.configure_fast_inline(None)
+    m, result, records = load_at_once(src, "/tmp/deferred_bad.py")
     assert m is None and not result.ok
     assert sorted(r.ok for r in records) == [False, True]
     assert any("nope" in d.message and d.source == "nvcc" for d in result.diagnostics)
