@@ -6,7 +6,11 @@
 The candidates are published KernelBench solutions written by LLMs for the KernelBench leaderboard
 (github.com/anneouyang/KernelBenchLeaderboard, ``docs/assets/solutions/*.py``), each with its
 KernelBench problem file (``docs/assets/problems/l<level>_p<id>.py``: ``Model``, ``get_inputs``,
-``get_init_inputs``). Nothing of them is committed here: ``benchmarks/inline_build_manifest.json``
+``get_init_inputs``). The leaderboard's ``raw_data.json`` counts ``problem_id`` from 0 and the
+problem files from 1: solution ``problem_id`` N solves ``l<level>_p<N+1>.py`` (the softmax
+solutions listed as problem 22 next to ``l1_p22.py``, a Tanh, and ``l1_p23.py``, a Softmax; the
+level-2 solutions' ``ModelNew`` takes the init arguments of problem N+1). Names use the file's
+number. ``pairing_problems`` checks each pair before it is kept. Nothing of them is committed here: ``benchmarks/inline_build_manifest.json``
 keeps repo, path, commit and sha256 of every file, and this script copies them into the git-ignored
 folder ``--out`` as ``<name>/model_new.py`` and ``<name>/reference.py``, checking each sha256.
 
@@ -18,6 +22,7 @@ solutions again: every one that uses AT_DISPATCH, a template, shared memory or s
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
 import json
 import re
@@ -57,6 +62,50 @@ def tags_of(code: str) -> list[str]:
     return tags
 
 
+def problem_file(level: int, problem_id: int) -> str:
+    """The KernelBench problem file a leaderboard solution was written for (problem_id from 0)."""
+    return f"docs/assets/problems/l{level}_p{problem_id + 1}.py"
+
+
+def _init_params(code: str, cls: str) -> tuple[int, int] | None:
+    """(required, total) positional parameters of ``cls.__init__`` besides self; None if absent."""
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+                    args = item.args.posonlyargs + item.args.args
+                    total = len(args) - 1
+                    return total - len(item.args.defaults), (10**6 if item.args.vararg else total)
+            return 0, 0
+    return None
+
+
+def _returned_list_len(code: str, fn: str) -> int | None:
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.FunctionDef) and node.name == fn:
+            for stmt in ast.walk(node):
+                if isinstance(stmt, ast.Return) and isinstance(stmt.value, (ast.List, ast.Tuple)):
+                    return len(stmt.value.elts)
+    return None
+
+
+def pairing_problems(solution: str, problem: str) -> str:
+    """Why a solution does not fit a problem file ("" when it fits as far as can be seen without
+    running it): ModelNew(*get_init_inputs()) must bind, and the problem must define the contract."""
+    try:
+        params = _init_params(solution, "ModelNew")
+        n_init = _returned_list_len(problem, "get_init_inputs")
+    except SyntaxError as exc:
+        return f"does not parse: {exc}"
+    if params is None:
+        return "the solution has no ModelNew"
+    if _init_params(problem, "Model") is None or _returned_list_len(problem, "get_inputs") is None:
+        return "the problem file has no Model or get_inputs"
+    if n_init is not None and not params[0] <= n_init <= params[1]:
+        return f"ModelNew takes {params[0]}..{params[1]} init arguments, get_init_inputs gives {n_init}"
+    return ""
+
+
 def select(repo_dir: Path, count: int) -> dict:
     raw = json.loads(git_show(repo_dir, COMMIT, "docs/assets/raw_data.json"))
     rows = []
@@ -67,11 +116,17 @@ def select(repo_dir: Path, count: int) -> dict:
         rows.append((not tags_of(code), r["file"], r))
     rows.sort(key=lambda x: (x[0], x[1]))
     entries = []
-    for _, _, r in rows[:count]:
+    for _, _, r in rows:
+        if len(entries) == count:
+            break
         path = f"docs/assets/solutions/{r['file']}.py"
-        ref = f"docs/assets/problems/l{r['level']}_p{r['problem_id']}.py"
+        ref = problem_file(r["level"], r["problem_id"])
+        why = pairing_problems(r["code"], git_show(repo_dir, COMMIT, ref).decode())
+        if why:
+            print(f"left out {path}: it does not fit {ref}: {why}", file=sys.stderr)
+            continue
         entries.append({
-            "name": re.sub(r"[^A-Za-z0-9_.-]", "_", f"l{r['level']}_p{r['problem_id']}_{r['model']}_{r['file'][:6]}"),
+            "name": re.sub(r"[^A-Za-z0-9_.-]", "_", f"l{r['level']}_p{r['problem_id'] + 1}_{r['model']}_{r['file'][:6]}"),
             "repo": REPO, "commit": COMMIT, "path": path, "sha256": sha256(git_show(repo_dir, COMMIT, path)),
             "reference": {"repo": REPO, "commit": COMMIT, "path": ref, "sha256": sha256(git_show(repo_dir, COMMIT, ref))},
             "author": r.get("display_name") or r.get("model"), "tags": tags_of(r["code"]),
@@ -111,6 +166,11 @@ def main(argv: list[str] | None = None) -> int:
                     bad += 1
                     continue
                 (d / fname).write_bytes(data)
+            if (d / "model_new.py").exists() and (d / "reference.py").exists():
+                why = pairing_problems((d / "model_new.py").read_text(), (d / "reference.py").read_text())
+                if why:
+                    print(f"{e['name']}: the solution does not fit its problem file: {why}", file=sys.stderr)
+                    bad += 1
             (d / "origin.json").write_text(json.dumps(e, indent=1))
         print(f"{len(manifest['candidates']) - bad} candidates in {args.out}")
     return 1 if bad else 0

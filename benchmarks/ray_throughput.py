@@ -91,12 +91,19 @@ def candidates(gpu: bool, quick: bool) -> list[tuple[Task, Candidate]]:
 
 
 async def run_all(ex: Any, work: list[tuple[Task, Candidate]], checks: tuple[str, ...],
-                  options: dict[str, Any]) -> tuple[float, list[Evaluation]]:
+                  options: dict[str, Any]) -> tuple[float, list[Evaluation], list[float]]:
     gate = asyncio.Semaphore(max(1, ex.concurrency))
+    pre: dict[int, asyncio.Future[Any]] = {}
 
-    async def one(task: Task, cand: Candidate) -> Evaluation:
+    async def one(i: int, task: Task, cand: Candidate) -> tuple[Evaluation, float]:
         async with gate:
-            return await ex.evaluate(task, cand, checks, options=options)
+            # Split each evaluation's wall: the wait for its own build (which evaluate would
+            # await first anyway), then the evaluation of the built candidate.
+            t0 = time.perf_counter()
+            if i in pre:
+                await asyncio.shield(pre[i])
+            waited = time.perf_counter() - t0
+            return await ex.evaluate(task, cand, checks, options=options), waited
 
     # As the Search does: every candidate's build starts at once, evaluations wait for a GPU.
     # Only candidates with something to compile: the same work for both executors.
@@ -104,19 +111,19 @@ async def run_all(ex: Any, work: list[tuple[Task, Candidate]], checks: tuple[str
 
     # Warm both executors' build processes first (Ray starts a worker process per parallel build
     # task; the local pool its processes): throwaway variants, as many as builds will run at once.
-    # Without this, on the H200 a Ray evaluation took 1.18 s against 0.71 s locally; cold task
-    # workers are the suspected cause (not yet measured with the warm-up).
+    # Without this, on the H200 the Ray run took 4.7 s longer for ten candidates (0.60 of local;
+    # with it 0.93): Ray starts a task worker process for each build the first time.
     builds = [w for w in work if needs_build(w[1])]
     warm = [(t, Candidate(c.source + (f"\n// warm-up {i}\n" if c.kind == "cuda" else f"\n# warm-up {i}\n"), c.kind))
             for i, (t, c) in enumerate(builds)]
     if warm:
         await asyncio.gather(*(_quiet(ex.prebuild(t, c, options)) for t, c in warm))
-    for task, cand in work:
+    for i, (task, cand) in enumerate(work):
         if needs_build(cand):
-            asyncio.ensure_future(_quiet(ex.prebuild(task, cand, options)))
+            pre[i] = asyncio.ensure_future(_quiet(ex.prebuild(task, cand, options)))
     t0 = time.perf_counter()
-    evs = await asyncio.gather(*(one(t, c) for t, c in work))
-    return time.perf_counter() - t0, list(evs)
+    done = await asyncio.gather(*(one(i, t, c) for i, (t, c) in enumerate(work)))
+    return time.perf_counter() - t0, [ev for ev, _ in done], [w for _, w in done]
 
 
 async def _quiet(coro: Any) -> None:
@@ -126,7 +133,7 @@ async def _quiet(coro: Any) -> None:
         pass
 
 
-def summarize(name: str, wall: float, evs: list[Evaluation]) -> dict[str, Any]:
+def summarize(name: str, wall: float, evs: list[Evaluation], waits: list[float]) -> dict[str, Any]:
     builds = [ev.compile.seconds for ev in evs if ev.compile is not None and not ev.compile.cached]
     return {
         "executor": name, "candidates": len(evs), "wall_s": round(wall, 3),
@@ -134,6 +141,9 @@ def summarize(name: str, wall: float, evs: list[Evaluation]) -> dict[str, Any]:
         "verdicts": sorted({ev.verdict for ev in evs}),
         "correct": sum(ev.verdict == "correct" for ev in evs),
         "mean_eval_wall_s": round(statistics.mean(ev.wall_seconds for ev in evs), 3) if evs else None,
+        # the part of the wall spent waiting for the candidate's own build (before the evaluation)
+        "mean_build_wait_s": round(statistics.mean(waits), 3) if waits else 0.0,
+        "max_build_wait_s": round(max(waits), 3) if waits else 0.0,
         "worker_builds_s": round(statistics.mean(builds), 3) if builds else 0.0,
         "nodes": sorted({ev.node or "local" for ev in evs}),
     }
@@ -164,10 +174,10 @@ async def main_async(ns: argparse.Namespace, results: dict[str, Any]) -> dict[st
         try:
             info = await local.device_info()
             results["device"] = info.get("name") or "cpu"
-            wall, evs = await run_all(local, work, checks, options)
+            wall, evs, waits = await run_all(local, work, checks, options)
         finally:
             await local.aclose()
-    results["local"] = summarize("local", wall, evs)
+    results["local"] = summarize("local", wall, evs, waits)
     log(f"local: {results['local']}")
 
     # 2. ray, on a fresh local cluster (its GPU node's build cache fresh too)
@@ -180,8 +190,8 @@ async def main_async(ns: argparse.Namespace, results: dict[str, Any]) -> dict[st
         await ex.connect()
         results["ray_connect_s"] = round(time.perf_counter() - t0, 2)
         try:
-            wall, evs = await run_all(ex, work, checks, options)
-            results["ray"] = summarize("ray", wall, evs)
+            wall, evs, waits = await run_all(ex, work, checks, options)
+            results["ray"] = summarize("ray", wall, evs, waits)
             # Per-candidate costs for the model: a cold build as a cluster task, alone.
             build_s = []
             from kernel_lsp.engine.client import needs_build
@@ -258,12 +268,13 @@ def model(r: dict[str, Any], gpus: int) -> list[dict[str, Any]]:
 
 def table(r: dict[str, Any]) -> str:
     lines = [f"# Ray throughput ({r['date']}, {r['device']}, {r['gpus']} GPU(s), {r['candidates']} candidates)", "",
-             "| executor | wall s | evaluations / min | correct | mean evaluation wall s | nodes |",
-             "| --- | ---: | ---: | ---: | ---: | --- |"]
+             "| executor | wall s | evaluations / min | correct | mean evaluation wall s | build wait s (mean / max) | nodes |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
     for k in ("local", "ray"):
         x = r[k]
         lines.append(f"| {k} | {x['wall_s']} | {x['evals_per_min']} | {x['correct']}/{x['candidates']} | "
-                     f"{x['mean_eval_wall_s']} | {', '.join(x['nodes'])} |")
+                     f"{x['mean_eval_wall_s']} | {x.get('mean_build_wait_s', '-')} / {x.get('max_build_wait_s', '-')} | "
+                     f"{', '.join(x['nodes'])} |")
     lines += ["", f"ray / local = {r['ray_vs_local']} (target >= 0.90 on one GPU); "
                   f"connecting and warming the actors took {r['ray_connect_s']} s (once per session).", "",
               f"Model inputs: g = {r['model_inputs']['g_s']} s per evaluation on an actor, o = "

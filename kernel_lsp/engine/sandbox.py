@@ -236,7 +236,7 @@ def cache_paths(env: dict[str, str]) -> dict[str, str]:
     user = env.get("USER") or env.get("LOGNAME") or "user"
     safe_user = "".join(c if c.isalnum() or c in "-_" else "_" for c in user)
     host_tmp = os.environ.get("TMPDIR") or "/tmp"
-    return {
+    paths = {
         "kernel-lsp": _abs(env.get("KERNEL_LSP_CACHE") or os.path.join(xdg, "kernel-lsp")),
         "torch extensions": _abs(env.get("TORCH_EXTENSIONS_DIR") or os.path.join(xdg, "torch_extensions")),
         "triton": _abs(env.get("TRITON_CACHE_DIR")
@@ -244,6 +244,11 @@ def cache_paths(env: dict[str, str]) -> dict[str, str]:
         "inductor": _abs(env.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(host_tmp, f"torchinductor_{safe_user}")),
         "cuda jit": _abs(env.get("CUDA_CACHE_PATH") or os.path.join(home, ".nv", "ComputeCache")),
     }
+    if env.get("KERNEL_LSP_PCH_CACHE"):
+        # The precompiled torch headers (fastbuild.pch_root), when kept apart from the build cache:
+        # hidden (under /tmp or home), every sandboxed build would make them again.
+        paths["precompiled headers"] = _abs(env["KERNEL_LSP_PCH_CACHE"])
+    return paths
 
 
 def _python_roots(python: str) -> list[str]:

@@ -163,6 +163,16 @@ async def test_many_files_fill_the_scratch_space_not_the_disk(world):
     assert f"filled its scratch space (/tmp holds {LIMITS.tmp_mb} MiB)" in ev.message
 
 
+async def test_a_precompiled_header_cache_in_home_stays_writable(world, monkeypatch):
+    # KERNEL_LSP_PCH_CACHE apart from the build cache, inside the hidden home: without its own
+    # bind, every sandboxed build would make the precompiled torch headers again.
+    pch = world["home"] / "pch"
+    monkeypatch.setenv("KERNEL_LSP_PCH_CACHE", str(pch))
+    ev = await evaluate(world, f"open({str(pch / 'probe')!r}, 'w').write('ok')")
+    assert ev.verdict == "correct", ev.message
+    assert (pch / "probe").read_text() == "ok"
+
+
 async def test_the_build_cache_and_scratch_stay_writable(world):
     cache = world["tmp"] / "cache"
     ev = await evaluate(world, f"open({str(cache / 'probe')!r}, 'w').write('ok')\n"
