@@ -541,12 +541,15 @@ def _key_material(bound: dict[str, Any]) -> str:
 _FAST_NOTE = ".kernel-lsp-fast.json"
 
 
-def _try_fast(a: dict[str, Any], name: str, build_dir: Path, is_module: bool, note: dict[str, Any]) -> object | None:
-    """The split fast path (engine/fastbuild.py); None, with note["fallback_reason"], when not taken."""
+def _try_fast(a: dict[str, Any], name: str, build_dir: Path, is_module: bool, note: dict[str, Any],
+              kind: str = "inline") -> object | None:
+    """The split fast path (engine/fastbuild.py) for load_inline (``kind`` "inline") or load();
+    None, with note["fallback_reason"], when not taken."""
     try:
         from kernel_lsp.engine import fastbuild  # noqa: PLC0415
 
-        fb = fastbuild.build_inline(a, _find_nvcc(None))
+        fast = fastbuild.build_inline if kind == "inline" else fastbuild.build_load
+        fb = fast(a, _find_nvcc(None))
     except Exception as exc:  # noqa: BLE001 - a fast-path bug must only cost the fast path
         note["fallback_reason"] = f"fast path raised {type(exc).__name__}: {exc}"[:500]
         return None
@@ -588,14 +591,12 @@ def _wrap(real: Callable[..., Any], kind: str) -> Callable[..., Any]:
         a["build_directory"] = str(build_dir)
         a["verbose"] = False
         note: dict[str, Any] = {"fast_path": False, "fallback_reason": ""}
-        if with_cuda and kind != "inline":
-            note["fallback_reason"] = "load() of source files: the fast path covers load_inline"
-        elif with_cuda and not fast_inline_enabled():
+        if with_cuda and not fast_inline_enabled():
             note["fallback_reason"] = "fast_inline is off"
 
         def build() -> object:
-            if with_cuda and kind == "inline" and fast_inline_enabled():
-                lib = _try_fast(a, name, build_dir, is_module, note)
+            if with_cuda and fast_inline_enabled():
+                lib = _try_fast(a, name, build_dir, is_module, note, kind)
                 if lib is not None:
                     return lib
             return real(**a)
@@ -610,6 +611,9 @@ def _wrap(real: Callable[..., Any], kind: str) -> Callable[..., Any]:
             return _finish(lib, result, note, build_dir, with_cuda)
 
         pending = _deferred.get()
+        # load() is not deferred: torch's normal build (the fallback) reads the user's files and
+        # the headers they include only when it runs, and a candidate may remove them as soon as
+        # load() returns (sources written to a temporary folder are common).
         if pending is not None and is_module and kind == "inline" and not _is_built(build_dir, name):
             ext = _PendingExtension(name, _threads().submit(run), traceback.extract_stack()[:-1])
             pending.append(ext)
