@@ -407,8 +407,9 @@ def _build_units(units: list[Unit], args: dict[str, Any], nvcc: str, res: FastBu
 
     def device_cmd(u: Unit) -> list[str]:
         (build_dir / f"fast_{u.step}.cu").write_text(u.text)
+        # No -iquote (nvcc has none): the split refuses a .cu with a "local" include anyway.
         return [nvcc, "-c", *(d for d in flags.defines if '"' not in d), *flags.nvcc_common, *arch_flags,
-                "--compiler-options", "-fPIC", flags.std, *dev_inc, *quote(u), *user_inc, *u.flags,
+                "--compiler-options", "-fPIC", flags.std, *dev_inc, *user_inc, *u.flags,
                 f"fast_{u.step}.cu", "-o", f"fast_{u.step}.o"]
 
     def full_header() -> tuple[Path | None, str]:
