@@ -314,7 +314,15 @@ def host_flags_from_cuda(extra_cuda: list[str]) -> list[str]:
 # -- the build ----------------------------------------------------------------------------------------
 
 
+_ERROR_LINE = re.compile(r"(?:^|[\s:)])(?:fatal |catastrophic )?error(?: #[\w-]+)?:", re.I)
+
+
 def _first_error(log: str) -> str:
+    # The compiler's own error line ("f.cpp:4:12: error: ...", "f.cu(4): error: ..."), not the
+    # context before it ("In function ...") nor a path that happens to hold the word.
+    for line in log.splitlines():
+        if _ERROR_LINE.search(line):
+            return line.strip()[:300]
     for line in log.splitlines():
         if "error" in line.lower():
             return line.strip()[:300]
