@@ -523,6 +523,13 @@ def _record(result: CompileResult) -> None:
         records.append(result)
 
 
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
 _KEY_SKIP = {"name", "build_directory", "verbose", "keep_intermediates"}
 
 
@@ -531,9 +538,19 @@ def _key_material(bound: dict[str, Any]) -> str:
     for k, v in bound.items():
         if k in _KEY_SKIP:
             continue
-        if k == "sources":  # load(): file paths; the key is their contents
+        if k == "sources":  # load(): file paths; the key is their contents and their own headers'
+            from kernel_lsp.engine.fastbuild import _as_list, local_headers  # noqa: PLC0415
+
             paths = [v] if isinstance(v, (str, os.PathLike)) else list(v)
-            v = [[str(p), Path(p).read_text(errors="replace") if os.path.exists(p) else ""] for p in paths]
+            dirs = [os.path.abspath(d) for d in _as_list(bound.get("extra_include_paths"))]
+            v = []
+            for p in paths:
+                text = Path(p).read_text(errors="replace") if os.path.exists(p) else ""
+                entry: list[Any] = [str(p), text]
+                heads = local_headers(Path(os.path.abspath(p)), text, dirs) if text else []
+                if heads:  # an edited "ops.h" is a new extension, not a stale cache hit
+                    entry.append([[str(h), _read(h)] for h in heads])
+                v.append(entry)
         parts[k] = v
     return json.dumps(parts, sort_keys=True, default=str)
 

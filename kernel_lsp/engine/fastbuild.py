@@ -532,25 +532,41 @@ def build_inline(args: dict[str, Any], nvcc: str, link: bool = True, timeout: fl
 CPP_SUFFIXES = (".cpp", ".cc", ".cxx")
 _USES_TORCH = re.compile(r"\b(?:torch|at|c10|pybind11)::|\bPYBIND11_MODULE\b|\bTORCH_(?:CHECK|LIBRARY)|\bAT_DISPATCH_")
 _TORCH_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](?:torch|ATen|c10|pybind11)/', re.M)
-_LOCAL_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
+_LOCAL_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*(?:"([^"]+)"|<([^>]+)>)', re.M)
 
 
-def _includes_torch(path: Path, text: str, dirs: list[str], seen: set[Path] | None = None) -> bool:
-    """``text`` (the file at ``path``) or a local header it includes, found where the compiler
-    would look, includes a torch header."""
+def local_headers(path: Path, text: str, dirs: list[str], limit: int = 64) -> list[Path]:
+    """The headers ``text`` (the file at ``path``) includes, and those include, that are the
+    user's: ``"x.h"`` found beside the including file or in ``dirs`` (extra_include_paths),
+    ``<x.h>`` found in ``dirs``; in the order first seen, at most ``limit``."""
+    out: list[Path] = []
+    todo = [(path, text)]
+    seen = {path}
+    while todo and len(out) < limit:
+        here, body = todo.pop(0)
+        for quoted, angled in _LOCAL_INCLUDE.findall(body):
+            where = [str(here.parent), *dirs] if quoted else list(dirs)
+            for d in where:
+                found = Path(d) / (quoted or angled)
+                if found.is_file():
+                    found = found.resolve()
+                    if found not in seen and len(out) < limit:
+                        seen.add(found)
+                        out.append(found)
+                        with contextlib.suppress(OSError):
+                            todo.append((found, found.read_text(errors="replace")))
+                    break
+    return out
+
+
+def _includes_torch(path: Path, text: str, dirs: list[str]) -> bool:
+    """``text`` (the file at ``path``) or one of the user's headers it includes includes a torch header."""
     if _TORCH_INCLUDE.search(text):
         return True
-    seen = seen if seen is not None else {path}
-    for inc in _LOCAL_INCLUDE.findall(text):
-        for d in (str(path.parent), *dirs):
-            found = Path(d) / inc
-            if found.is_file():
-                found = found.resolve()
-                if found not in seen and len(seen) < 64:
-                    seen.add(found)
-                    if _includes_torch(found, found.read_text(errors="replace"), dirs, seen):
-                        return True
-                break
+    for h in local_headers(path, text, dirs):
+        with contextlib.suppress(OSError):
+            if _TORCH_INCLUDE.search(h.read_text(errors="replace")):
+                return True
     return False
 
 

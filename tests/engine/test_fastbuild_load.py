@@ -283,3 +283,47 @@ def test_load_is_built_when_asked_not_deferred(tmp_path, monkeypatch):
     assert result.ok, result.log
     assert type(m.ext).__name__ == "module" and m.ext.text == "int op() { return 1; }"
     assert m.ext.thread == threading.get_ident()  # built in the module's own thread, as it was asked
+
+
+def test_the_cache_key_of_a_load_call_covers_the_users_own_headers(tmp_path):
+    """An edited header the sources include (beside them, or in extra_include_paths) is a new
+    extension, not a stale cache hit; torch's and the system's headers are not read."""
+    from kernel_lsp.engine.build import _key_material
+
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "ops.h").write_text('#pragma once\n#include <tiles.h>\nconstexpr int kV = 1;\n')
+    (tmp_path / "inc" / "tiles.h").write_text("constexpr int kTile = 16;\n")
+    cpp = tmp_path / "b.cpp"
+    cpp.write_text('#include <torch/extension.h>\n#include "ops.h"\n#include <vector>\n')
+    args = {"name": "x", "sources": [str(cpp)], "extra_include_paths": [str(tmp_path / "inc")]}
+    first = _key_material(args)
+    assert str(tmp_path / "inc" / "tiles.h") in first and "site-packages" not in first
+    (tmp_path / "inc" / "tiles.h").write_text("constexpr int kTile = 32;\n")
+    second = _key_material(args)
+    assert second != first
+    (tmp_path / "ops.h").write_text('#pragma once\n#include <tiles.h>\nconstexpr int kV = 2;\n')
+    assert _key_material(args) != second
+    (tmp_path / "unrelated.h").write_text("int nothing;\n")
+    assert _key_material(args) == _key_material(args)
+    # a source without headers of its own keeps the key it had
+    plain = tmp_path / "plain.cpp"
+    plain.write_text("int f() { return 1; }\n")
+    assert _key_material({"name": "x", "sources": [str(plain)]}) == (
+        '{"sources": [["%s", "int f() { return 1; }\\n"]]}' % plain)
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_a_single_cu_with_its_pybind_module_builds_against_the_main_header(tmp_path, pch_env):
+    """The common one-file load(): kernels, wrapper and PYBIND11_MODULE in one .cu. Its host unit
+    holds the module, so it is built against the light header that has pybind (no full header)."""
+    cu = tmp_path / "one.cu"
+    cu.write_text((EXT / "scale_kernel.cu").read_text()
+                  + "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def(\"scale_add\", &scale_add); }\n")
+    fb = fastbuild.build_load(load_args(tmp_path, [cu]), NVCC, link=False)
+    assert fb.reason == "", fb.log[-4000:]
+    assert fb.full_header == [] and set(fb.steps) >= {"device_one", "host_one"}
+    host = command(fb, "host_one")
+    assert "pybind.h" in Path(host[host.index("-include") + 1]).read_text()
+    assert "PyInit_klsp_load_ext" in nm(tmp_path / "b" / "fast_host_one.o", "--defined-only")
+    link_objects(tmp_path / "b")
