@@ -1,6 +1,7 @@
 """fastbuild.build_load: load() of source files built the fast way: what is compiled where, with
 which flags, that every unit compiles with the real nvcc and g++ against the precompiled torch
-headers and the objects link, and the fallback reasons (issue 9)."""
+headers, that the objects link and the extension imports and runs its host code (this CPU build of
+torch has no CUDA libraries: they are left out of the link), and the fallback reasons (issue 9)."""
 
 from __future__ import annotations
 
@@ -98,6 +99,27 @@ def test_a_cu_and_a_cpp_build_as_three_units_against_the_light_headers(tmp_path,
     so = link_objects(b)
     undefined = nm(so, "-D", "--undefined-only")
     assert "__klsp_launch_" not in undefined and "scale_add" not in undefined, undefined[-2000:]
+    # Linked like torch links it, less the CUDA libraries this CPU build of torch lacks, the
+    # extension imports under its name and its functions run as the user wrote them.
+    ldflags = fastbuild.torch_flags(NVCC).ldflags
+    libdirs = [f[2:] for f in ldflags if f.startswith("-L")]
+    present = [f for f in ldflags if not f.startswith("-l")
+               or any(Path(d, f"lib{f[2:]}.so").exists() for d in libdirs)]
+    assert {"-lc10", "-ltorch_python", "-lcudart"} <= set(present)
+    objs = sorted(str(p) for p in b.glob("fast_*.o"))
+    proc = subprocess.run(["g++", "-shared", *objs, *present, *(f"-Wl,-rpath,{d}" for d in libdirs), "-o",
+                           str(b / "klsp_load_ext.so")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    check = ("import importlib.util, sys, torch\n"
+             "spec = importlib.util.spec_from_file_location('klsp_load_ext', sys.argv[1])\n"
+             "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+             "print(m.cpp_flag(), m.ops_version, m.scale_add.__doc__.strip().splitlines()[-1])\n"
+             "try:\n    m.scale_add(torch.ones(3), 2.0)\n"
+             "except RuntimeError as e:\n    print(str(e).splitlines()[0])\n")
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", check, str(b / "klsp_load_ext.so")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines() == ["7 3 x * s + KLSP_BIAS", "x: a contiguous CUDA tensor"]
 
 
 @needs_nvcc
