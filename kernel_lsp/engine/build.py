@@ -523,6 +523,13 @@ def _record(result: CompileResult) -> None:
         records.append(result)
 
 
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
 _KEY_SKIP = {"name", "build_directory", "verbose", "keep_intermediates"}
 
 
@@ -531,9 +538,19 @@ def _key_material(bound: dict[str, Any]) -> str:
     for k, v in bound.items():
         if k in _KEY_SKIP:
             continue
-        if k == "sources":  # load(): file paths; the key is their contents
+        if k == "sources":  # load(): file paths; the key is their contents and their own headers'
+            from kernel_lsp.engine.fastbuild import _as_list, local_headers  # noqa: PLC0415
+
             paths = [v] if isinstance(v, (str, os.PathLike)) else list(v)
-            v = [[str(p), Path(p).read_text(errors="replace") if os.path.exists(p) else ""] for p in paths]
+            dirs = [os.path.abspath(d) for d in _as_list(bound.get("extra_include_paths"))]
+            v = []
+            for p in paths:
+                text = Path(p).read_text(errors="replace") if os.path.exists(p) else ""
+                entry: list[Any] = [str(p), text]
+                heads = local_headers(Path(os.path.abspath(p)), text, dirs) if text else []
+                if heads:  # an edited "ops.h" is a new extension, not a stale cache hit
+                    entry.append([[str(h), _read(h)] for h in heads])
+                v.append(entry)
         parts[k] = v
     return json.dumps(parts, sort_keys=True, default=str)
 
@@ -541,12 +558,15 @@ def _key_material(bound: dict[str, Any]) -> str:
 _FAST_NOTE = ".kernel-lsp-fast.json"
 
 
-def _try_fast(a: dict[str, Any], name: str, build_dir: Path, is_module: bool, note: dict[str, Any]) -> object | None:
-    """The split fast path (engine/fastbuild.py); None, with note["fallback_reason"], when not taken."""
+def _try_fast(a: dict[str, Any], name: str, build_dir: Path, is_module: bool, note: dict[str, Any],
+              kind: str = "inline") -> object | None:
+    """The split fast path (engine/fastbuild.py) for load_inline (``kind`` "inline") or load();
+    None, with note["fallback_reason"], when not taken."""
     try:
         from kernel_lsp.engine import fastbuild  # noqa: PLC0415
 
-        fb = fastbuild.build_inline(a, _find_nvcc(None))
+        fast = fastbuild.build_inline if kind == "inline" else fastbuild.build_load
+        fb = fast(a, _find_nvcc(None))
     except Exception as exc:  # noqa: BLE001 - a fast-path bug must only cost the fast path
         note["fallback_reason"] = f"fast path raised {type(exc).__name__}: {exc}"[:500]
         return None
@@ -588,14 +608,12 @@ def _wrap(real: Callable[..., Any], kind: str) -> Callable[..., Any]:
         a["build_directory"] = str(build_dir)
         a["verbose"] = False
         note: dict[str, Any] = {"fast_path": False, "fallback_reason": ""}
-        if with_cuda and kind != "inline":
-            note["fallback_reason"] = "load() of source files: the fast path covers load_inline"
-        elif with_cuda and not fast_inline_enabled():
+        if with_cuda and not fast_inline_enabled():
             note["fallback_reason"] = "fast_inline is off"
 
         def build() -> object:
-            if with_cuda and kind == "inline" and fast_inline_enabled():
-                lib = _try_fast(a, name, build_dir, is_module, note)
+            if with_cuda and fast_inline_enabled():
+                lib = _try_fast(a, name, build_dir, is_module, note, kind)
                 if lib is not None:
                     return lib
             return real(**a)
@@ -610,6 +628,9 @@ def _wrap(real: Callable[..., Any], kind: str) -> Callable[..., Any]:
             return _finish(lib, result, note, build_dir, with_cuda)
 
         pending = _deferred.get()
+        # load() is not deferred: torch's normal build (the fallback) reads the user's files and
+        # the headers they include only when it runs, and a candidate may remove them as soon as
+        # load() returns (sources written to a temporary folder are common).
         if pending is not None and is_module and kind == "inline" and not _is_built(build_dir, name):
             ext = _PendingExtension(name, _threads().submit(run), traceback.extract_stack()[:-1])
             pending.append(ext)

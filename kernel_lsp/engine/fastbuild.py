@@ -1,4 +1,4 @@
-"""The fast build of a ``load_inline`` CUDA extension (Worker side; torch, no tree-sitter).
+"""The fast build of a ``load_inline`` or ``load`` CUDA extension (Worker side; torch, no tree-sitter).
 
 ``inline_split.split`` cuts the CUDA source into a device unit (kernels and generated launchers,
 light CUDA headers) and a host unit (the torch-facing code). Here:
@@ -10,6 +10,10 @@ light CUDA headers) and a host unit (the torch-facing code). Here:
   ``pch_root()``;
 - the three run at once, then link like torch does (the same libraries, from torch's own
   helpers) into ``<build_directory>/<name>.so``, the extension torch would have built.
+
+``load()`` of source files takes the same path (``build_load``): each ``.cu`` split the same
+way, each ``.cpp`` a host unit like ``main.cpp``; both builds are a list of ``Unit``s for
+``_build_units``.
 
 Every step that cannot be taken says why (``FastBuild.reason``); the caller then builds the
 normal way, so a fast-path problem never changes a verdict or a diagnostic.
@@ -33,7 +37,7 @@ import sysconfig
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from kernel_lsp.engine import inline_split
 from kernel_lsp.engine.cache import cache_root, file_lock
@@ -310,7 +314,15 @@ def host_flags_from_cuda(extra_cuda: list[str]) -> list[str]:
 # -- the build ----------------------------------------------------------------------------------------
 
 
+_ERROR_LINE = re.compile(r"(?:^|[\s:)])(?:fatal |catastrophic )?error(?: #[\w-]+)?:", re.I)
+
+
 def _first_error(log: str) -> str:
+    # The compiler's own error line ("f.cpp:4:12: error: ...", "f.cu(4): error: ..."), not the
+    # context before it ("In function ...") nor a path that happens to hold the word.
+    for line in log.splitlines():
+        if _ERROR_LINE.search(line):
+            return line.strip()[:300]
     for line in log.splitlines():
         if "error" in line.lower():
             return line.strip()[:300]
@@ -341,9 +353,137 @@ def _run_all(jobs: dict[str, list[str]], cwd: Path, timeout: float) -> dict[str,
     return out
 
 
-def build_inline(args: dict[str, Any], nvcc: str, link: bool = True, timeout: float = STEP_TIMEOUT) -> FastBuild:
-    """Build load_inline's bound arguments ``args`` (name and build_directory already set to
-    the cache's) the fast way; ``FastBuild.so`` on success, else ``reason``."""
+@dataclass
+class Unit:
+    """One translation unit of a fast build."""
+
+    step: str                  # its step and file name: fast_<step>.cu / .cpp -> fast_<step>.o
+    kind: str                  # device (nvcc), host (g++, light host header), main (g++, light main header)
+    text: str                  # as compiled against the full header; the light build blanks heavy includes
+    flags: list[str] = field(default_factory=list)       # the user's flags that reach this unit
+    quote_dirs: list[str] = field(default_factory=list)  # where its user file's "x.h" includes resolve
+    label: str = ""            # how a failure names it ("device unit", 'unit of "ops.cpp"')
+
+    def what(self) -> str:
+        return self.label or f"{self.step} unit"
+
+
+def _prepare(args: dict[str, Any], nvcc: str, kinds: set[str], res: FastBuild,
+             timeout: float) -> tuple[TorchFlags | None, dict[str, tuple[Path | None, str, float]], str]:
+    """torch's flags and the light precompiled headers the units need (made at once the first time)."""
+    try:
+        flags = torch_flags(nvcc)
+    except Exception as exc:  # noqa: BLE001 - any surprise in torch's helpers means: the normal way
+        return None, {}, f"torch's build flags: {exc}"
+    wanted = [k for k in ("host", "main") if k in kinds]
+    headers = {"host": LIGHT_HOST, "main": LIGHT_MAIN}
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        light = dict(zip(wanted, pool.map(lambda k: ensure_pch(flags, timeout, (headers[k],)), wanted)))
+    for kind, (_, _, secs) in light.items():
+        if secs:
+            res.steps[f"pch_{kind}"] = secs
+    return flags, light, ""
+
+
+def _build_units(units: list[Unit], args: dict[str, Any], nvcc: str, res: FastBuild, done: Callable[..., FastBuild],
+                 link: bool, timeout: float) -> FastBuild:
+    """Compile ``units`` at once (a host unit that the light header does not serve: again against
+    the full one), then link them into ``<build_directory>/<name>.so``."""
+    name = str(args["name"])
+    build_dir = Path(str(args["build_directory"]))
+    flags, light, why = _prepare(args, nvcc, {u.kind for u in units}, res, timeout)
+    if flags is None:
+        return done(why)
+    extra_cuda = _as_list(args.get("extra_cuda_cflags"))
+    user_inc = [f"-I{os.path.abspath(p)}" for p in _as_list(args.get("extra_include_paths"))]
+    from torch.utils import cpp_extension as ce  # noqa: PLC0415
+
+    try:
+        arch_flags = list(ce._get_cuda_arch_flags(extra_cuda))
+    except Exception as exc:  # noqa: BLE001
+        return done(f"torch's CUDA arch flags: {exc}")
+    dev_inc = [x for d in flags.includes for x in ("-isystem", d)]
+
+    def quote(u: Unit) -> list[str]:
+        return [x for d in u.quote_dirs for x in ("-iquote", d)]
+
+    def unit_cmd(u: Unit, pch: Path, full: bool) -> list[str]:
+        src = f"fast_{u.step}{'_full' if full else ''}.cpp"
+        (build_dir / src).write_text(u.text if full else light_text(u.text))
+        return [flags.cxx, "-c", "-Winvalid-pch", "-include", str(pch), *_host_base(flags), *quote(u), *user_inc,
+                *u.flags, src, "-o", f"fast_{u.step}.o"]
+
+    def device_cmd(u: Unit) -> list[str]:
+        (build_dir / f"fast_{u.step}.cu").write_text(u.text)
+        # No -iquote (nvcc has none): the split refuses a .cu with a "local" include anyway.
+        return [nvcc, "-c", *(d for d in flags.defines if '"' not in d), *flags.nvcc_common, *arch_flags,
+                "--compiler-options", "-fPIC", flags.std, *dev_inc, *user_inc, *u.flags,
+                f"fast_{u.step}.cu", "-o", f"fast_{u.step}.o"]
+
+    def full_header() -> tuple[Path | None, str]:
+        pch, why, secs = ensure_pch(flags, timeout)  # made once, by the first unit that needs it
+        if secs:
+            res.steps["pch"] = secs
+        return pch, why
+
+    full_pch: Path | None = None
+    hosts = [u for u in units if u.kind != "device"]
+    full_now = [u.step for u in hosts if light[u.kind][0] is None]  # no light header here: the full one
+    if full_now:
+        full_pch, why = full_header()
+        if full_pch is None:
+            return done(why)
+    jobs = {u.step: device_cmd(u) for u in units if u.kind == "device"}
+    for u in hosts:
+        pch = light[u.kind][0]
+        jobs[u.step] = unit_cmd(u, pch or full_pch, pch is None)  # type: ignore[arg-type]
+    res.commands = list(jobs.values())
+    results = _run_all(jobs, build_dir, timeout)
+    for step, (rc, text, secs) in results.items():
+        res.steps[step] = secs
+        if text.strip() and rc == 0:
+            res.log += f"[{step}]\n{text}\n"
+    again = [u for u in hosts if u.step not in full_now and results[u.step][0] != 0]
+    if again and all(results[u.step][0] == 0 for u in units if u.kind == "device"):
+        # Code that uses more of torch than the light header has: the same unit, the full header.
+        full_pch, why = full_header()
+        if full_pch is None:
+            return done(why)
+        retry = _run_all({u.step: unit_cmd(u, full_pch, True) for u in again}, build_dir, timeout)
+        for step, (rc, text, secs) in retry.items():
+            res.steps[f"{step}_full"] = secs
+            results[step] = (rc, text, secs)
+        res.full_header += [u.step for u in again]
+    res.full_header += full_now
+    for u in units:
+        rc, text, _ = results.get(u.step, (1, "not run", 0.0))
+        if rc != 0:
+            res.log += f"[{u.step}]\n{text}\n"
+            return done(f"fast {u.what()} failed to compile: {_first_error(text)}")
+    if not link:
+        return done()
+    so = build_dir / f"{name}.so"
+    tmp = build_dir / f"{name}.so.{os.getpid()}.tmp"
+    cmd = [flags.cxx, "-shared", *(f"fast_{u.step}.o" for u in reversed(units)), *flags.ldflags,
+           *_as_list(args.get("extra_ldflags")), "-o", str(tmp)]
+    res.commands.append(cmd)
+    t1 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=build_dir, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return done(f"fast link: {exc}")
+    res.steps["link"] = time.perf_counter() - t1
+    if proc.returncode != 0:
+        res.log += f"[link]\n{proc.stdout}{proc.stderr}\n"
+        text = proc.stdout + proc.stderr
+        first = next((ln.strip() for ln in text.splitlines() if "ld:" in ln or "undefined reference" in ln), "")
+        return done("fast link failed: " + (first[:300] or _first_error(text)))
+    os.replace(tmp, so)
+    res.so = str(so)
+    return done()
+
+
+def _start() -> tuple[FastBuild, Callable[..., FastBuild]]:
     t0 = time.perf_counter()
     res = FastBuild()
 
@@ -352,6 +492,13 @@ def build_inline(args: dict[str, Any], nvcc: str, link: bool = True, timeout: fl
         res.seconds = time.perf_counter() - t0
         return res
 
+    return res, done
+
+
+def build_inline(args: dict[str, Any], nvcc: str, link: bool = True, timeout: float = STEP_TIMEOUT) -> FastBuild:
+    """Build load_inline's bound arguments ``args`` (name and build_directory already set to
+    the cache's) the fast way; ``FastBuild.so`` on success, else ``reason``."""
+    res, done = _start()
     for unsupported in ("sycl_sources", "extra_sycl_cflags"):
         if args.get(unsupported):
             return done(f"{unsupported} given")
@@ -371,97 +518,133 @@ def build_inline(args: dict[str, Any], nvcc: str, link: bool = True, timeout: fl
     parts = inline_split.split(cuda_text, filename=str(build_dir / "cuda.cu"))
     if not parts.ok:
         return done(parts.fallback_reason)
-    try:
-        flags = torch_flags(nvcc)
-    except Exception as exc:  # noqa: BLE001 - any surprise in torch's helpers means: the normal way
-        return done(f"torch's build flags: {exc}")
-    # The light headers for both units (made at once the first time), the full one only if needed.
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        light = dict(zip(("host", "main"), pool.map(lambda h: ensure_pch(flags, timeout, (h,)), (LIGHT_HOST, LIGHT_MAIN))))
-    for unit, (_, _, secs) in light.items():
-        if secs:
-            res.steps[f"pch_{unit}"] = secs
-    extra_cflags = _as_list(args.get("extra_cflags"))
     extra_cuda = _as_list(args.get("extra_cuda_cflags"))
-    user_inc = [f"-I{os.path.abspath(p)}" for p in _as_list(args.get("extra_include_paths"))]
     name_def = f"#define TORCH_EXTENSION_NAME {name}\n"
-    texts = {"main": name_def + f'#line 1 "{build_dir / "main.cpp"}"\n' + main_cpp(args),
-             "host": name_def + parts.host}
-    unit_flags = {"host": _pch_safe(host_flags_from_cuda(extra_cuda)),
-                  "main": _pch_safe([f for f in extra_cflags if f])}
-    (build_dir / "fast_device.cu").write_text(parts.device)
-    from torch.utils import cpp_extension as ce  # noqa: PLC0415
+    units = [Unit("device", "device", parts.device, extra_cuda),
+             Unit("host", "host", name_def + parts.host, _pch_safe(host_flags_from_cuda(extra_cuda))),
+             Unit("main", "main", name_def + f'#line 1 "{build_dir / "main.cpp"}"\n' + main_cpp(args),
+                  _pch_safe(_as_list(args.get("extra_cflags"))))]
+    return _build_units(units, args, nvcc, res, done, link, timeout)
 
-    try:
-        arch_flags = list(ce._get_cuda_arch_flags(extra_cuda))
-    except Exception as exc:  # noqa: BLE001
-        return done(f"torch's CUDA arch flags: {exc}")
-    dev_inc = [x for d in flags.includes for x in ("-isystem", d)]
 
-    def unit_cmd(unit: str, pch: Path, full: bool) -> list[str]:
-        src = f"fast_{unit}{'_full' if full else ''}.cpp"
-        (build_dir / src).write_text(texts[unit] if full else light_text(texts[unit]))
-        return [flags.cxx, "-c", "-Winvalid-pch", "-include", str(pch), *_host_base(flags), *user_inc,
-                *unit_flags[unit], src, "-o", f"fast_{unit}.o"]
+# -- load(): source files ------------------------------------------------------------------------------
 
-    jobs = {"device": [nvcc, "-c", *(d for d in flags.defines if '"' not in d), *flags.nvcc_common, *arch_flags,
-                       "--compiler-options", "-fPIC", flags.std, *dev_inc, *user_inc, *extra_cuda, "fast_device.cu",
-                       "-o", "fast_device.o"]}
-    def full_header() -> tuple[Path | None, str]:
-        pch, why, secs = ensure_pch(flags, timeout)  # made once, by the first unit that needs it
-        if secs:
-            res.steps["pch"] = secs
-        return pch, why
+CPP_SUFFIXES = (".cpp", ".cc", ".cxx")
+_USES_TORCH = re.compile(r"\b(?:torch|at|c10|pybind11)::|\bPYBIND11_MODULE\b|\bTORCH_(?:CHECK|LIBRARY)|\bAT_DISPATCH_")
+_TORCH_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](?:torch|ATen|c10|pybind11)/', re.M)
+_LOCAL_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*(?:"([^"]+)"|<([^>]+)>)', re.M)
 
-    full_pch: Path | None = None
-    full_now = [u for u, (pch, _, _) in light.items() if pch is None]  # no light header here: the full one
-    if full_now:
-        full_pch, why = full_header()
-        if full_pch is None:
-            return done(why)
-    for unit, (pch, _, _) in light.items():
-        jobs[unit] = unit_cmd(unit, pch or full_pch, pch is None)  # type: ignore[arg-type]
-    res.commands = list(jobs.values())
-    results = _run_all(jobs, build_dir, timeout)
-    for step, (rc, text, secs) in results.items():
-        res.steps[step] = secs
-        if text.strip() and rc == 0:
-            res.log += f"[{step}]\n{text}\n"
-    again = [u for u in ("host", "main") if u not in full_now and results[u][0] != 0]
-    if again and results["device"][0] == 0:
-        # Code that uses more of torch than the light header has: the same unit, the full header.
-        full_pch, why = full_header()
-        if full_pch is None:
-            return done(why)
-        retry = _run_all({u: unit_cmd(u, full_pch, True) for u in again}, build_dir, timeout)
-        for u, (rc, text, secs) in retry.items():
-            res.steps[f"{u}_full"] = secs
-            results[u] = (rc, text, secs)
-        res.full_header += again
-    res.full_header += full_now
-    for step in ("device", "host", "main"):
-        rc, text, _ = results.get(step, (1, "not run", 0.0))
-        if rc != 0:
-            res.log += f"[{step}]\n{text}\n"
-            return done(f"fast {step} unit failed to compile: {_first_error(text)}")
-    if not link:
-        return done()
-    so = build_dir / f"{name}.so"
-    tmp = build_dir / f"{name}.so.{os.getpid()}.tmp"
-    cmd = [flags.cxx, "-shared", "fast_main.o", "fast_host.o", "fast_device.o", *flags.ldflags,
-           *_as_list(args.get("extra_ldflags")), "-o", str(tmp)]
-    res.commands.append(cmd)
-    t1 = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, cwd=build_dir, capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return done(f"fast link: {exc}")
-    res.steps["link"] = time.perf_counter() - t1
-    if proc.returncode != 0:
-        res.log += f"[link]\n{proc.stdout}{proc.stderr}\n"
-        text = proc.stdout + proc.stderr
-        first = next((ln.strip() for ln in text.splitlines() if "ld:" in ln or "undefined reference" in ln), "")
-        return done("fast link failed: " + (first[:300] or _first_error(text)))
-    os.replace(tmp, so)
-    res.so = str(so)
-    return done()
+
+def local_headers(path: Path, text: str, dirs: list[str], limit: int = 64) -> list[Path]:
+    """The headers ``text`` (the file at ``path``) includes, and those include, that are the
+    user's: ``"x.h"`` found beside the including file or in ``dirs`` (extra_include_paths),
+    ``<x.h>`` found in ``dirs``; in the order first seen, at most ``limit``."""
+    out: list[Path] = []
+    todo = [(path, text)]
+    seen = {path}
+    while todo and len(out) < limit:
+        here, body = todo.pop(0)
+        for quoted, angled in _LOCAL_INCLUDE.findall(body):
+            where = [str(here.parent), *dirs] if quoted else list(dirs)
+            for d in where:
+                found = Path(d) / (quoted or angled)
+                if found.is_file():
+                    found = found.resolve()
+                    if found not in seen and len(out) < limit:
+                        seen.add(found)
+                        out.append(found)
+                        with contextlib.suppress(OSError):
+                            todo.append((found, found.read_text(errors="replace")))
+                    break
+    return out
+
+
+def _includes_torch(path: Path, text: str, dirs: list[str]) -> bool:
+    """``text`` (the file at ``path``) or one of the user's headers it includes includes a torch header."""
+    if _TORCH_INCLUDE.search(text):
+        return True
+    for h in local_headers(path, text, dirs):
+        with contextlib.suppress(OSError):
+            if _TORCH_INCLUDE.search(h.read_text(errors="replace")):
+                return True
+    return False
+
+
+def _step_names(paths: list[Path]) -> list[str]:
+    out: list[str] = []
+    for p in paths:
+        stem = re.sub(r"\W", "_", p.stem)[:40] or "src"
+        step, n = stem, 1
+        while step in out:
+            n += 1
+            step = f"{stem}_{n}"
+        out.append(step)
+    return out
+
+
+def build_load(args: dict[str, Any], nvcc: str, link: bool = True, timeout: float = STEP_TIMEOUT) -> FastBuild:
+    """Build ``load()``'s bound arguments (name and build_directory already set to the cache's)
+    the fast way: each ``.cu`` split into a device unit and a host unit (as load_inline's CUDA
+    source, without its implicit includes), each ``.cpp`` a host unit as written (against the
+    light main header, the full one if it needs more); every unit finds its file's ``"x.h"``
+    includes where torch, which compiles the files in place, would."""
+    res, done = _start()
+    for unsupported in ("extra_sycl_cflags", "with_sycl", "is_standalone"):
+        if args.get(unsupported):
+            return done(f"{unsupported} given")
+    if args.get("keep_intermediates") is False:
+        return done("keep_intermediates=False")
+    if args.get("with_cuda") is False:
+        return done("with_cuda=False")
+    raw = args.get("sources") or []
+    given = [str(raw)] if isinstance(raw, (str, os.PathLike)) else [str(x) for x in raw]
+    for g in given:
+        if not g.endswith((".cu", *CPP_SUFFIXES)):
+            return done(f"source {g}: only .cu and .cpp/.cc/.cxx files take the fast path")
+    cus = [g for g in given if g.endswith(".cu")]
+    if not cus:
+        return done("no .cu source")
+    paths = [Path(os.path.abspath(g)) for g in given]
+    texts: list[str] = []
+    for g, p in zip(given, paths):
+        try:
+            texts.append(p.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as exc:
+            return done(f"source {g}: {exc}")
+    name = str(args["name"])
+    build_dir = Path(str(args["build_directory"]))
+    build_dir.mkdir(parents=True, exist_ok=True)
+    inc_dirs = [os.path.abspath(d) for d in _as_list(args.get("extra_include_paths"))]
+    for g, p, text in zip(given, paths, texts):
+        # The units are compiled with a torch header forced in: a file that uses torch without
+        # including it would build here and fail the normal way. Say so; do not change the verdict.
+        if _USES_TORCH.search(text) and not _includes_torch(p, text, inc_dirs):
+            return done(f"{g} uses torch but includes none of its headers")
+    extra_cuda = _as_list(args.get("extra_cuda_cflags"))
+    host_cuda = _pch_safe(host_flags_from_cuda(extra_cuda))
+    extra_cflags = _pch_safe(_as_list(args.get("extra_cflags")))
+    name_def = f"#define TORCH_EXTENSION_NAME {name}\n"
+    units: list[Unit] = []
+    hosts: list[Unit] = []
+    kernel_file: dict[str, str] = {}
+    for g, p, text, step in zip(given, paths, texts, _step_names(paths)):
+        folder = [str(p.parent)]
+        if g.endswith(".cu"):
+            # Several .cu files: anonymous namespaces get names of their own per file.
+            tag = f"_{len(units)}_" if len(cus) > 1 else ""
+            parts = inline_split.split(text, filename=str(p), anon_tag=tag)
+            if not parts.ok:
+                return done(f"{g}: {parts.fallback_reason}")
+            for k in parts.kernels:
+                if kernel_file.setdefault(k.name, g) != g:
+                    # their launchers would share a name (template ones would merge silently)
+                    return done(f"kernel {k.name} is defined in {kernel_file[k.name]} and {g}")
+            units.append(Unit(f"device_{step}", "device", parts.device, extra_cuda, folder,
+                              f'device unit of "{g}"'))
+            host = name_def + parts.host
+            hosts.append(Unit(f"host_{step}", "main" if "PYBIND11_MODULE" in host else "host", host, host_cuda,
+                              folder, f'host unit of "{g}"'))
+        else:
+            hosts.append(Unit(f"cpp_{step}", "main", name_def + f'#line 1 "{p}"\n' + text, extra_cflags, folder,
+                              f'unit of "{g}"'))
+    return _build_units(units + hosts, args, nvcc, res, done, link, timeout)

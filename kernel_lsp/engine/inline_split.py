@@ -592,17 +592,19 @@ DEVICE_PRELUDE = (
 HOST_PRELUDE = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n"
 
 
-def split(src: str, filename: str = "cuda.cu") -> Split:
-    """Split ``src``; a Split with ``fallback_reason`` when that is not safe."""
+def split(src: str, filename: str = "cuda.cu", anon_tag: str = "") -> Split:
+    """Split ``src``; a Split with ``fallback_reason`` when that is not safe. ``anon_tag`` goes
+    into the names given to anonymous namespaces (``__klsp_anon<tag><n>``): sources linked into
+    one library need names of their own, or their launchers and helpers would merge."""
     result = Split()
     try:
-        _split(src, filename, result)
+        _split(src, filename, result, anon_tag)
     except (Fallback, LexError) as exc:
         result.fallback_reason = str(exc)
     return result
 
 
-def _split(src: str, filename: str, out: Split) -> None:
+def _split(src: str, filename: str, out: Split, anon_tag: str = "") -> None:
     toks = lex(src)
     items = _items(src, toks)
     kernels: dict[str, list[Kernel]] = {}
@@ -674,14 +676,14 @@ def _split(src: str, filename: str, out: Split) -> None:
                                                                       for t in it.toks):
                 anon_open[id(it)] = len(anon_open) + 1
                 # A named namespace: the launcher declared in it must link across the units.
-                seg = seg.replace("namespace", f"namespace __klsp_anon{len(anon_open)}", 1)
+                seg = seg.replace("namespace", f"namespace __klsp_anon{anon_tag}{len(anon_open)}", 1)
             _set(dev_chars, it.start, it.end, seg)
             _set(host_chars, it.start, it.end, seg)
             continue
         if it.kind == "ns_close":
             opener = _opener(items, it)
             if opener is not None and id(opener) in anon_open:
-                seg = seg + f" using namespace __klsp_anon{anon_open[id(opener)]};"
+                seg = seg + f" using namespace __klsp_anon{anon_tag}{anon_open[id(opener)]};"
             _set(dev_chars, it.start, it.end, seg)
             _set(host_chars, it.start, it.end, seg)
             continue

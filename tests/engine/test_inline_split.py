@@ -190,12 +190,6 @@ def test_device_units_compile_with_nvcc_without_torch(tmp_path, name):
     assert "__klsp_launch_" in syms
 
 
-@pytest.fixture(scope="session")
-def pch_cache(tmp_path_factory):
-    """One precompiled torch header for the session (it takes a minute or two on 2 cores)."""
-    return tmp_path_factory.mktemp("klsp-pch")
-
-
 @needs_nvcc
 @pytest.mark.slow
 @pytest.mark.parametrize("name, cpp, functions", [

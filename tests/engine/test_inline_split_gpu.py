@@ -116,13 +116,13 @@ CHILD = textwrap.dedent('''
 ''')
 
 
-def _build_and_run(tmp: Path, name: str, source: str, fast: bool) -> dict:
+def _build_and_run(tmp: Path, name: str, source: str, fast: bool, child: str = CHILD) -> dict:
     src = tmp / f"{name}.py"
     src.write_text(source)
     env = dict(os.environ, KERNEL_LSP_CACHE=str(tmp / f"cache-{name}"), KERNEL_LSP_FAST_INLINE="1" if fast else "0",
                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     env.setdefault("KERNEL_LSP_PCH_CACHE", str(tmp / "pch"))
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(src), str(tmp / name)], env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, "-c", child, str(src), str(tmp / name)], env=env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads((tmp / f"{name}.json").read_text())
@@ -149,4 +149,61 @@ def test_fast_build_matches_the_full_build_and_a_fallback_says_why(tmp_path):
     torch.testing.assert_close(f["y64"], torch.softmax(x.double(), 1).cpu(), rtol=1e-9, atol=1e-9)
     p = torch.load(tmp_path / "fallback.pt")["y"]
     torch.testing.assert_close(p, (0.5 + x * (-1.0 + x * 0.25)).cpu(), rtol=1e-5, atol=1e-5)
+    assert fast["seconds"] < full["seconds"]
+
+
+# -- load(): a .cu and a .cpp (with a header beside it) as source files ----------------------------------
+
+LOAD_CANDIDATE = '''
+import os
+import torch.nn as nn
+from torch.utils.cpp_extension import load
+
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ext")
+ext = load(name="klsp_gpu_scale_add", sources=[os.path.join(HERE, "scale_kernel.cu"), os.path.join(HERE, "bindings.cpp")],
+           extra_cflags=["-O2", "-DKLSP_CPP_FLAG=7"],
+           extra_cuda_cflags=["-O3", "-DKLSP_BIAS=0.5f", "-Xcompiler", "-DKLSP_HOST_ONLY=1"], verbose=False)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return ext.scale_add(x, 1.5)
+'''
+
+LOAD_CHILD = textwrap.dedent('''
+    import json, sys, torch
+    from kernel_lsp.engine import build
+    path, out = sys.argv[1], sys.argv[2]
+    module, result = build.load_python(open(path).read(), path)
+    assert module is not None, result.log[-3000:]
+    torch.manual_seed(0)
+    x = torch.randn(1 << 20, device="cuda")
+    model = module.ModelNew()
+    torch.save({"y": model(x).cpu(), "y64": model(x.double()).cpu()}, out + ".pt")
+    json.dump({"fast_path": result.fast_path, "fallback_reason": result.fallback_reason, "seconds": result.seconds,
+               "cpp_flag": module.ext.cpp_flag(), "ops_version": module.ext.ops_version}, open(out + ".json", "w"))
+''')
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_load_of_source_files_built_fast_matches_the_full_build(tmp_path):
+    import shutil
+
+    import torch
+
+    shutil.copytree(Path(__file__).parent / "load_sources" / "ext", tmp_path / "ext")
+    jobs = [("load_fast", LOAD_CANDIDATE, True, LOAD_CHILD), ("load_full", LOAD_CANDIDATE, False, LOAD_CHILD)]
+    with ThreadPoolExecutor(2) as pool:
+        fast, full = pool.map(lambda j: _build_and_run(tmp_path, *j), jobs)
+    assert fast["fast_path"] is True and fast["fallback_reason"] == "", fast
+    assert full["fast_path"] is False and full["fallback_reason"] == "fast_inline is off"
+    for r in (fast, full):  # extra_cflags reached the .cpp; its header was found beside it
+        assert r["cpp_flag"] == 7 and r["ops_version"] == 3
+    f, g = torch.load(tmp_path / "load_fast.pt"), torch.load(tmp_path / "load_full.pt")
+    assert torch.equal(f["y"], g["y"]) and torch.equal(f["y64"], g["y64"])  # same kernels, same bits
+    torch.manual_seed(0)
+    x = torch.randn(1 << 20, device="cuda")
+    torch.testing.assert_close(f["y"], (x * 1.5 + 0.5).cpu())
+    torch.testing.assert_close(f["y64"], (x.double() * 1.5 + 0.5).cpu())
     assert fast["seconds"] < full["seconds"]
