@@ -292,7 +292,10 @@ def compare(a: str, b: str) -> tuple[bool | None, str]:
             # bit-for-bit, NaN where the other has NaN counting as equal
             if not (u.is_floating_point() and torch.allclose(u, v, rtol=0.0, atol=0.0, equal_nan=True)) \
                     and not torch.equal(u, v):
-                worst = max(worst, float((u.double() - v.double()).abs().nan_to_num(float("inf")).max()))
+                diff = (u.double() - v.double()).abs()
+                if u.is_floating_point():
+                    diff = diff.masked_fill(u.isnan() & v.isnan(), 0.0)  # NaN in both: the same
+                worst = max(worst, float(diff.nan_to_num(float("inf")).max()))
         elif u != v:
             return False, "different values"
     return worst == 0.0, ("equal" if worst == 0.0 else f"max abs diff {worst:.3g}")
