@@ -68,6 +68,14 @@ def unpack_artefact(blob: bytes | None, root: Path | None = None) -> int:
     return written
 
 
+def warm_builder() -> int:
+    """A Ray CPU task that only starts a worker process with what a build imports, so that the
+    first real builds find one idle (ray_executor.RayExecutor._warm_builders)."""
+    from kernel_lsp.engine import pool  # noqa: F401, PLC0415
+
+    return os.getpid()
+
+
 def build_in_cluster(kind: str, source: str, filename: str, options: dict[str, Any]) -> tuple[dict[str, Any], bytes | None]:
     """A Ray CPU task: build one Candidate in a fresh build Worker whose cache is a private
     folder, and return (CompileResult, the files a GPU node needs)."""
