@@ -231,16 +231,11 @@ BINDINGS = ("#include <torch/extension.h>\ntorch::Tensor f(torch::Tensor x);\n"
     (True, '{d}/k.cu: includes a local header "helpers.cuh" (line 2)'),
     (False, "fast_inline is off"),
 ])
-def test_the_build_record_of_a_load_call_says_why_the_fast_path_was_not_taken(tmp_path, monkeypatch, fast, reason):
-    import torch
-
+def test_the_build_record_of_a_load_call_says_why_the_fast_path_was_not_taken(tmp_path, fast_inline_on_cpu, fast,
+                                                                               reason):
     from kernel_lsp.engine import build
 
-    if torch.cuda.is_available():
-        pytest.skip("on a GPU the full build runs for a minute; test_inline_split_gpu.py covers it there")
-    monkeypatch.setenv("KERNEL_LSP_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(build, "_fast_inline", None)  # restored after the test
-    build.configure_fast_inline(fast)
+    fast_inline_on_cpu(fast)
     (tmp_path / "helpers.cuh").write_text("#pragma once\n")
     (tmp_path / "k.cu").write_text('#include <torch/extension.h>\n#include "helpers.cuh"\n' + KERNEL
                                    + "torch::Tensor f(torch::Tensor x) { k<<<1, 1>>>(x.data_ptr<float>()); return x; }\n")

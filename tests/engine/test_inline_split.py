@@ -277,16 +277,10 @@ ext = load_inline(name="poly", cpp_sources="torch::Tensor poly(torch::Tensor x, 
     (True, "host code uses __constant__ coeffs (line 13)"),   # three implicit includes come first
     (False, "fast_inline is off"),
 ])
-def test_the_build_record_says_why_the_fast_path_was_not_taken(tmp_path, monkeypatch, fast, reason):
-    import torch
-
+def test_the_build_record_says_why_the_fast_path_was_not_taken(tmp_path, fast_inline_on_cpu, fast, reason):
     from kernel_lsp.engine import build
 
-    if torch.cuda.is_available():
-        pytest.skip("on a GPU the full build runs for a minute; test_inline_split_gpu.py covers it there")
-    monkeypatch.setenv("KERNEL_LSP_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(build, "_fast_inline", None)  # restored after the test
-    build.configure_fast_inline(fast)
+    fast_inline_on_cpu(fast)
     text = CANDIDATE.replace("{cuda}", src("constant_from_host.cu"))
     result = build.build_python(text, str(tmp_path / "candidate.py"))
     # a CPU build of torch cannot build CUDA the normal way either: the record still says why
