@@ -3,19 +3,25 @@
 # Prepare here (repo root): the LSP/openai wheels for cp312 in .whl/ (pip download --no-deps ...), and
 # bubblewrap unpacked: mkdir -p .deb && cd .deb && apt-get download bubblewrap && dpkg -x bubblewrap_*.deb root.
 # Then on the GPU machine (carry .whl and .deb):  OUT=/some/dir bash benchmarks/gpu_sandboxed_tests.sh
+# Groups: sandbox engine agent examples wholemodel raygpu cost (about 100-400 s each).
 set -u
 cd "$(dirname "$0")/.."; OUT=${OUT:-$PWD/.gpu-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PATH="$PWD/.deb/root/usr/bin:$PATH"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /opt/site .whl/*.whl >/dev/null 2>&1 || echo "wheel install failed"
+# Ray's wheels too when carried (.whl-ray: benchmarks/ray_wheels.sh), for the Ray server test.
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /opt/site .whl/*.whl \
+  $(ls .whl-ray/*.whl 2>/dev/null) >/dev/null 2>&1 || echo "wheel install failed"
+export PATH="/opt/site/bin:$PATH"
 export PYTHONPATH=/opt/site
 bwrap --version; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c 'from kernel_lsp.engine import sandbox as s; print("sandbox:", s.status().message())'
-run() { local name=$1; shift; local t0=$SECONDS; timeout "$@" > "$OUT/$name.log" 2>&1; echo "$name rc=$? $((SECONDS-t0))s: $(tail -1 $OUT/$name.log)"; }
+# ONLY="sandbox engine" runs only those groups: all of them take longer than one 10-minute call.
+run() { local name=$1; shift; [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]] && return; local t0=$SECONDS; timeout "$@" > "$OUT/$name.log" 2>&1; echo "$name rc=$? $((SECONDS-t0))s: $(tail -1 $OUT/$name.log)"; }
 P="python3 -m pytest -q -ra -p no:cacheprovider -m gpu"
 run sandbox 150 $P tests/engine/test_gpu_sandbox.py
 run engine 180 $P tests/engine/test_gpu_engine.py tests/engine/test_gpu_shared.py tests/engine/test_gpu_faults.py
 run agent 100 $P tests/agent/test_gpu.py tests/test_server_gpu.py
-run examples 100 $P tests/test_examples.py tests/engine/test_inline_split_gpu.py
-run wholemodel 50 $P tests/agent/test_whole_model_gpu.py
+run examples 240 $P tests/test_examples.py tests/engine/test_inline_split_gpu.py
+run wholemodel 120 $P tests/agent/test_whole_model_gpu.py
+python3 -c "import ray" 2>/dev/null && run raygpu 420 $P -s tests/ray/test_server_ray_gpu.py
 run cost 30 python3 benchmarks/sandbox_cost.py --starts 10 --torch-starts 3 --out-dir "$OUT"
 grep -h "passed\|failed\|FAILED\|ERROR" "$OUT"/*.log | head -60

@@ -363,20 +363,31 @@ def _build_torch_cu(
         src.write_text(f'#line 1 "{filename}"\n{source}', encoding="utf-8")
     is_module = bool(_PYBIND.search(source))
     ns = _TORCH_LIBRARY.search(source)
+    note: dict[str, Any] = {"fast_path": False, "fallback_reason": "" if fast_inline_enabled() else "fast_inline is off"}
 
     def build() -> object:
         from torch.utils import cpp_extension  # noqa: PLC0415 - torch only when needed
 
         real = getattr(cpp_extension.load, "_klsp_real", cpp_extension.load)
-        return real(
-            name, [str(src)], extra_cuda_cflags=["-O3", *flags], build_directory=str(build_dir),
-            verbose=False, is_python_module=is_module,
-        )
+        kwargs = {"extra_cuda_cflags": ["-O3", *flags], "build_directory": str(build_dir), "verbose": False,
+                  "is_python_module": is_module}
+        if fast_inline_enabled():
+            # The same split build as a candidate's load() (fastbuild.build_load); the normal one
+            # when it is not taken, so only the build time can change.
+            bound = inspect.signature(real).bind(name, [str(src)], **kwargs)
+            bound.apply_defaults()
+            lib = _try_fast(dict(bound.arguments), name, build_dir, is_module, note, "load")
+            note["fallback_reason"] = str(note.get("fallback_reason") or "").replace(str(src), filename)
+            if lib is not None:
+                return lib
+        return real(name, [str(src)], **kwargs)
 
     try:
         lib, result = _cached_torch_build(name, build_dir, build, is_module, arch, {str(src): filename})
     except BuildError as exc:
+        exc.result.fallback_reason = str(note.get("fallback_reason") or "")
         return None, exc.result, None
+    _apply_note(result, note, build_dir, True)
     if not is_module and ns is not None:
         import torch  # noqa: PLC0415
 
@@ -641,8 +652,9 @@ def _wrap(real: Callable[..., Any], kind: str) -> Callable[..., Any]:
     return wrapper
 
 
-def _finish(lib: object, result: CompileResult, note: dict[str, Any], build_dir: Path, with_cuda: bool) -> object:
-    """Record a done build with what the fast path did (kept beside a cached build)."""
+def _apply_note(result: CompileResult, note: dict[str, Any], build_dir: Path, with_cuda: bool) -> None:
+    """Say in a done build's result what the fast path did (kept beside the build, so that a
+    cache hit says it too)."""
     if result.cached:
         with contextlib.suppress(OSError, ValueError):
             note = json.loads((build_dir / _FAST_NOTE).read_text())
@@ -651,6 +663,11 @@ def _finish(lib: object, result: CompileResult, note: dict[str, Any], build_dir:
             (build_dir / _FAST_NOTE).write_text(json.dumps(note))
     result.fast_path = bool(note.get("fast_path"))
     result.fallback_reason = str(note.get("fallback_reason") or "")
+
+
+def _finish(lib: object, result: CompileResult, note: dict[str, Any], build_dir: Path, with_cuda: bool) -> object:
+    """Record a done build with what the fast path did."""
+    _apply_note(result, note, build_dir, with_cuda)
     _record(result)
     return lib
 

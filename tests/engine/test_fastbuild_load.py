@@ -344,3 +344,67 @@ def test_a_single_cu_with_its_pybind_module_builds_against_the_main_header(tmp_p
     assert "pybind.h" in Path(host[host.index("-include") + 1]).read_text()
     assert "PyInit_klsp_load_ext" in nm(tmp_path / "b" / "fast_host_one.o", "--defined-only")
     link_objects(tmp_path / "b")
+
+
+ONE_FILE_EXT = ((EXT / "scale_kernel.cu").read_text().replace("KLSP_BIAS", "0.5f")
+                .replace("static_assert(KLSP_HOST_ONLY == 1, \"-Xcompiler flags reach the host code of a .cu\");\n", "")
+                + "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def(\"scale_add\", &scale_add); }\n")
+
+
+@needs_nvcc
+@pytest.mark.slow
+@pytest.mark.parametrize("broken", [False, True])
+def test_a_cu_file_of_the_users_own_extension_takes_the_fast_path(tmp_path, monkeypatch, pch_env, fast_inline_on_cpu,
+                                                                   broken):
+    """The engine's own build of a .cu with PYBIND11_MODULE (build_cuda, as on save) goes through
+    the same fast path as a candidate's load(). On this CPU torch the link misses torch's CUDA
+    libraries, so the normal build is asked for next (here a stand-in that only says it was asked:
+    the real one would take a minute to fail the same way); the reason names the user's file."""
+    import functools
+
+    from torch.utils import cpp_extension
+
+    from kernel_lsp.engine import build
+
+    fast_inline_on_cpu(True)
+    asked: list[list[str]] = []
+
+    @functools.wraps(cpp_extension.load)
+    def normal_build(name, sources, *a, **kw):
+        asked.append(list(sources))
+        raise RuntimeError("the normal build was asked for")
+
+    monkeypatch.setattr(cpp_extension, "load", normal_build)
+    user_file = str(tmp_path / "my_ext.cu")
+    source = ONE_FILE_EXT.replace("return y;", "return y") if broken else ONE_FILE_EXT
+    path, result = build.build_cuda(source, user_file, {"arch": "sm_90"})
+    assert path is None and not result.ok and len(asked) == 1
+    assert "the normal build was asked for" in result.log
+    (ext_dir,) = [p for p in (tmp_path / "cache" / "ext").iterdir() if p.is_dir()]
+    if broken:
+        assert result.fallback_reason.startswith(f'fast host unit of "{user_file}" failed to compile: {user_file}:27:'), \
+            result.fallback_reason
+    else:
+        assert result.fallback_reason.startswith("fast link failed: "), result.fallback_reason
+        assert {p.name for p in ext_dir.glob("fast_*.o")} >= {f"fast_device_{ext_dir.name}.o",
+                                                              f"fast_host_{ext_dir.name}.o"}
+    assert str(ext_dir) not in result.fallback_reason
+
+
+def test_the_users_cu_is_built_the_normal_way_when_the_fast_path_is_off(tmp_path, monkeypatch, fast_inline_on_cpu):
+    import functools
+
+    from torch.utils import cpp_extension
+
+    from kernel_lsp.engine import build
+
+    fast_inline_on_cpu(False)
+
+    @functools.wraps(cpp_extension.load)
+    def normal_build(name, sources, *a, **kw):
+        raise RuntimeError("the normal build was asked for")
+
+    monkeypatch.setattr(cpp_extension, "load", normal_build)
+    _, result = build.build_cuda(ONE_FILE_EXT, str(tmp_path / "my_ext.cu"), {"arch": "sm_90"})
+    assert not result.ok and "the normal build was asked for" in result.log
+    assert result.fallback_reason == "fast_inline is off" and result.fast_path is False

@@ -207,3 +207,42 @@ def test_load_of_source_files_built_fast_matches_the_full_build(tmp_path):
     torch.testing.assert_close(f["y"], (x * 1.5 + 0.5).cpu())
     torch.testing.assert_close(f["y64"], (x.double() * 1.5 + 0.5).cpu())
     assert fast["seconds"] < full["seconds"]
+
+
+# -- a .cu of the user's own with PYBIND11_MODULE (the engine's build of a saved .cu) ---------------------
+
+USER_CU = ((Path(__file__).parent / "load_sources" / "ext" / "scale_kernel.cu").read_text()
+           .replace("KLSP_BIAS", "0.5f")
+           .replace("static_assert(KLSP_HOST_ONLY == 1, \"-Xcompiler flags reach the host code of a .cu\");\n", "")
+           + "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def(\"scale_add\", &scale_add); }\n")
+
+CU_CHILD = textwrap.dedent('''
+    import json, sys, torch
+    from kernel_lsp.engine import build
+    path, out = sys.argv[1], sys.argv[2]
+    lib, result = build.load_cuda(open(path).read(), path)
+    assert lib is not None, result.log[-3000:]
+    torch.manual_seed(0)
+    x = torch.randn(1 << 20, device="cuda")
+    torch.save({"y": lib.scale_add(x, 1.5).cpu(), "y64": lib.scale_add(x.double(), 1.5).cpu()}, out + ".pt")
+    json.dump({"fast_path": result.fast_path, "fallback_reason": result.fallback_reason,
+               "seconds": result.seconds}, open(out + ".json", "w"))
+''')
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_a_users_torch_extension_cu_built_fast_matches_the_full_build(tmp_path):
+    import torch
+
+    jobs = [("cu_fast", USER_CU, True, CU_CHILD), ("cu_full", USER_CU, False, CU_CHILD)]
+    with ThreadPoolExecutor(2) as pool:
+        fast, full = pool.map(lambda j: _build_and_run(tmp_path, *j), jobs)
+    assert fast["fast_path"] is True and fast["fallback_reason"] == "", fast
+    assert full["fast_path"] is False and full["fallback_reason"] == "fast_inline is off"
+    f, g = torch.load(tmp_path / "cu_fast.pt"), torch.load(tmp_path / "cu_full.pt")
+    assert torch.equal(f["y"], g["y"]) and torch.equal(f["y64"], g["y64"])
+    torch.manual_seed(0)
+    x = torch.randn(1 << 20, device="cuda")
+    torch.testing.assert_close(f["y"], (x * 1.5 + 0.5).cpu())
+    assert fast["seconds"] < full["seconds"]
