@@ -330,7 +330,7 @@ class RayExecutor:
         try:
             nodes = await _blocking(self._ray.nodes, HEALTH_TIMEOUT, "nodes")
             cpus = sum(int((n.get("Resources") or {}).get("CPU", 0)) for n in nodes if n.get("Alive"))
-            count = max(0, min(cpus, WARM_BUILDERS))
+            count = min(cpus, WARM_BUILDERS)
             if not count:
                 return
             warm = self._ray.remote(warm_builder).options(num_cpus=1)

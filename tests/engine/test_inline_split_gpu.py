@@ -116,8 +116,8 @@ CHILD = textwrap.dedent('''
 ''')
 
 
-def _build_and_run(tmp: Path, name: str, source: str, fast: bool, child: str = CHILD) -> dict:
-    src = tmp / f"{name}.py"
+def _build_and_run(tmp: Path, name: str, source: str, fast: bool, child: str = CHILD, suffix: str = ".py") -> dict:
+    src = tmp / f"{name}{suffix}"
     src.write_text(source)
     env = dict(os.environ, KERNEL_LSP_CACHE=str(tmp / f"cache-{name}"), KERNEL_LSP_FAST_INLINE="1" if fast else "0",
                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
@@ -170,18 +170,26 @@ class ModelNew(nn.Module):
         return ext.scale_add(x, 1.5)
 '''
 
-LOAD_CHILD = textwrap.dedent('''
+SCALE_ADD_CHILD = textwrap.dedent('''
     import json, sys, torch
     from kernel_lsp.engine import build
     path, out = sys.argv[1], sys.argv[2]
-    module, result = build.load_python(open(path).read(), path)
-    assert module is not None, result.log[-3000:]
+    source = open(path).read()
+    facts = {}
+    if path.endswith(".cu"):  # the engine's build of a saved .cu
+        lib, result = build.load_cuda(source, path)
+        assert lib is not None, result.log[-3000:]
+        run = lambda x: lib.scale_add(x, 1.5)
+    else:  # a candidate whose ModelNew calls load()
+        module, result = build.load_python(source, path)
+        assert module is not None, result.log[-3000:]
+        run = module.ModelNew()
+        facts = {"cpp_flag": module.ext.cpp_flag(), "ops_version": module.ext.ops_version}
     torch.manual_seed(0)
     x = torch.randn(1 << 20, device="cuda")
-    model = module.ModelNew()
-    torch.save({"y": model(x).cpu(), "y64": model(x.double()).cpu()}, out + ".pt")
+    torch.save({"y": run(x).cpu(), "y64": run(x.double()).cpu()}, out + ".pt")
     json.dump({"fast_path": result.fast_path, "fallback_reason": result.fallback_reason, "seconds": result.seconds,
-               "cpp_flag": module.ext.cpp_flag(), "ops_version": module.ext.ops_version}, open(out + ".json", "w"))
+               **facts}, open(out + ".json", "w"))
 ''')
 
 
@@ -193,7 +201,7 @@ def test_load_of_source_files_built_fast_matches_the_full_build(tmp_path):
     import torch
 
     shutil.copytree(Path(__file__).parent / "load_sources" / "ext", tmp_path / "ext")
-    jobs = [("load_fast", LOAD_CANDIDATE, True, LOAD_CHILD), ("load_full", LOAD_CANDIDATE, False, LOAD_CHILD)]
+    jobs = [("load_fast", LOAD_CANDIDATE, True, SCALE_ADD_CHILD), ("load_full", LOAD_CANDIDATE, False, SCALE_ADD_CHILD)]
     with ThreadPoolExecutor(2) as pool:
         fast, full = pool.map(lambda j: _build_and_run(tmp_path, *j), jobs)
     assert fast["fast_path"] is True and fast["fallback_reason"] == "", fast
@@ -211,23 +219,7 @@ def test_load_of_source_files_built_fast_matches_the_full_build(tmp_path):
 
 # -- a .cu of the user's own with PYBIND11_MODULE (the engine's build of a saved .cu) ---------------------
 
-USER_CU = ((Path(__file__).parent / "load_sources" / "ext" / "scale_kernel.cu").read_text()
-           .replace("KLSP_BIAS", "0.5f")
-           .replace("static_assert(KLSP_HOST_ONLY == 1, \"-Xcompiler flags reach the host code of a .cu\");\n", "")
-           + "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def(\"scale_add\", &scale_add); }\n")
-
-CU_CHILD = textwrap.dedent('''
-    import json, sys, torch
-    from kernel_lsp.engine import build
-    path, out = sys.argv[1], sys.argv[2]
-    lib, result = build.load_cuda(open(path).read(), path)
-    assert lib is not None, result.log[-3000:]
-    torch.manual_seed(0)
-    x = torch.randn(1 << 20, device="cuda")
-    torch.save({"y": lib.scale_add(x, 1.5).cpu(), "y64": lib.scale_add(x.double(), 1.5).cpu()}, out + ".pt")
-    json.dump({"fast_path": result.fast_path, "fallback_reason": result.fallback_reason,
-               "seconds": result.seconds}, open(out + ".json", "w"))
-''')
+USER_CU = (Path(__file__).parent / "load_sources" / "one_file_ext.cu").read_text()
 
 
 @pytest.mark.gpu
@@ -235,7 +227,7 @@ CU_CHILD = textwrap.dedent('''
 def test_a_users_torch_extension_cu_built_fast_matches_the_full_build(tmp_path):
     import torch
 
-    jobs = [("cu_fast", USER_CU, True, CU_CHILD), ("cu_full", USER_CU, False, CU_CHILD)]
+    jobs = [("cu_fast", USER_CU, True, SCALE_ADD_CHILD, ".cu"), ("cu_full", USER_CU, False, SCALE_ADD_CHILD, ".cu")]
     with ThreadPoolExecutor(2) as pool:
         fast, full = pool.map(lambda j: _build_and_run(tmp_path, *j), jobs)
     assert fast["fast_path"] is True and fast["fallback_reason"] == "", fast
