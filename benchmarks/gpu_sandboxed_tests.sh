@@ -3,7 +3,8 @@
 # Prepare here (repo root): the LSP/openai wheels for cp312 in .whl/ (pip download --no-deps ...), and
 # bubblewrap unpacked: mkdir -p .deb && cd .deb && apt-get download bubblewrap && dpkg -x bubblewrap_*.deb root.
 # Then on the GPU machine (carry .whl and .deb):  OUT=/some/dir bash benchmarks/gpu_sandboxed_tests.sh
-# Groups: sandbox engine agent examples wholemodel raygpu cost (about 100-400 s each).
+# Groups: sandbox engine agent examples wholemodel raygpu cost (about 100-400 s each; examples, with
+# its full torch builds, up to 400 s on a cold machine).
 set -u
 cd "$(dirname "$0")/.."; OUT=${OUT:-$PWD/.gpu-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PATH="$PWD/.deb/root/usr/bin:$PATH"
@@ -20,7 +21,7 @@ P="python3 -m pytest -q -ra -p no:cacheprovider -m gpu"
 run sandbox 150 $P tests/engine/test_gpu_sandbox.py
 run engine 180 $P tests/engine/test_gpu_engine.py tests/engine/test_gpu_shared.py tests/engine/test_gpu_faults.py
 run agent 100 $P tests/agent/test_gpu.py tests/test_server_gpu.py
-run examples 240 $P tests/test_examples.py tests/engine/test_inline_split_gpu.py
+run examples 420 $P tests/test_examples.py tests/engine/test_inline_split_gpu.py
 run wholemodel 120 $P tests/agent/test_whole_model_gpu.py
 python3 -c "import ray" 2>/dev/null && run raygpu 420 $P -s tests/ray/test_server_ray_gpu.py
 run cost 30 python3 benchmarks/sandbox_cost.py --starts 10 --torch-starts 3 --out-dir "$OUT"
