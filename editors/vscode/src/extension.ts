@@ -206,6 +206,13 @@ export class Controller implements vscode.Disposable {
     return vscode.workspace.textDocuments.some((d) => /\.(cu|cuh)$/i.test(d.uri.toString()) && !isCandidate(d.uri.toString()));
   }
 
+  /** A document opened: the workspace may have started us before any .cu was open (activation
+   *  on `workspaceContains`), so the first .cu opened later is when to say why we are not running. */
+  documentOpened(doc: vscode.TextDocument): void {
+    const uri = doc.uri.toString();
+    if (this.missing && /\.(cu|cuh)$/i.test(uri) && !isCandidate(uri)) void this.offerInstall();
+  }
+
   /** Once per session (or when a command needs the server): what to do about a missing server. */
   async offerInstall(force = false): Promise<void> {
     if (!this.missing || (this.askedInstall && !force)) return;
@@ -435,6 +442,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<Contro
       output.appendLine(`[kernel-lsp] install: ${installCommand(python, folder)}; then run kernel-lsp: Restart Server`);
     }),
     vscode.window.onDidChangeActiveTextEditor(() => status.render()),
+    vscode.workspace.onDidOpenTextDocument((doc) => ctl.documentOpened(doc)),
     vscode.commands.registerCommand("kernelLsp.restart", () => ctl.restart()),
     vscode.commands.registerCommand("kernelLsp.setApiKey", async () => {
       const key = await vscode.window.showInputBox({

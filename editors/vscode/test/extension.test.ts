@@ -2,6 +2,7 @@
 import assert = require("node:assert/strict");
 import { beforeEach, test } from "node:test";
 import { activate, runtime } from "../src/extension";
+import { CANDIDATE_DIR } from "../src/diff";
 import * as lc from "./languageclient-mock";
 import * as vscode from "./vscode-mock";
 
@@ -291,6 +292,24 @@ test("in an untrusted workspace the message says why the interpreter setting was
   const asked = vscode.state.calls.find((c) => c.name === "showInformationMessage")!;
   assert.match(String(asked.args[0]), /not trusted, so kernelLsp.python is ignored/);
   assert.equal(asked.args[1], "Manage Workspace Trust");
+});
+
+test("a .cu opened after a start without one still says why the server is missing, once", async () => {
+  // Activation on `workspaceContains:**/*.cu` probes before any .cu is open.
+  runtime.probe = missing;
+  vscode.state.trusted = false;
+  await activate(context() as never);
+  await new Promise((r) => setTimeout(r, 10));
+  assert.equal(vscode.state.calls.filter((c) => c.name === "showInformationMessage").length, 0);
+  vscode.state.documentOpened.fire(MD);
+  vscode.state.documentOpened.fire({ uri: vscode.Uri.file(`/ws/${CANDIDATE_DIR}s1/c2/softmax.cu`) });
+  assert.equal(vscode.state.calls.filter((c) => c.name === "showInformationMessage").length, 0);
+  vscode.state.documentOpened.fire(CU);
+  vscode.state.documentOpened.fire({ uri: vscode.Uri.file("/ws/other.cuh") });
+  await new Promise((r) => setTimeout(r, 10));
+  const asked = vscode.state.calls.filter((c) => c.name === "showInformationMessage");
+  assert.equal(asked.length, 1);
+  assert.match(String(asked[0].args[0]), /not trusted, so kernelLsp.python is ignored/);
 });
 
 test("setting changes are pushed to the running server, not a restart", async () => {

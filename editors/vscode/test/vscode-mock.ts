@@ -87,6 +87,7 @@ export const state = {
   configChanged: new EventEmitter<{ affectsConfiguration(s: string): boolean }>(),
   trustGranted: new EventEmitter<void>(),
   activeEditorChanged: new EventEmitter<unknown>(),
+  documentOpened: new EventEmitter<{ uri: Uri }>(),
   contexts: {} as Record<string, unknown>,
   openDialog: undefined as undefined | Uri[],
   terminals: [] as { name: string; sent: string[] }[],
@@ -110,6 +111,7 @@ export function reset(): void {
   state.configChanged = new EventEmitter();
   state.trustGranted = new EventEmitter();
   state.activeEditorChanged = new EventEmitter();
+  state.documentOpened = new EventEmitter();
   state.contexts = {};
   state.openDialog = undefined;
   state.terminals = [];
@@ -208,6 +210,7 @@ export const workspace = {
   getWorkspaceFolder: (uri: Uri) => state.workspaceFolders.find((f) => uri.fsPath.startsWith(f.uri.fsPath)),
   onDidChangeConfiguration: (l: Listener<{ affectsConfiguration(s: string): boolean }>) => state.configChanged.event(l),
   onDidGrantWorkspaceTrust: (l: Listener<void>) => state.trustGranted.event(l),
+  onDidOpenTextDocument: (l: Listener<{ uri: Uri }>) => state.documentOpened.event(l),
 };
 
 export const commands = {
