@@ -203,14 +203,13 @@ export class Controller implements vscode.Disposable {
 
   /** A .cu/.cuh is open: the user expects kernel-lsp here, so say why it is not running. */
   private servesOpenCuda(): boolean {
-    return vscode.workspace.textDocuments.some((d) => /\.(cu|cuh)$/i.test(d.uri.toString()) && !isCandidate(d.uri.toString()));
+    return vscode.workspace.textDocuments.some((d) => isUsersCuda(d.uri.toString()));
   }
 
   /** A document opened: the workspace may have started us before any .cu was open (activation
    *  on `workspaceContains`), so the first .cu opened later is when to say why we are not running. */
   documentOpened(doc: vscode.TextDocument): void {
-    const uri = doc.uri.toString();
-    if (this.missing && /\.(cu|cuh)$/i.test(uri) && !isCandidate(uri)) void this.offerInstall();
+    if (this.missing && isUsersCuda(doc.uri.toString())) void this.offerInstall();
   }
 
   /** Once per session (or when a command needs the server): what to do about a missing server. */
@@ -470,6 +469,11 @@ export async function activate(context: vscode.ExtensionContext): Promise<Contro
   const watch = ctl.watchPythonExtension();
   if (watch) context.subscriptions.push(watch);
   return ctl;
+}
+
+/** A .cu/.cuh of the user's, not a candidate preview of ours. */
+function isUsersCuda(uri: string): boolean {
+  return /\.(cu|cuh)$/i.test(uri) && !isCandidate(uri);
 }
 
 /** Declares `experimental.kernelLsp.candidatePreview` in the client capabilities. */
