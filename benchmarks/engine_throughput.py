@@ -337,8 +337,8 @@ import json, sys, time, traceback
 job = json.load(open(sys.argv[1]))
 out_path = sys.argv[2]
 import torch
-from kernel_lsp.engine import bench, build
-from kernel_lsp.engine.harness import Harness
+from kernel_lsp.engine.worker import bench, build
+from kernel_lsp.engine.worker.harness import Harness
 from kernel_lsp.model import Candidate, Task
 out = {"items": {}}
 try:
@@ -559,8 +559,8 @@ import json, sys, traceback
 job = json.load(open(sys.argv[1]))
 out_path = sys.argv[2]
 import torch
-from kernel_lsp.engine import build
-from kernel_lsp.engine.harness import Harness
+from kernel_lsp.engine.worker import build
+from kernel_lsp.engine.worker.harness import Harness
 from kernel_lsp.model import Candidate, Task
 build.install_hooks()
 dev = torch.device("cuda")

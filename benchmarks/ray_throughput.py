@@ -49,9 +49,9 @@ from tests.ray.cluster import LocalCluster, loopback_env  # noqa: E402
 TOKEN = os.urandom(16).hex()
 os.environ.update(loopback_env(TOKEN))  # before ray is imported: stay on 127.0.0.1
 
-from kernel_lsp.engine.executor import LocalExecutor  # noqa: E402
-from kernel_lsp.engine.ray_executor import RayExecutor  # noqa: E402
-from kernel_lsp.engine.tasks import find_task  # noqa: E402
+from kernel_lsp.engine.caller.executor import LocalExecutor  # noqa: E402
+from kernel_lsp.engine.caller.ray_executor import RayExecutor  # noqa: E402
+from kernel_lsp.engine.caller.tasks import find_task  # noqa: E402
 from kernel_lsp.model import Candidate, Evaluation, Task  # noqa: E402
 
 ROWSUM = ROOT / "tests" / "agent" / "tasks" / "rowsum_new.py"
@@ -107,7 +107,7 @@ async def run_all(ex: Any, work: list[tuple[Task, Candidate]], checks: tuple[str
 
     # As the Search does: every candidate's build starts at once, evaluations wait for a GPU.
     # Only candidates with something to compile: the same work for both executors.
-    from kernel_lsp.engine.client import needs_build
+    from kernel_lsp.engine.caller.client import needs_build
 
     # Warm both executors' build processes first (Ray starts a worker process per parallel build
     # task; the local pool its processes): throwaway variants, as many as builds will run at once.
@@ -194,7 +194,7 @@ async def main_async(ns: argparse.Namespace, results: dict[str, Any]) -> dict[st
             results["ray"] = summarize("ray", wall, evs, waits)
             # Per-candidate costs for the model: a cold build as a cluster task, alone.
             build_s = []
-            from kernel_lsp.engine.client import needs_build
+            from kernel_lsp.engine.caller.client import needs_build
 
             for task, cand in [w for w in work if needs_build(w[1])][:3]:
                 t1 = time.perf_counter()

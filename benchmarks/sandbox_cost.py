@@ -28,8 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kernel_lsp.engine import sandbox  # noqa: E402
-from kernel_lsp.engine.process import WorkerProcess, worker_environment  # noqa: E402
+from kernel_lsp.engine.caller import sandbox  # noqa: E402
+from kernel_lsp.engine.caller.process import WorkerProcess, worker_environment  # noqa: E402
 
 
 async def start_once(mode: str, preload: str | None) -> tuple[float, WorkerProcess]:

@@ -17,7 +17,7 @@ from typing import Any
 
 CHECKS = ("compile", "verify", "bench")
 PROPOSERS = ("auto", "llm", "tuner")
-SANDBOX_MODES = ("required", "auto", "off")  # engine/sandbox.py; docs/sandbox.md
+SANDBOX_MODES = ("required", "auto", "off")  # engine/caller/sandbox.py; docs/sandbox.md
 EXECUTORS = ("local", "ray")
 
 

@@ -213,7 +213,7 @@ class Evaluation(_Record):
     device: dict[str, Any] | None = None  # name, sm_count, capability, clocks, memory bandwidth
     versions: dict[str, str] = field(default_factory=dict)
     wall_seconds: float = 0.0
-    sandboxed: bool = False              # whether its Worker ran in the sandbox (engine/sandbox.py)
+    sandboxed: bool = False              # whether its Worker ran in the sandbox (engine/caller/sandbox.py)
     # True: the speed comes from the candidate's own kernel; False: a PyTorch rewrite (no custom
     # kernel, or PyTorch ops doing the reference's work beside one); None: not known (not run).
     custom_kernel: bool | None = None

@@ -161,3 +161,120 @@ def test_worker_side_imports_no_lsp_or_tree_sitter():
                     ("kernel_lsp.server", "kernel_lsp.source", "kernel_lsp.agent", "kernel_lsp.cli")):
                 offenders.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {target}")
     assert not offenders, "\n".join(offenders)
+
+
+# -- the engine's two rooms (docs/architecture.md): caller/ and worker/, protocol.py between --
+
+CALLER = "kernel_lsp.engine.caller"
+WORKER = "kernel_lsp.engine.worker"
+SHARED = {"kernel_lsp.engine", "kernel_lsp.engine.protocol"}   # the package and the wire
+FRONT_ENDS = ("kernel_lsp.server", "kernel_lsp.agent", "kernel_lsp.cli")
+
+
+def import_time_imports(name: str, path: Path) -> list[tuple[str, int]]:
+    """The imports that run when the module is imported: module level and class bodies, not
+    function bodies (a lazy import there runs only when called), not `if TYPE_CHECKING:`."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    lazy: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            lazy.update(id(n) for n in ast.walk(node) if n is not node)
+    eager = {(n.lineno, type(n).__name__) for n in ast.walk(tree)
+             if isinstance(n, (ast.Import, ast.ImportFrom)) and id(n) not in lazy}
+    return [(t, line) for t, line in imports(name, path)
+            if any(line == ln for ln, _ in eager)]
+
+
+def _engine_module(target: str, mods: dict[str, Path]) -> str | None:
+    """The kernel_lsp module an import names (`from pkg import module` names the module)."""
+    while target and target not in mods:
+        target = target.rpartition(".")[0]
+    return target or None
+
+
+def boundary_violations(mods: dict[str, Path]) -> list[str]:
+    out = []
+    for name, path in mods.items():
+        rel = f"{name} ({path.name})"
+        if name.startswith(CALLER):
+            for target, line in import_time_imports(name, path):
+                if target.split(".")[0] in ("torch", "triton") or target.startswith(WORKER):
+                    out.append(f"{rel}:{line}: the caller side imports {target} at import time")
+        if name.startswith(WORKER):
+            for target, line in imports(name, path):
+                if target.startswith((CALLER, *FRONT_ENDS)):
+                    out.append(f"{rel}:{line}: the Worker side imports {target}")
+    return out
+
+
+def shared_engine_modules(mods: dict[str, Path]) -> set[str]:
+    """kernel_lsp.engine modules imported (at any time) from both rooms."""
+    seen: dict[str, set[str]] = {CALLER: set(), WORKER: set()}
+    for name, path in mods.items():
+        room = CALLER if name.startswith(CALLER) else WORKER if name.startswith(WORKER) else None
+        if room is None:
+            continue
+        for target, _ in imports(name, path):
+            mod = _engine_module(target, mods)
+            if mod and mod.startswith("kernel_lsp.engine") and not mod.startswith(room):
+                seen[room].add(mod)
+            elif mod and mod in SHARED:
+                seen[room].add(mod)
+    both = {m for m in seen[CALLER] if not m.startswith((CALLER, WORKER))} & \
+        {m for m in seen[WORKER] if not m.startswith((CALLER, WORKER))}
+    return both | {m for m in seen[CALLER] if m.startswith(WORKER)} | {m for m in seen[WORKER] if m.startswith(CALLER)}
+
+
+def test_the_engine_is_two_rooms_and_the_wire():
+    engine = PACKAGE / "engine"
+    loose = sorted(p.name for p in engine.glob("*.py") if p.name not in ("__init__.py", "protocol.py"))
+    assert not loose, f"a module outside caller/ and worker/: {loose} (say which process it runs in)"
+    assert (engine / "caller" / "__init__.py").exists() and (engine / "worker" / "__init__.py").exists()
+
+
+def test_no_import_crosses_the_engine_boundary():
+    found = boundary_violations(modules())
+    assert not found, "\n".join(found)
+
+
+def test_the_wire_protocol_is_all_the_two_rooms_share():
+    assert shared_engine_modules(modules()) <= SHARED
+
+
+def _plant(tmp_path: Path, files: dict[str, str]) -> dict[str, Path]:
+    for rel, text in files.items():
+        p = tmp_path / "kernel_lsp" / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    out = {}
+    for path in sorted((tmp_path / "kernel_lsp").rglob("*.py")):
+        parts = list(path.relative_to(tmp_path).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+BASE = {"__init__.py": "", "engine/__init__.py": "", "engine/protocol.py": "",
+        "engine/caller/__init__.py": "", "engine/worker/__init__.py": "",
+        "engine/worker/verify.py": "import torch\nfrom kernel_lsp.engine import protocol\n",
+        "engine/caller/client.py": "from kernel_lsp.engine import protocol\n"
+                                   "def later():\n    from kernel_lsp.engine.worker import verify\n"}
+
+
+def test_the_boundary_check_catches_a_planted_crossing(tmp_path):
+    assert boundary_violations(_plant(tmp_path / "ok", BASE)) == []
+    assert shared_engine_modules(_plant(tmp_path / "ok2", {**BASE, "engine/caller/client.py":
+                                        "from kernel_lsp.engine import protocol\n"})) <= SHARED
+    bad = _plant(tmp_path / "bad", {**BASE,
+                 "engine/caller/pool.py": "import torch\nfrom kernel_lsp.engine.worker import verify\n",
+                 "engine/worker/run.py": "def f():\n    from kernel_lsp.engine.caller import client\n"
+                                         "from kernel_lsp.server import app\n"})
+    found = "\n".join(boundary_violations(bad))
+    assert "caller side imports torch" in found and "caller side imports kernel_lsp.engine.worker" in found
+    assert "Worker side imports kernel_lsp.engine.caller" in found        # even from a function
+    assert "Worker side imports kernel_lsp.server" in found
+    shared = shared_engine_modules(_plant(tmp_path / "both", {**BASE,
+                                   "engine/options.py": "", "engine/caller/client.py": "import kernel_lsp.engine.options\n",
+                                   "engine/worker/verify.py": "from kernel_lsp.engine import options\n"}))
+    assert shared == {"kernel_lsp.engine.options"}

@@ -12,7 +12,7 @@ For each op NAME three files, all with the same kernel text:
 * ``NAME_new.py``  the same kernel as a KernelBench candidate: ``ModelNew`` calling an extension
                    built by ``torch.utils.cpp_extension.load_inline`` (``cuda_sources``: kernel and
                    torch wrapper; ``cpp_sources``: the declaration). Its reference is ``NAME.py``
-                   (the ``_new`` suffix pairs them, see kernel_lsp/engine/tasks.py). It launches on
+                   (the ``_new`` suffix pairs them, see kernel_lsp/engine/caller/tasks.py). It launches on
                    the default stream, as KernelBench candidates and examples/relu_scale_inline.py do:
                    only <torch/extension.h>, no ATen/cuda or c10/cuda headers (those need cuSPARSE and
                    cuBLAS headers from a full toolkit).

@@ -41,7 +41,7 @@ class Replacement:
 
 
 def guard_rule(call: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
-    """The guard's rule from a captured call (engine/extract.py's `call` record)."""
+    """The guard's rule from a captured call (engine/worker/extract.py's `call` record)."""
 
     def one(spec: dict[str, Any]) -> dict[str, Any]:
         if spec["kind"] == "tensor":

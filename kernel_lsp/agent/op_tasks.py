@@ -1,5 +1,5 @@
 """Which submodules of a profiled model are its hot ops, and each op as a KernelBench Task
-(caller side, no torch; the extraction they read comes from engine/extract.py).
+(caller side, no torch; the extraction they read comes from engine/worker/extract.py).
 
 * `select_ops`: from the top, a submodule above ``min_share`` of the time is an op when it is
   a leaf or spends ``min_share`` (and a third of its time) in its own code; otherwise its

@@ -188,7 +188,7 @@ class SearchResult:
 
 
 def _sandboxed(*evs: Evaluation | None) -> bool | None:
-    """Whether the start and the best ran in the sandbox (engine/sandbox.py); None: nothing ran."""
+    """Whether the start and the best ran in the sandbox (engine/caller/sandbox.py); None: nothing ran."""
     ran = [ev for ev in evs if ev is not None]
     return all(ev.sandboxed for ev in ran) if ran else None
 

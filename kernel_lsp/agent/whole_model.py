@@ -5,7 +5,7 @@ put back behind guards, the result verified end to end (caller side, no torch).
     result.to_dict()   # the `kernel-lsp optimize --whole-model --json` document
 
 Steps:
-1. the Worker's ``extract`` op (engine/extract.py) runs ``Model.forward`` on its real
+1. the Worker's ``extract`` op (engine/worker/extract.py) runs ``Model.forward`` on its real
    inputs, profiles it and captures each submodule's call and constructor arguments;
 2. `select_ops` (agent/op_tasks.py): from the top, a submodule above ``min_share`` of the time is an op when it
    is a leaf or spends ``min_share`` (and a third of its time) in its own code; otherwise its
@@ -185,7 +185,7 @@ async def _report(progress: Progress | None, message: str) -> None:
 
 async def extract_model(engine: Any, task: Task, options: dict[str, Any], timeout: float) -> dict[str, Any]:
     """The Worker's extraction of a model Task; WholeModelError with one line on failure."""
-    from kernel_lsp.engine.client import EngineTimeout, WorkerDied, WorkerRaised
+    from kernel_lsp.engine.caller.client import EngineTimeout, WorkerDied, WorkerRaised
 
     try:
         return await engine.request("extract", {"task": task.to_dict(), "options": options},
@@ -295,7 +295,7 @@ async def optimize_model(path: str, engine: Any, store: Any, make_proposer: Call
     """The whole flow (module docstring). `engines`: one per GPU for concurrent Searches
     (default: `engine` alone). Raises WholeModelError when the model cannot be profiled."""
     from kernel_lsp.engine import find_task
-    from kernel_lsp.engine.tasks import TaskError
+    from kernel_lsp.engine.caller.tasks import TaskError
 
     opts = options or WholeModelOptions()
     root = os.path.abspath(root or os.getcwd())

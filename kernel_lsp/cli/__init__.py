@@ -42,8 +42,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _could_not_run(exc: Exception) -> bool:
-    from kernel_lsp.engine.executor_api import ExecutorUnavailable
-    from kernel_lsp.engine.sandbox import SandboxUnavailable
+    from kernel_lsp.engine.caller.executor_api import ExecutorUnavailable
+    from kernel_lsp.engine.caller.sandbox import SandboxUnavailable
 
     return isinstance(exc, (SandboxUnavailable, ExecutorUnavailable))
 

@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 from kernel_lsp.cli import numbers
 from kernel_lsp.cli.exits import CANCELLED, CANNOT_RUN, OK, PROBLEM, combine, could_not_run, gpu_hint
-from kernel_lsp.engine.tasks import TaskError, find_task
+from kernel_lsp.engine.caller.tasks import TaskError, find_task
 from kernel_lsp.model import Candidate, Evaluation, Task
 from kernel_lsp.source import SourceError, read_text
 
@@ -82,7 +82,7 @@ def _options(ns: argparse.Namespace, gpu: bool) -> dict[str, Any]:
 async def _executor(ns: argparse.Namespace, timeout: float) -> Any:
     """The Executor the settings and --executor / --ray-address ask for (ExecutorUnavailable:
     could not run, exit 2 in main)."""
-    from kernel_lsp.engine.executor import executor_settings, open_executor
+    from kernel_lsp.engine.caller.executor import executor_settings, open_executor
 
     try:
         from kernel_lsp.config import load_settings

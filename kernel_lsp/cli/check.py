@@ -109,7 +109,7 @@ async def check_paths(paths: list[str], settings: Settings) -> list[FileReport]:
 async def verify_reports(reports: list[FileReport], settings: Settings) -> None:
     """The correctness check (no timing) of every checked file that is a Task with a candidate."""
     from kernel_lsp.engine import Engine, find_task
-    from kernel_lsp.engine.tasks import TaskError
+    from kernel_lsp.engine.caller.tasks import TaskError
 
     async with Engine(python=settings.python, device=settings.device, timeout=settings.timeout,
                       options={"arch": settings.effective_arch}) as engine:

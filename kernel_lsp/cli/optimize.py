@@ -22,7 +22,7 @@ from kernel_lsp.agent.budget import Budget
 from kernel_lsp.agent.search import Search, SearchEvent, SearchOptions, SearchResult
 from kernel_lsp.cli import numbers
 from kernel_lsp.cli.exits import CANCELLED, CANNOT_RUN, OK, PROBLEM, CannotRun, could_not_run
-from kernel_lsp.engine.executor_api import ExecutorUnavailable
+from kernel_lsp.engine.caller.executor_api import ExecutorUnavailable
 
 
 def _split_target(spec: str) -> tuple[str, str | None]:
@@ -350,8 +350,8 @@ def summary_lines(result: SearchResult, facts: dict[str, Any]) -> list[str]:
 
 async def _optimize(ns: argparse.Namespace, path: str, show: bool) -> tuple[SearchResult | None, Any, str]:
     from kernel_lsp.engine import find_task
-    from kernel_lsp.engine.executor import executor_settings, open_executor
-    from kernel_lsp.engine.tasks import TaskError
+    from kernel_lsp.engine.caller.executor import executor_settings, open_executor
+    from kernel_lsp.engine.caller.tasks import TaskError
     from kernel_lsp.source import SourceError, read_text
     from kernel_lsp.store import Store
 

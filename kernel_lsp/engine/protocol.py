@@ -17,6 +17,11 @@ import signal
 import traceback
 from typing import Any
 
+# The sandbox's limits, as JSON in the Worker's environment (caller/sandbox.py sets it,
+# worker/fences.py reads it), and the verdict of a candidate stopped by one of them.
+SANDBOX_ENV = "KERNEL_LSP_SANDBOX"
+SANDBOX_VIOLATION = "sandbox_violation"
+
 # Errors raised inside an op that mean out of memory (the torch ones are RuntimeError subclasses).
 OOM_TYPES = {"MemoryError", "OutOfMemoryError", "torch.OutOfMemoryError", "torch.cuda.OutOfMemoryError"}
 OOM_MARKERS = ("out of memory", "outofmemoryerror", "cuda_error_out_of_memory", "memoryerror", "std::bad_alloc")

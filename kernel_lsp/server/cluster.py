@@ -113,7 +113,7 @@ class ClusterLink:
     # -- connecting ----------------------------------------------------------------------------
 
     async def _connect(self, key: tuple[Any, ...], closing: asyncio.Task[None] | None = None) -> None:
-        from kernel_lsp.engine.executor_api import ExecutorUnavailable
+        from kernel_lsp.engine.caller.executor_api import ExecutorUnavailable
 
         address, gpu, max_gpus, timeout, arch = key
         self._set_view({"executor": "ray", "state": "connecting", "address": address, "gpus": 0, "nodes": [],
@@ -125,7 +125,7 @@ class ClusterLink:
             self._show(f"ray_address {address} makes this server part of the cluster; from an editor use "
                        f"the head's Ray Client port (ray://HOST:10001) so a lost head cannot stop the server",
                        types.MessageType.Info)
-        from kernel_lsp.engine.ray_executor import RayExecutor, _import_ray
+        from kernel_lsp.engine.caller.ray_executor import RayExecutor, _import_ray
 
         try:  # importing ray takes a second or more: not on the event loop
             await asyncio.to_thread(_import_ray)

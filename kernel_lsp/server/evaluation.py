@@ -127,7 +127,7 @@ class EvaluationFeature(LanguageFeature):
 
     async def run(self, state: DocumentState, text: str, version: int | None, checks: tuple[str, ...],
                   title: str, cancel, visible: bool) -> Evaluation | None:
-        from kernel_lsp.engine.tasks import TaskError
+        from kernel_lsp.engine.caller.tasks import TaskError
 
         ls = self.server
         progress = WorkProgress(ls, title, on_cancel=cancel)

@@ -124,7 +124,7 @@ async def _job(feature: "OptimizeFeature", state: "DocumentState", run: Any, a: 
     from kernel_lsp.agent.search import SearchOptions
     from kernel_lsp.agent.whole_model import (WholeModelError, WholeModelOptions, integrated_text, optimize_op,
                                               optimized_path)
-    from kernel_lsp.engine.tasks import TaskError
+    from kernel_lsp.engine.caller.tasks import TaskError
     from kernel_lsp.server import handback
     from kernel_lsp.verdicts import CannotRun
 

@@ -203,7 +203,7 @@ class OptimizeFeature(LanguageFeature):
     async def search_job(self, state: DocumentState, run: SearchRun, kind: str, repair_only: bool,
                          op: str | None, title: str, cancel) -> dict[str, Any]:
         from kernel_lsp.agent import Budget, Search, SearchOptions
-        from kernel_lsp.engine.tasks import TaskError
+        from kernel_lsp.engine.caller.tasks import TaskError
         from kernel_lsp.verdicts import CannotRun
 
         ls = self.server

@@ -376,8 +376,8 @@ def test_extracted_tasks_reproduce_each_call(tmp_path):
     """In process: extraction of tasks/mixed.py, then each written Task builds and runs, with
     the captured inputs (integer ids in range, non-negative values, a keyword constant)."""
     from kernel_lsp.agent.whole_model import not_extractable, write_op_tasks
-    from kernel_lsp.engine import build
-    from kernel_lsp.engine.extract import extract
+    from kernel_lsp.engine.worker import build
+    from kernel_lsp.engine.worker.extract import extract
 
     model = tmp_path / "mixed.py"
     shutil.copy(Path(__file__).parent / "tasks" / "mixed.py", model)
@@ -428,8 +428,8 @@ def test_ops_at_maps_lines_to_submodules():
 
 def test_kernel_lsp_inputs_are_the_real_inputs(tmp_path):
     """A model file's kernel_lsp_inputs() (the inputs it really sees) wins over get_inputs()."""
-    from kernel_lsp.engine import build
-    from kernel_lsp.engine.extract import extract
+    from kernel_lsp.engine.worker import build
+    from kernel_lsp.engine.worker.extract import extract
 
     model = tmp_path / "mixed.py"
     model.write_text((Path(__file__).parent / "tasks" / "mixed.py").read_text()

@@ -1,4 +1,4 @@
-"""A stand-in for kernel_lsp.engine.run, loaded by the Worker through
+"""A stand-in for kernel_lsp.engine.worker.run, loaded by the Worker through
 $KERNEL_LSP_RUN_MODULE: it loads the candidate with the real builder and calls its
 ``run()``, so the client's fault handling is tested on real candidate code."""
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_lsp.engine import build
+from kernel_lsp.engine.worker import build
 from kernel_lsp.model import Candidate, Task
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,7 +88,7 @@ def test_two_processes_building_the_same_source_both_succeed(cache, tmp_path):
     src = tmp_path / "same.cu"
     src.write_text(ADD1.replace("1.0f", "2.0f"))
     code = (
-        "import json, sys\nfrom kernel_lsp.engine import build\n"
+        "import json, sys\nfrom kernel_lsp.engine.worker import build\n"
         f"path, r = build.build_cuda(open({str(src)!r}).read(), {str(src)!r}, {{'arch': 'sm_90'}})\n"
         "print(json.dumps({'ok': r.ok, 'cached': r.cached, 'path': path}))\n"
     )
@@ -166,7 +166,7 @@ def test_load_inline_is_cached_by_content_across_processes(cache):
     # A fresh process (another session) loads it from the cache too. The extension's own
     # record is timed: importing cpp_extension itself is a per-process cost, not the build's.
     code = (
-        "import json, torch\nfrom kernel_lsp.engine import build\n"
+        "import json, torch\nfrom kernel_lsp.engine.worker import build\n"
         "with build.capture() as records:\n"
         f"    m, r = build.load_python({INLINE!r}, '/tmp/inline.py')\n"
         "print(json.dumps({'ok': r.ok, 'cached': r.cached, 'seconds': records[0].seconds,"
@@ -231,7 +231,7 @@ async def test_engine_prebuild_uses_the_cpu_pool(cache):
 def test_hooks_patch_cpp_extension_when_it_is_first_imported():
     pytest.importorskip("torch")
     code = (
-        "import sys\nfrom kernel_lsp.engine import build\nbuild.install_hooks()\n"
+        "import sys\nfrom kernel_lsp.engine.worker import build\nbuild.install_hooks()\n"
         "assert 'torch' not in sys.modules  # installing the hook imports nothing heavy\n"
         "from torch.utils.cpp_extension import load_inline, load\n"
         "import torch.utils.cpp_extension as c\n"

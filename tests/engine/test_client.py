@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from kernel_lsp.engine import Engine
-from kernel_lsp.engine.client import EngineTimeout, WorkerDied, looks_secret, worker_environment
-from kernel_lsp.engine.sandbox import Sandbox
-from kernel_lsp.engine.sandbox import status as sandbox_status
+from kernel_lsp.engine.caller.client import EngineTimeout, WorkerDied, looks_secret, worker_environment
+from kernel_lsp.engine.caller.sandbox import Sandbox
+from kernel_lsp.engine.caller.sandbox import status as sandbox_status
 from kernel_lsp.model import Candidate, Task
 from kernel_lsp.store import Store
 
@@ -209,8 +209,8 @@ async def test_python_from_environment(monkeypatch):
 
 @pytest.mark.slow
 async def test_end_to_end_with_check_run_module_on_cpu(tmp_path):
-    """Through CHECK's real kernel_lsp.engine.run with a CPU-only task."""
-    pytest.importorskip("kernel_lsp.engine.run")
+    """Through CHECK's real kernel_lsp.engine.worker.run with a CPU-only task."""
+    pytest.importorskip("kernel_lsp.engine.worker.run")
     ref = (
         "import torch\nimport torch.nn as nn\n"
         "class Model(nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n"

@@ -14,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernel_lsp.engine import build, profile, run, verify  # noqa: E402
+from kernel_lsp.engine.worker import build, profile, run, verify  # noqa: E402
 from kernel_lsp.model import Candidate, Evaluation, Task  # noqa: E402
 
 pytestmark = pytest.mark.gpu

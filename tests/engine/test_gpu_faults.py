@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from kernel_lsp.engine import Engine, build
+from kernel_lsp.engine import Engine
+from kernel_lsp.engine.worker import build
 from kernel_lsp.model import Candidate, Task
 
 pytestmark = pytest.mark.gpu
@@ -31,7 +32,7 @@ extern "C" int launch_spin(int* flag) { spin<<<1, 1>>>(flag); return (int)cudaGe
 
 def cand(body: str) -> Candidate:
     head = (
-        "import ctypes, torch\nfrom kernel_lsp.engine import build\n"
+        "import ctypes, torch\nfrom kernel_lsp.engine.worker import build\n"
         f"SRC = {KERNELS!r}\n"
         "lib, res = build.load_cuda(SRC, '/tmp/kernel_lsp_faults.cu', {})\n"
         "assert lib is not None, res.log\n"
@@ -108,7 +109,7 @@ def get_init_inputs():
 
 
 def test_real_run_faults_then_correct(tmp_path):
-    """Through CHECK's kernel_lsp.engine.run: OOM and a hang in ModelNew, then a correct one."""
+    """Through CHECK's kernel_lsp.engine.worker.run: OOM and a hang in ModelNew, then a correct one."""
     asyncio.run(_real_run_faults_then_correct(tmp_path))
 
 

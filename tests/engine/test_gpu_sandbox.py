@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kernel_lsp.engine import Engine, find_task
-from kernel_lsp.engine import sandbox as sb
+from kernel_lsp.engine.caller import sandbox as sb
 from kernel_lsp.model import Candidate, Task
 
 ROOT = Path(__file__).resolve().parents[2]

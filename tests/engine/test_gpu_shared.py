@@ -18,7 +18,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernel_lsp.engine import build, gpu_share, run  # noqa: E402
+from kernel_lsp.engine.worker import build, gpu_share, run  # noqa: E402
 from kernel_lsp.model import Candidate, Evaluation, Task  # noqa: E402
 from kernel_lsp.verdicts import evaluation_reason  # noqa: E402
 

@@ -99,7 +99,7 @@ class ModelNew(nn.Module):
 
 CHILD = textwrap.dedent('''
     import json, sys, torch
-    from kernel_lsp.engine import build
+    from kernel_lsp.engine.worker import build
     path, out = sys.argv[1], sys.argv[2]
     module, result = build.load_python(open(path).read(), path)
     assert module is not None, result.log[-3000:]
@@ -172,7 +172,7 @@ class ModelNew(nn.Module):
 
 SCALE_ADD_CHILD = textwrap.dedent('''
     import json, sys, torch
-    from kernel_lsp.engine import build
+    from kernel_lsp.engine.worker import build
     path, out = sys.argv[1], sys.argv[2]
     source = open(path).read()
     facts = {}

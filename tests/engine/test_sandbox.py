@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from kernel_lsp.engine import Engine
-from kernel_lsp.engine import sandbox as sb
+from kernel_lsp.engine.caller import sandbox as sb
 from kernel_lsp.model import Candidate, Task
 
 pytestmark = pytest.mark.skipif(not sb.status().available,

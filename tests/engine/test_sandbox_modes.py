@@ -13,8 +13,9 @@ import pytest
 
 from kernel_lsp.config import Settings, SettingsError, load_settings
 from kernel_lsp.engine import Engine
-from kernel_lsp.engine import sandbox as sb
-from kernel_lsp.engine.worker import Worker
+from kernel_lsp.engine.caller import sandbox as sb
+from kernel_lsp.engine.worker import fences
+from kernel_lsp.engine.worker.main import Worker
 from kernel_lsp.model import Candidate, Evaluation, Task
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,7 +71,7 @@ async def test_engine_required_without_bwrap_raises_and_runs_nothing(no_bwrap):
 
 
 async def test_auto_without_bwrap_warns_once_and_records_unsandboxed(no_bwrap, caplog):
-    caplog.set_level(logging.WARNING, logger="kernel_lsp.engine.sandbox")
+    caplog.set_level(logging.WARNING, logger="kernel_lsp.engine.caller.sandbox")
     async with Engine(timeout=20.0, warm=False, env=FAKE, sandbox="auto") as engine:
         ev = await engine.evaluate(TASK, CAND)
     async with Engine(timeout=20.0, warm=False, env=FAKE, sandbox="auto") as engine:
@@ -163,15 +164,15 @@ def test_gpu_nodes_pass_through_with_dev_bind(monkeypatch):
 
 def test_explain_names_each_fence():
     conf = {"processes": 64, "file_mb": 16, "tmp_mb": 32, "home": "/home/me"}
-    assert "process limit (64)" in sb.explain("BlockingIOError: [Errno 11] Resource temporarily unavailable", conf)
-    assert "file size limit (16 MiB)" in sb.explain("OSError: [Errno 27] File too large", conf)
-    assert "scratch space" in sb.explain("OSError: [Errno 28] No space left on device", conf)
-    assert "write outside" in sb.explain("OSError: [Errno 30] Read-only file system: '/w/x'", conf)
-    assert "network" in sb.explain("ConnectionRefusedError: [Errno 111] Connection refused", conf)
-    assert "home folder" in sb.explain("FileNotFoundError: [Errno 2] No such file: '/home/me/.ssh/id'", conf)
-    assert sb.explain("FileNotFoundError: [Errno 2] No such file: '/data/x'", conf) is None
-    assert sb.explain("ValueError: shapes differ", conf) is None
-    assert sb.explain("OSError: [Errno 30] Read-only file system", None) is None or sb.inside() is not None
+    assert "process limit (64)" in fences.explain("BlockingIOError: [Errno 11] Resource temporarily unavailable", conf)
+    assert "file size limit (16 MiB)" in fences.explain("OSError: [Errno 27] File too large", conf)
+    assert "scratch space" in fences.explain("OSError: [Errno 28] No space left on device", conf)
+    assert "write outside" in fences.explain("OSError: [Errno 30] Read-only file system: '/w/x'", conf)
+    assert "network" in fences.explain("ConnectionRefusedError: [Errno 111] Connection refused", conf)
+    assert "home folder" in fences.explain("FileNotFoundError: [Errno 2] No such file: '/home/me/.ssh/id'", conf)
+    assert fences.explain("FileNotFoundError: [Errno 2] No such file: '/data/x'", conf) is None
+    assert fences.explain("ValueError: shapes differ", conf) is None
+    assert fences.explain("OSError: [Errno 30] Read-only file system", None) is None or fences.inside() is not None
 
 
 def test_test_only_ops_are_not_in_the_production_table():
@@ -197,9 +198,9 @@ def test_a_hidden_folder_itself_is_never_bound_back(outside_tmp):
 
 
 def test_no_import_cycle_between_client_and_pool():
-    code = ("import sys, kernel_lsp.engine.pool, kernel_lsp.engine.worker\n"
-            "assert 'kernel_lsp.engine.client' not in sys.modules, 'pool or worker imports the client'\n"
-            "import kernel_lsp.engine.client\n")
+    code = ("import sys, kernel_lsp.engine.caller.pool, kernel_lsp.engine.worker\n"
+            "assert 'kernel_lsp.engine.caller.client' not in sys.modules, 'pool or worker imports the client'\n"
+            "import kernel_lsp.engine.caller.client\n")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=str(ROOT), env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
@@ -236,7 +237,7 @@ async def test_a_sandbox_that_cannot_start_is_not_run_not_a_crash(monkeypatch):
 
 
 def test_workspace_of_is_the_project_a_task_belongs_to(tmp_path: Path) -> None:
-    from kernel_lsp.engine.sandbox import workspace_of
+    from kernel_lsp.engine.caller.sandbox import workspace_of
 
     env = {"HOME": str(tmp_path / "home")}
     proj = tmp_path / "home" / "proj"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_lsp.engine.tasks import TaskError, find_task
+from kernel_lsp.engine.caller.tasks import TaskError, find_task
 
 REF = '''import torch
 import torch.nn as nn
@@ -151,7 +151,7 @@ def test_header_is_not_a_task(tmp_path: Path) -> None:
 def test_tasks_module_does_not_import_torch() -> None:
     import subprocess
 
-    code = "import sys, kernel_lsp.engine.tasks; print('torch' in sys.modules)"
+    code = "import sys, kernel_lsp.engine.caller.tasks; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

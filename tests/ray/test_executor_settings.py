@@ -6,7 +6,7 @@ import pytest
 
 from kernel_lsp.cli import build_parser
 from kernel_lsp.config import Settings, SettingsError
-from kernel_lsp.engine.executor import executor_settings
+from kernel_lsp.engine.caller.executor import executor_settings
 from kernel_lsp.model import Evaluation
 
 

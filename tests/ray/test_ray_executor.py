@@ -18,7 +18,7 @@ from kernel_lsp.agent.budget import Budget
 from kernel_lsp.agent.proposer import Proposal
 from kernel_lsp.agent.search import Search, SearchOptions
 from kernel_lsp.engine import find_task
-from kernel_lsp.engine.executor import open_executor
+from kernel_lsp.engine.caller.executor import open_executor
 from kernel_lsp.model import Candidate
 from kernel_lsp.store import Store
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from kernel_lsp.engine.executor import ExecutorUnavailable, open_executor
+from kernel_lsp.engine.caller.executor import ExecutorUnavailable, open_executor
 from kernel_lsp.store import Store
 
 from .cluster import free_port

@@ -10,10 +10,10 @@ per-sandbox process count (the pid namespace's ``pid_max`` where the kernel allo
 ``RLIMIT_NPROC`` otherwise), a file size limit, core dumps off, and an address-space
 limit for GPU-less Workers only (CUDA reserves far more virtual memory than it uses).
 
-Caller side: ``resolve(mode)`` turns the ``sandbox`` setting (``required | auto | off``)
+Here: ``resolve(mode)`` turns the ``sandbox`` setting (``required | auto | off``)
 into a ``Sandbox`` or None, ``wrap()`` turns a Worker's command line into a sandboxed one,
 ``status()`` says whether a sandbox is available and how to install one.
-Worker side: ``apply_limits()`` at start, ``explain()`` to name a fence a candidate hit.
+The Worker applies the limits and names the fence a candidate hit (worker/fences.py).
 docs/sandbox.md says what is fenced and what is not.
 """
 
@@ -32,11 +32,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernel_lsp.engine import protocol
+
 log = logging.getLogger(__name__)
 
 MODES = ("required", "auto", "off")
-ENV = "KERNEL_LSP_SANDBOX"          # set inside a sandboxed Worker: its limits, as JSON
-VIOLATION = "sandbox_violation"      # the Evaluation verdict for a candidate stopped by a fence
+ENV = protocol.SANDBOX_ENV           # set inside a sandboxed Worker: its limits, as JSON
+VIOLATION = protocol.SANDBOX_VIOLATION
 MIB = 1024 * 1024
 PID_RESERVED = 300                   # the kernel recycles pids from here: a pid_max below it wastes them
 
@@ -311,7 +313,7 @@ def wrap(argv: list[str], env: dict[str, str], cwd: str | None, sandbox: Sandbox
     # Search paths too: a ninja or nvcc in ~/.local/bin, CUDA libraries in a conda env.
     searched = [p for var in ("PYTHONPATH", "PATH", "LD_LIBRARY_PATH", "CPATH", "LIBRARY_PATH")
                 for p in env.get(var, "").split(os.pathsep) if p]
-    readable = [*_python_roots(argv[0]), str(Path(__file__).resolve().parents[2]), *searched,
+    readable = [*_python_roots(argv[0]), str(Path(__file__).resolve().parents[3]), *searched,
                 *[env[v] for v in ("CUDA_HOME", "CUDA_PATH", "VIRTUAL_ENV", "CONDA_PREFIX") if env.get(v)],
                 os.path.join(home, ".local", "lib"), *(p for p in [cwd] if p), *sandbox.readable]
     writable = [*caches.values(), *sandbox.writable]
@@ -370,104 +372,3 @@ def count_processes(child_pid: int) -> int | None:
         return sum(1 for d in os.listdir(f"/proc/{child_pid}/root/proc") if d.isdigit())
     except OSError:
         return None
-
-
-# -- inside the Worker --------------------------------------------------------
-
-
-def inside() -> dict[str, Any] | None:
-    """This process's sandbox limits when it is a sandboxed Worker."""
-    raw = os.environ.get(ENV)
-    if not raw:
-        return None
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def apply_limits() -> dict[str, Any] | None:
-    """Set the resource limits (soft and hard: a candidate cannot raise them again)."""
-    conf = inside()
-    if conf is None:
-        return None
-    import resource
-    import signal
-
-    def cap(which: int, value: int) -> None:
-        try:
-            resource.setrlimit(which, (value, value))
-        except (ValueError, OSError):
-            log.debug("cannot set rlimit %s", which, exc_info=True)
-
-    cap(resource.RLIMIT_CORE, 0)
-    if conf.get("file_mb"):
-        cap(resource.RLIMIT_FSIZE, int(conf["file_mb"]) * MIB)
-        # EFBIG ("File too large") instead of death by SIGXFSZ: the Evaluation can say why.
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    if conf.get("processes") and _kernel() >= (5, 14):
-        # Binds non-root users, counted in the sandbox's own user namespace since 5.14 (before,
-        # it counted every process of the user: a browser's threads would starve the Worker).
-        # Root is bound by the pid namespace's pid_max instead (process.py).
-        cap(resource.RLIMIT_NPROC, int(conf["processes"]))
-    if conf.get("address_space_mb"):
-        cap(resource.RLIMIT_AS, int(conf["address_space_mb"]) * MIB)
-    return conf
-
-
-def _kernel() -> tuple[int, int]:
-    import platform
-
-    try:
-        major, minor = platform.release().split(".")[:2]
-        return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
-    except ValueError:
-        return (0, 0)
-
-
-def _count_tasks() -> int:
-    n = 0
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                n += len(os.listdir(f"/proc/{d}/task"))
-            except OSError:
-                n += 1
-    return n
-
-
-def explain(text: str, conf: dict[str, Any] | None = None) -> str | None:
-    """The fence a failure message shows the candidate hit, in one sentence; None if none."""
-    conf = conf if conf is not None else inside()
-    if conf is None or not text:
-        return None
-    low = text.lower()
-    if f"[errno {errno.EAGAIN}]" in low or "resource temporarily unavailable" in low \
-            or "can't start new thread" in low:
-        return f"the candidate exceeded the process limit ({conf.get('processes')})"
-    if f"[errno {errno.EFBIG}]" in low or "file too large" in low:
-        return f"the candidate exceeded the file size limit ({conf.get('file_mb')} MiB)"
-    if f"[errno {errno.ENOSPC}]" in low or "no space left on device" in low:
-        return f"the candidate filled its scratch space (/tmp holds {conf.get('tmp_mb')} MiB)"
-    if f"[errno {errno.EROFS}]" in low or "read-only file system" in low:
-        return "the candidate tried to write outside its scratch folder (/tmp) and the build cache"
-    net = (errno.ENETUNREACH, errno.ECONNREFUSED, errno.EADDRNOTAVAIL, errno.EHOSTUNREACH)
-    if any(f"[errno {e}]" in low for e in net) or "name or service not known" in low \
-            or "temporary failure in name resolution" in low or "network is unreachable" in low:
-        return "the candidate tried to use the network, which the sandbox blocks"
-    home = str(conf.get("home") or "")
-    if home and home != "/" and ("no such file" in low or "[errno 2]" in low) and home.lower() + "/" in low:
-        return f"the candidate tried to read the home folder ({home}), which the sandbox hides"
-    return None
-
-
-def process_limit_hit() -> bool:
-    """Inside a sandboxed Worker: are (nearly) all the allowed pids in use?"""
-    conf = inside()
-    if not conf or not conf.get("processes"):
-        return False
-    try:
-        return _count_tasks() >= 0.8 * int(conf["processes"])
-    except OSError:
-        return False

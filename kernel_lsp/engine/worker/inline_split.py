@@ -1,4 +1,4 @@
-"""Split a load_inline CUDA source into a device unit and a host unit (Worker side, stdlib only).
+"""Split a load_inline CUDA source into a device unit and a host unit (stdlib only).
 
 nvcc spends about 50 s of a KernelBench candidate's build parsing torch's headers three times
 (cudafe++, cicc, the host compiler) for kernels that use none of them. ``split`` cuts the source

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from kernel_lsp.engine import protocol
-from kernel_lsp.engine import sandbox as sandboxing
+from kernel_lsp.engine.caller import sandbox as sandboxing
 from kernel_lsp.model import CompileResult, Diagnostic, Span
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ def worker_environment(
         if not looks_secret(k):
             env[k] = v
     # The Worker must import this kernel_lsp even under another interpreter.
-    root = str(Path(__file__).resolve().parents[2])
+    root = str(Path(__file__).resolve().parents[3])  # the folder holding kernel_lsp
     parts = [root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]
     env["PYTHONPATH"] = os.pathsep.join(parts)
     env["PYTHONUNBUFFERED"] = "1"

@@ -1,4 +1,4 @@
-"""The fast build of a ``load_inline`` or ``load`` CUDA extension (Worker side; torch, no tree-sitter).
+"""The fast build of a ``load_inline`` or ``load`` CUDA extension (torch, no tree-sitter).
 
 ``inline_split.split`` cuts the CUDA source into a device unit (kernels and generated launchers,
 light CUDA headers) and a host unit (the torch-facing code). Here:
@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from kernel_lsp.engine import inline_split
-from kernel_lsp.engine.cache import cache_root, file_lock
+from kernel_lsp.engine.worker import inline_split
+from kernel_lsp.engine.worker.cache import cache_root, file_lock
 
 PCH_HEADER = """#include <torch/extension.h>
 #include <cuda.h>

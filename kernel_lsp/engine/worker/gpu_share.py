@@ -1,4 +1,4 @@
-"""Worker side: is anyone else using this GPU while we time?
+"""Is anyone else using this GPU while we time?
 
 GPUs in labs and clusters are shared, and a wider Search runs several Workers per GPU. Other
 processes' work slows our timings and widens their spread; it never makes a candidate wrong,

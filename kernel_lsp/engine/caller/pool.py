@@ -22,8 +22,8 @@ import os
 from typing import Any
 
 from kernel_lsp.engine import protocol
-from kernel_lsp.engine import sandbox as sandboxing
-from kernel_lsp.engine.process import (
+from kernel_lsp.engine.caller import sandbox as sandboxing
+from kernel_lsp.engine.caller.process import (
     EngineTimeout,
     WorkerDied,
     WorkerProcess,

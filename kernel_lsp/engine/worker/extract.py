@@ -1,4 +1,4 @@
-"""Worker side: where a model's forward spends its time, per submodule, and what each
+"""Where a model's forward spends its time, per submodule, and what each
 submodule was called with (the Worker op ``extract``).
 
 The model is the Task's reference (``Model(*get_init_inputs())`` under the seed, in eval
@@ -30,7 +30,7 @@ from typing import Any, Iterator
 
 import torch
 
-from kernel_lsp.engine.harness import Harness, to_device
+from kernel_lsp.engine.worker.harness import Harness, to_device
 from kernel_lsp.model import Task
 
 RANGE = "kernel_lsp.module::"
@@ -260,7 +260,7 @@ def extract(task: Task, options: dict[str, Any], builder: Any) -> dict[str, Any]
         model = h.build_model()
     custom = getattr(ref, "kernel_lsp_inputs", None)
     if callable(custom):
-        from kernel_lsp.engine.harness import set_seed
+        from kernel_lsp.engine.worker.harness import set_seed
 
         set_seed(seed)
         inputs = [to_device(v, device) for v in custom()]

@@ -21,7 +21,9 @@ import sys
 import time
 from typing import Any, BinaryIO, Callable
 
-from kernel_lsp.engine import build, protocol, sandbox
+from kernel_lsp.engine.worker import build
+from kernel_lsp.engine import protocol
+from kernel_lsp.engine.worker import fences as sandbox
 from kernel_lsp.model import Candidate, Task
 
 Handler = Callable[[dict[str, Any]], Any]
@@ -54,7 +56,7 @@ class Worker:
             "profile": self.op_profile,
             "build": self.op_build,
             "shutdown": self.op_shutdown,
-            "extract": lambda params: importlib.import_module("kernel_lsp.engine.extract").worker_op(params, build),
+            "extract": lambda params: importlib.import_module("kernel_lsp.engine.worker.extract").worker_op(params, build),
         }
         self.pid = os.getpid()  # a candidate's forked child must never answer on the protocol
         self.sandbox = sandbox.inside()
@@ -100,7 +102,7 @@ class Worker:
     def op_evaluate(self, params: dict[str, Any]) -> dict[str, Any]:
         run = _run_module()
         if run is None:
-            raise RuntimeError("kernel_lsp.engine.run is not available in this Worker")
+            raise RuntimeError("kernel_lsp.engine.worker.run is not available in this Worker")
         task = Task.from_dict(params["task"])
         candidate = Candidate.from_dict(params["candidate"])
         checks = list(params.get("checks") or ["compile", "verify", "bench"])
@@ -119,7 +121,7 @@ class Worker:
     def op_profile(self, params: dict[str, Any]) -> Any:
         run = _run_module()
         if run is None:
-            raise RuntimeError("kernel_lsp.engine.run is not available in this Worker")
+            raise RuntimeError("kernel_lsp.engine.worker.run is not available in this Worker")
         task = Task.from_dict(params["task"])
         candidate = Candidate.from_dict(params["candidate"]) if params.get("candidate") else None
         options = dict(params.get("options") or {})
@@ -224,10 +226,10 @@ _run_cache: list[Any] = []
 
 
 def _run_module() -> Any:
-    """CHECK's kernel_lsp.engine.run, or the module named by $KERNEL_LSP_RUN_MODULE
+    """CHECK's kernel_lsp.engine.worker.run, or the module named by $KERNEL_LSP_RUN_MODULE
     (tests put a small stand-in there); None when it does not exist."""
     if not _run_cache:
-        name = os.environ.get("KERNEL_LSP_RUN_MODULE") or "kernel_lsp.engine.run"
+        name = os.environ.get("KERNEL_LSP_RUN_MODULE") or "kernel_lsp.engine.worker.run"
         try:
             _run_cache.append(importlib.import_module(name))
         except ImportError as exc:
@@ -276,7 +278,7 @@ def main() -> int:
     # $KERNEL_LSP_WORKER_PRELOAD (comma-separated) replaces the list; tests with a
     # stand-in run module set it empty to skip importing torch.
     preloaded: list[str] = []
-    preload = os.environ.get("KERNEL_LSP_WORKER_PRELOAD", "kernel_lsp.engine.bench")
+    preload = os.environ.get("KERNEL_LSP_WORKER_PRELOAD", "kernel_lsp.engine.worker.bench")
     for name in filter(None, (n.strip() for n in preload.split(","))):
         try:
             importlib.import_module(name)

@@ -1,4 +1,4 @@
-"""Worker side: where the time goes.
+"""Where the time goes.
 
 * `hot_ops(fn, inputs, device)`: torch.profiler over a few calls; the top ops by self time
   (device time on CUDA, CPU time otherwise) with their share and call count.
@@ -117,8 +117,8 @@ _CHILD = r"""
 import json, sys
 import torch
 from kernel_lsp.model import Task, Candidate
-from kernel_lsp.engine.harness import Harness
-from kernel_lsp.engine.profile import _child_builder
+from kernel_lsp.engine.worker.harness import Harness
+from kernel_lsp.engine.worker.profile import _child_builder
 job = json.load(open(sys.argv[1]))
 task = Task.from_dict(job["task"])
 cand = Candidate.from_dict(job["candidate"]) if job["candidate"] else None
@@ -139,8 +139,8 @@ with torch.no_grad():
 
 
 def _child_builder() -> Any:
-    """The Worker's build cache: the module kernel_lsp.engine.build (load_python, load_cuda)."""
-    from kernel_lsp.engine import build
+    """The Worker's build cache: the module kernel_lsp.engine.worker.build (load_python, load_cuda)."""
+    from kernel_lsp.engine.worker import build
 
     return build
 
@@ -174,7 +174,7 @@ def ncu_profile(task: Task, candidate: Candidate | None, options: dict[str, Any]
         cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--target-processes", "all",
                "--csv", "--print-units", "base", "--metrics", ",".join(NCU_METRICS), sys.executable, script, job]
         env = dict(os.environ)
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)

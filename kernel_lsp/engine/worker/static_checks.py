@@ -1,6 +1,6 @@
 """Scan a Candidate's source for the patterns of the cheats in docs/cheats.md.
 
-Standard library only (it also runs caller-side). Findings are flags, not verdicts: a
+Standard library only. Findings are flags, not verdicts: a
 flagged Candidate may be correct, but it never counts as an optimized kernel.
 Each finding is `{"flag", "line", "text", "why"}` with a 1-based line.
 """

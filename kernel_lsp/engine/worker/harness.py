@@ -1,4 +1,4 @@
-"""Worker side: turn a Task and a Candidate into callables and input sets.
+"""Turn a Task and a Candidate into callables and input sets.
 
 The reference module comes from `Task.reference_source` through the builder (a fresh
 module per load), the Model is built under a seed, input sets are made under fresh seeds

@@ -1,4 +1,4 @@
-"""Worker side: time a callable the way the best harnesses do.
+"""Time a callable the way the best harnesses do.
 
 The timer and statistics functions are captured HERE, at import, before any candidate code
 is loaded (the Worker imports this module first): a candidate that later reassigns

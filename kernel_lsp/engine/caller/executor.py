@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernel_lsp.engine.client import Engine
-from kernel_lsp.engine.executor_api import EXECUTORS, Executor, ExecutorUnavailable, StatusCallback
+from kernel_lsp.engine.caller.client import Engine
+from kernel_lsp.engine.caller.executor_api import EXECUTORS, Executor, ExecutorUnavailable, StatusCallback
 
 __all__ = ["EXECUTORS", "Executor", "ExecutorUnavailable", "StatusCallback"]
 
@@ -60,7 +60,7 @@ async def open_executor(
         return LocalExecutor(store=store, python=python, device=device, timeout=timeout, options=options)
     if kind != "ray":
         raise ExecutorUnavailable(f"unknown executor {kind!r} (use one of: {', '.join(EXECUTORS)})")
-    from kernel_lsp.engine.ray_executor import RayExecutor  # noqa: PLC0415 - ray only when asked for
+    from kernel_lsp.engine.caller.ray_executor import RayExecutor  # noqa: PLC0415 - ray only when asked for
 
     ex = RayExecutor(ray_address, store=store, gpu=gpu, max_gpus=max_gpus, timeout=timeout,
                      python=python, options=options, on_status=on_status, connect_timeout=connect_timeout)

@@ -1,4 +1,4 @@
-"""Worker side: is the Candidate correct? (the engine's rules and the cheats of docs/cheats.md.)
+"""Is the Candidate correct? (the engine's rules and the cheats of docs/cheats.md.)
 
 Order of work, each step aimed at a known cheat:
 
@@ -37,8 +37,8 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kernel_lsp.engine.options import EngineOptions
-from kernel_lsp.engine.harness import Harness, InputSet, clone_inputs, flat_tensors, tensor_bytes
+from kernel_lsp.engine.worker.options import EngineOptions
+from kernel_lsp.engine.worker.harness import Harness, InputSet, clone_inputs, flat_tensors, tensor_bytes
 
 # KernelBench's current defaults (eval.get_tolerance_for_precision, after torchbench):
 # fp32 1e-4, fp16/bf16 1e-2, used as both atol and rtol. Nothing here is looser.
@@ -84,7 +84,7 @@ HEAVY_OPS = frozenset(
 
 
 def _brings_kernel(h: Harness) -> bool:
-    from kernel_lsp.engine import static_checks
+    from kernel_lsp.engine.worker import static_checks
 
     cand = h.candidate
     return cand is not None and (cand.kind == "cuda" or static_checks.has_kernel(cand.source))

@@ -1,4 +1,4 @@
-"""Worker side: judge one Candidate. `evaluate()` is what the Worker calls.
+"""Judge one Candidate. `evaluate()` is what the Worker calls.
 
 Order: static scan -> compile (build the candidate) -> verify -> bench (only if correct) ->
 profile. A Python exception from the candidate becomes an Evaluation with verdict "error"
@@ -25,7 +25,7 @@ import sys
 import threading
 from typing import Any
 
-from kernel_lsp.engine import bench  # first: captures the timers before any candidate loads
+from kernel_lsp.engine.worker import bench  # first: captures the timers before any candidate loads
 import torch
 import torch.profiler  # noqa: F401  imported now: lazy imports re-wrap torch functions later
 import torch.utils.flop_counter  # noqa: F401
@@ -37,12 +37,12 @@ try:  # dynamo wraps torch.manual_seed & co. when first imported: do it before a
 except Exception:  # pragma: no cover - a torch without dynamo still evaluates
     pass
 
-from kernel_lsp.engine import gpu_share, launch_limits
-from kernel_lsp.engine import profile as profile_mod
-from kernel_lsp.engine import roofline, static_checks
-from kernel_lsp.engine.options import EngineOptions, OptionsError
-from kernel_lsp.engine.harness import CandidateError, Harness, HarnessError, tensor_bytes
-from kernel_lsp.engine.verify import verify
+from kernel_lsp.engine.worker import gpu_share, launch_limits
+from kernel_lsp.engine.worker import profile as profile_mod
+from kernel_lsp.engine.worker import roofline, static_checks
+from kernel_lsp.engine.worker.options import EngineOptions, OptionsError
+from kernel_lsp.engine.worker.harness import CandidateError, Harness, HarnessError, tensor_bytes
+from kernel_lsp.engine.worker.verify import verify
 from kernel_lsp.model import (
     DISQUALIFYING_FLAGS,
     NOISY_SPREAD_PCT,
@@ -80,9 +80,9 @@ class Integrity:
             ("torch.cuda.Event", torch.cuda.Event), ("torch.nn.functional", torch.nn.functional),
             ("time", time), ("builtins", builtins), ("torch.testing", torch.testing),
         ]
-        for name in ("statistics", "kernel_lsp.engine.verify", "kernel_lsp.engine.bench",
-                     "kernel_lsp.engine.harness", "kernel_lsp.engine.run", "kernel_lsp.engine.roofline",
-                     "kernel_lsp.engine.static_checks", "kernel_lsp.model"):
+        for name in ("statistics", "kernel_lsp.engine.worker.verify", "kernel_lsp.engine.worker.bench",
+                     "kernel_lsp.engine.worker.harness", "kernel_lsp.engine.worker.run", "kernel_lsp.engine.worker.roofline",
+                     "kernel_lsp.engine.worker.static_checks", "kernel_lsp.model"):
             module = sys.modules.get(name)
             if module is not None:
                 owners.append((name, module))

@@ -1,4 +1,4 @@
-"""The caller side of the Worker: ``Engine`` (no torch here, never blocks the loop).
+"""``Engine``: asks a Worker for work and waits for it (no torch here, never blocks the loop).
 
 The Engine starts a Worker subprocess on demand (``python -m kernel_lsp.engine.worker``,
 through ``process.WorkerProcess``: allowlisted environment, sandbox), keeps it warm, and
@@ -20,9 +20,9 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from kernel_lsp.engine import protocol
-from kernel_lsp.engine import sandbox as sandboxing
-from kernel_lsp.engine.pool import BuildPool
-from kernel_lsp.engine.process import (  # noqa: F401 - re-exported: callers import them from here
+from kernel_lsp.engine.caller import sandbox as sandboxing
+from kernel_lsp.engine.caller.pool import BuildPool
+from kernel_lsp.engine.caller.process import (  # noqa: F401 - re-exported: callers import them from here
     ENV_ALLOW_EXACT,
     ENV_ALLOW_PREFIX,
     SECRET_WORDS,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Protocol, runtime_checkable
 
-from kernel_lsp.engine.client import Progress
+from kernel_lsp.engine.caller.client import Progress
 from kernel_lsp.model import Candidate, CompileResult, Evaluation, Task
 
 EXECUTORS = ("local", "ray")

@@ -1,6 +1,6 @@
 """Task discovery: which reference and which Candidate a file stands for.
 
-Caller side: standard library only (no torch). The file is read with `ast`, never
+Standard library only (no torch). The file is read with `ast`, never
 executed, so discovery is safe on untrusted text and fast enough for every save.
 
 Rules (the task contract, docs/architecture.md):

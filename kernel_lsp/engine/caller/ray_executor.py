@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from kernel_lsp.engine.client import (
+from kernel_lsp.engine.caller.client import (
     ENV_ALLOW_EXACT,
     ENV_ALLOW_PREFIX,
     Progress,
@@ -43,8 +43,8 @@ from kernel_lsp.engine.client import (
     needs_build,
     record,
 )
-from kernel_lsp.engine.cluster_build import build_in_cluster, unpack_artefact, warm_builder
-from kernel_lsp.engine.executor_api import ExecutorUnavailable, StatusCallback
+from kernel_lsp.engine.caller.cluster_build import build_in_cluster, unpack_artefact, warm_builder
+from kernel_lsp.engine.caller.executor_api import ExecutorUnavailable, StatusCallback
 from kernel_lsp.model import Candidate, CompileResult, Evaluation, Task, source_hash
 
 log = logging.getLogger(__name__)
@@ -121,7 +121,7 @@ class GpuActor:
     local Engine there. Async: profile and shutdown calls are not stuck behind a long evaluate."""
 
     def __init__(self, timeout: float, options: dict[str, Any]) -> None:
-        from kernel_lsp.engine.client import Engine  # noqa: PLC0415
+        from kernel_lsp.engine.caller.client import Engine  # noqa: PLC0415
 
         # The node's own interpreter (its KERNEL_LSP_PYTHON or this one), never the caller's path.
         self.engine = Engine(timeout=timeout, options=options, prebuild=False)

@@ -1,8 +1,8 @@
-"""Builds on a Ray cluster, shared between nodes by content hash (Worker side of ray_executor.py).
+"""Builds on a Ray cluster, shared between nodes by content hash (the Ray tasks of ray_executor.py).
 
 A build runs as a Ray CPU task in a fresh build Worker whose cache is a private folder; the
 files a later load needs travel through Ray's object store, and the GPU actor adds them to its
-node's build cache (``build.cache_root()``) under the names build.py gives them, so its Worker's
+node's build cache (where the sandbox lets its Worker write builds) under the names build.py gives them, so its Worker's
 load is a cache hit. Standard library only at import.
 """
 
@@ -44,9 +44,11 @@ def unpack_artefact(blob: bytes | None, root: Path | None = None) -> int:
     if not blob:
         return 0
     if root is None:
-        from kernel_lsp.engine.cache import cache_root  # noqa: PLC0415
+        from kernel_lsp.engine.caller.sandbox import cache_paths  # noqa: PLC0415
 
-        root = cache_root()
+        # The folder this node's Workers build into (worker/cache.py resolves the same one).
+        root = Path(cache_paths(dict(os.environ))["kernel-lsp"])
+        root.mkdir(parents=True, exist_ok=True)
     written = 0
     with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tar:
         members = [m for m in tar.getmembers() if m.isfile() and _KEEP.match(m.name)]
@@ -71,7 +73,7 @@ def unpack_artefact(blob: bytes | None, root: Path | None = None) -> int:
 def warm_builder() -> int:
     """A Ray CPU task that only starts a worker process with what a build imports, so that the
     first real builds find one idle (ray_executor.RayExecutor._warm_builders)."""
-    from kernel_lsp.engine import pool  # noqa: F401, PLC0415
+    from kernel_lsp.engine.caller import pool  # noqa: F401, PLC0415
 
     return os.getpid()
 
@@ -79,7 +81,7 @@ def warm_builder() -> int:
 def build_in_cluster(kind: str, source: str, filename: str, options: dict[str, Any]) -> tuple[dict[str, Any], bytes | None]:
     """A Ray CPU task: build one Candidate in a fresh build Worker whose cache is a private
     folder, and return (CompileResult, the files a GPU node needs)."""
-    from kernel_lsp.engine.pool import BuildPool  # noqa: PLC0415
+    from kernel_lsp.engine.caller.pool import BuildPool  # noqa: PLC0415
 
     tmp = Path(tempfile.mkdtemp(prefix="kernel-lsp-build-"))
     try:
