@@ -21,10 +21,13 @@ Order of work, each step aimed at a known cheat:
 5. The candidate runs once more under an aten-op recorder: any compute op the reference
    uses (aten.mm, aten._softmax, ...) seen there is flagged `torch_fallback`.
 
-NaN never passes where the reference is finite; a NaN that disappears when the same call
-is repeated without the NaN fill was never written (`unwritten_output`). On CPU the
-allocator cannot be poisoned reliably, so the deterministic fill is what makes
-`torch.empty` read NaN there.
+NaN never passes where the reference is finite. Whether a NaN was written or never written
+is decided by two fills the engine controls, never by what memory held before: the same
+call is repeated with every `torch.empty` & co. filled with a finite sentinel (`sentinel_fill`,
+a dispatch mode: it sees the allocations of C++ extensions too); a NaN that turns finite
+there came from the fill, so the candidate never wrote it (`unwritten_output`); one that stays
+NaN is the candidate's own (`nan`). On CPU the allocator cannot be poisoned reliably, so the
+deterministic fill is what makes `torch.empty` read NaN there.
 """
 
 from __future__ import annotations
@@ -215,12 +218,31 @@ def _mode_stacks_empty() -> bool:
     return torch._C._len_torch_function_stack() == 0 and not _get_current_dispatch_mode_stack()
 
 
+# The finite value `sentinel_fill` writes into fresh tensors (representable in every float
+# format down to fp8, and in every integer type).
+SENTINEL = 42
+_EMPTY_OPS = frozenset(("aten.empty", "aten.empty_like", "aten.empty_strided", "aten.new_empty",
+                        "aten.new_empty_strided", "aten.empty_permuted"))
+
+
+class SentinelFill(TorchDispatchMode):
+    """Every tensor torch.empty & co. hand out (from Python or from a C++ extension) holds
+    SENTINEL instead of whatever its memory held: a fill the engine controls."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        out = func(*args, **(kwargs or {}))
+        if str(func.overloadpacket) in _EMPTY_OPS and isinstance(out, torch.Tensor) and out.numel():
+            out.fill_(True if out.dtype == torch.bool else SENTINEL)
+        return out
+
+
 def call(fn: Callable[..., Any], inputs: list[Any], device: torch.device, who: str,
-         fill: bool = False) -> Any:
+         fill: bool | str = False) -> Any:
+    """fill: True (or "nan"): fresh tensors read NaN / max int; "sentinel": they read SENTINEL."""
     if not _mode_stacks_empty():
         raise _Fail("error", "a torch function/dispatch mode is active before the call: the harness was tampered with")
     try:
-        with nan_fill(fill):
+        with (SentinelFill() if fill == "sentinel" else nan_fill(bool(fill))):
             out = fn(*inputs)
     except _Fail:
         raise
@@ -578,9 +600,9 @@ def _classify_mismatch(h: Harness, ev: dict[str, Any], out: Any, pristine: list[
     assert h.candidate_fn is not None
     where = ev.get("where")
     if ev.get("nonfinite"):
-        # Same call without the NaN fill and with zero-poisoned memory: do the NaNs go away?
-        poison_free_memory(dev, out_sizes, pattern=0x00)
-        again = call(h.candidate_fn, clone_inputs(pristine), dev, "candidate", fill=False)
+        # Same call with fresh tensors holding a finite sentinel instead of NaN: a NaN that
+        # turns finite came from the fill (never written), whatever memory held before.
+        again = call(h.candidate_fn, clone_inputs(pristine), dev, "candidate", fill="sentinel")
         mask = ev.get("nonfinite_mask")
         still = False
         for (name, o), (_, e) in zip(_leaves(again), _leaves(expected)):
