@@ -102,9 +102,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="how many tasks go through KernelBench's load_inline path (default 3; --quick: 1; 0: none)")
     p.add_argument("--quick", action="store_true", help="smoke run: 1 example + 2 tasks, 1 KernelBench task")
     p.add_argument("--only", default="", help="comma-separated candidate names to run (e.g. softmax,relu)")
-    p.add_argument("--engine-inline", type=int, default=3,
-                   help="also evaluate K tasks' load_inline *_new.py through the engine (KernelBench format; "
-                        "the fast split build, docs/fast-builds.md; 0: none)")
+    p.add_argument("--engine-inline", type=int, default=10,
+                   help="KernelBench-format Search throughput: K tasks' load_inline *_new.py, a Search each (start + "
+                        "3 tuner variants), all at once over one Engine (benchmarks/inline_search.py; 0: none)")
+    p.add_argument("--only-inline", action="store_true",
+                   help="run only the --engine-inline phase (no .cu candidates, do_bench, KernelBench path, ncu)")
     p.add_argument("--repeat-task", default=None, help="candidate for the back-to-back check (default: the first)")
     p.add_argument("--no-accuracy", action="store_true", help="skip the do_bench comparison")
     p.add_argument("--no-ncu", action="store_true", help="skip Nsight Compute")
@@ -136,8 +138,30 @@ def kb_task_names(args: argparse.Namespace) -> list[str]:
 
 
 def inline_specs(args: argparse.Namespace) -> list[dict[str, Any]]:
-    return [{"name": f"{n}_new", "group": "inline", "path": str(TASKS / f"{n}_new.py")}
-            for n in TASK_NAMES[: max(0, args.engine_inline)]]
+    # KernelBench-format candidates are measured by the Search phase (inline_names), not one by one.
+    return []
+
+
+def inline_names(args: argparse.Namespace) -> list[str]:
+    return TASK_NAMES[: max(0, min(args.engine_inline, len(TASK_NAMES)))]
+
+
+def inline_search_phase(names: list[str], args: argparse.Namespace, budget: Budget, res: dict[str, Any]) -> None:
+    """benchmarks/inline_search.py on the real Engine (a fresh one: its own GPU Worker and build pool)."""
+    from benchmarks import inline_search
+    from kernel_lsp.engine import Engine
+
+    async def go() -> None:
+        engine = Engine(timeout=args.eval_timeout)
+        try:
+            await inline_search.run_phase(engine, names, res, log, args.eval_timeout,
+                                          deadline_s=max(60.0, budget.remaining()))
+            if not res.get("device"):
+                res["device"] = res["inline_search"].get("device") or {}
+        finally:
+            await asyncio.wait_for(engine.aclose(), 60)
+
+    asyncio.run(go())
 
 
 # -- helpers --------------------------------------------------------------------------------------
@@ -797,6 +821,10 @@ def render_markdown(res: dict[str, Any]) -> str:
         out.append(f"| same tasks only: mean request-to-verified-timing | {fmt(s['ours_same_tasks_mean_cold_s'], 2)} s | "
                    f"{fmt(s.get('kb_mean_s'), 1)} s | ratio {fmt(s.get('speedup_same_tasks_x'), 1)}x | "
                    f"{met(s['speedup_same_tasks_x'] >= TARGETS['speedup_x'])} |")
+    if res.get("inline_search"):
+        from benchmarks import inline_search
+
+        out.append(inline_search.markdown_row(res["inline_search"]))
     if s.get("inline_run"):
         out.append(f"| candidates per GPU-minute, KernelBench-format (ModelNew + load_inline) through the engine | "
                    f"{fmt(s.get('inline_per_gpu_min'), 1)} (n={s.get('inline_correct', 0)}, mean "
@@ -942,12 +970,16 @@ def main(argv: list[str] | None = None) -> int:
     phases: list[tuple[str, Any]] = [
         ("engine", lambda: asyncio.run(engine_phase(specs, inline, args, budget, res, save))),
     ]
-    if not args.no_accuracy:
+    if inline_names(args):
+        phases.append(("inline_search", lambda: inline_search_phase(inline_names(args), args, budget, res)))
+    if args.only_inline:
+        phases = [p for p in phases if p[0] == "inline_search"]
+    elif not args.no_accuracy:
         phases.append(("accuracy", lambda: accuracy_phase(specs, budget, res, cache)))
-    if kb_names:
+    if kb_names and not args.only_inline:
         reserve = 0.0 if args.no_ncu else NCU_RESERVE_S
         phases.append(("kernelbench", lambda: kb_phase(kb_names, budget, res, reserve)))
-    if not args.no_ncu:
+    if not args.no_ncu and not args.only_inline:
         phases.append(("ncu", lambda: ncu_phase(specs, budget, res, cache)))
     try:
         for name, fn in phases:

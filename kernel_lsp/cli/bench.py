@@ -16,7 +16,7 @@ import os
 import sys
 from typing import Any, TextIO
 
-from kernel_lsp.cli import numbers
+from kernel_lsp.cli import numbers, prepare
 from kernel_lsp.cli.exits import CANCELLED, CANNOT_RUN, OK, PROBLEM, combine, could_not_run, gpu_hint
 from kernel_lsp.engine.caller.tasks import TaskError, find_task
 from kernel_lsp.model import Candidate, Evaluation, Task
@@ -107,6 +107,7 @@ async def _bench(ns: argparse.Namespace, err: TextIO
                for path, _, _, error in rows]
         return evs, {}, names, [None] * len(evs)
     async with await _executor(ns, timeout) as engine:
+        prep = prepare.start(engine, [cand for _, _, cand, _ in rows], err)  # precompiled headers, meanwhile
         info = await engine.device_info()
         gpu = bool(info.get("cuda"))
         if not gpu:
@@ -132,6 +133,7 @@ async def _bench(ns: argparse.Namespace, err: TextIO
                 ev.verdict, ev.correct = "not_run", None
                 ev.message = f"{ev.message or 'built'}; {NO_GPU}"
             evs.append(ev)
+        await prepare.finish(prep)
     # The engine's own custom_kernel answer wins; until it gives one, what the source holds.
     customs = [getattr(ev, "custom_kernel", None) if getattr(ev, "custom_kernel", None) is not None else k
                for ev, k in zip(evs, kernels)]
@@ -269,6 +271,7 @@ async def _profile(ns: argparse.Namespace, err: TextIO) -> list[dict[str, Any]]:
     if all(task is None for _, task, _, _ in rows):  # nothing to run: no Worker to start
         return [{"target": os.path.basename(path), "error": error} for path, _, _, error in rows]
     async with await _executor(ns, timeout) as engine:
+        prep = prepare.start(engine, [cand for _, _, cand, _ in rows], err)  # precompiled headers, meanwhile
         info = await engine.device_info()
         gpu = bool(info.get("cuda"))
         if not gpu:

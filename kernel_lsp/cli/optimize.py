@@ -20,7 +20,7 @@ from kernel_lsp.model import Candidate, Evaluation
 
 from kernel_lsp.agent.budget import Budget
 from kernel_lsp.agent.search import Search, SearchEvent, SearchOptions, SearchResult
-from kernel_lsp.cli import numbers
+from kernel_lsp.cli import numbers, prepare
 from kernel_lsp.cli.exits import CANCELLED, CANNOT_RUN, OK, PROBLEM, CannotRun, could_not_run
 from kernel_lsp.engine.caller.executor_api import ExecutorUnavailable
 
@@ -392,12 +392,14 @@ async def _optimize(ns: argparse.Namespace, path: str, show: bool) -> tuple[Sear
         opts.start_engine_options = {"baselines": False}
     search = Search(engine, store, task, cand, proposer, opts)
     live = _Live(show, budget.proposals)
+    prep = prepare.start(engine, [cand], sys.stderr)  # precompiled headers, while the Search starts
     try:
         with live:
             result = await search.run(live)
     except asyncio.CancelledError:
         result = search.result
     finally:
+        await prepare.finish(prep)
         await proposer.aclose()
         await engine.aclose()
     return result, search, target_path

@@ -22,6 +22,7 @@ from pygls.uris import to_fs_path
 from kernel_lsp import __version__
 from kernel_lsp.config import Settings, SettingsError, load_settings
 from kernel_lsp.model import Diagnostic
+from kernel_lsp.server.build_cache import BuildCachePreparation
 from kernel_lsp.server.commands import CommandError
 from kernel_lsp.server.compile import CompileFeature
 from kernel_lsp.server.engine_host import EngineHost
@@ -54,6 +55,7 @@ class KernelLanguageServer(LanguageServer):
         self.evaluation = EvaluationFeature(self)
         self.optimize = OptimizeFeature(self)
         self.navigation = NavigationFeature(self)
+        self.build_cache = BuildCachePreparation(self)
         self.features: list[LanguageFeature] = [self.navigation, self.compile, self.evaluation, self.optimize]
 
     # -- settings ---------------------------------------------------------------------------
@@ -190,6 +192,7 @@ class KernelLanguageServer(LanguageServer):
 
     async def aclose(self) -> None:
         self.watcher.stop()
+        await self.build_cache.aclose()
         await self.jobs.aclose()
         for feature in self.features:
             await feature.aclose()
@@ -219,6 +222,7 @@ def create_server() -> KernelLanguageServer:
         await pull_configuration(ls)
         if ls.root:
             ls.watcher.start(ls.root)
+        ls.build_cache.start()  # the precompiled torch headers, before the first save needs them
 
     @ls.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
     async def did_change_configuration(params: types.DidChangeConfigurationParams) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -224,6 +225,45 @@ async def test_engine_prebuild_uses_the_cpu_pool(cache):
         # The GPU Worker's load_cuda in another process would now hit the same cache entry.
         _, here = build.load_cuda(candidate.source, "/tmp/add1.cu", {"arch": "sm_90"})
         assert here.cached
+    finally:
+        await engine.aclose()
+
+
+@needs_nvcc
+async def test_two_prebuilds_of_one_candidate_at_once_are_one_pool_build(cache):
+    """The Search prebuilds a batch and each evaluate asks again: the second ask waits for the
+    first build instead of taking a second pool slot (which the next Candidate needs)."""
+    from kernel_lsp.engine import Engine
+    from kernel_lsp.engine.caller.pool import BuildPool
+
+    task = Task(name="add1", reference_path="/tmp/add1.py", reference_source="", cuda_path="/tmp/add1.cu")
+    candidate = Candidate(source=ADD1.replace("1.0f", "5.0f"), kind="cuda")
+    other = Candidate(source=ADD1.replace("1.0f", "6.0f"), kind="cuda")
+    engine = Engine(options={"arch": "sm_90"}, env={"KERNEL_LSP_CACHE": str(cache)})
+    asked: list[str] = []
+    try:
+        engine._pool = pool = BuildPool(env={"KERNEL_LSP_CACHE": str(cache)})
+        real = pool.build
+
+        async def counted(kind, source, *a, **kw):
+            asked.append(source)
+            return await real(kind, source, *a, **kw)
+
+        pool.build = counted  # type: ignore[method-assign]
+        results = await asyncio.gather(engine.prebuild(task, candidate), engine.prebuild(task, candidate),
+                                       engine.prebuild(task, other))
+        assert all(r.ok for r in results) and results[0] is results[1]
+        assert asked.count(candidate.source) == 1 and asked.count(other.source) == 1
+        assert engine._prebuilds == {}  # nothing kept once done
+        # a cancelled lone waiter ends its build
+        job = asyncio.ensure_future(engine.prebuild(task, Candidate(source=ADD1.replace("1.0f", "7.0f"),
+                                                                    kind="cuda")))
+        await asyncio.sleep(0.2)
+        (inner,) = [e[0] for e in engine._prebuilds.values()]
+        job.cancel()
+        await asyncio.gather(job, return_exceptions=True)
+        await asyncio.wait([inner], timeout=30)  # the slot's Worker is ended (nvcc may be mid-run)
+        assert inner.cancelled()
     finally:
         await engine.aclose()
 

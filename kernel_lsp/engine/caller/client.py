@@ -81,6 +81,7 @@ class Engine:
         self._lock = asyncio.Lock()  # one GPU, one request at a time; waiters queue here
         self._reaping: set[asyncio.Task[None]] = set()
         self._device_info: dict[str, Any] | None = None
+        self._prebuilds: dict[tuple[str, ...], list[Any]] = {}  # builds in flight: [future, waiters]
         self.restarts = 0
         self.last_stderr = ""
         # The sandbox setting (None: the workspace's, from pyproject.toml, else auto), resolved
@@ -316,8 +317,34 @@ class Engine:
             filename = task.cuda_path or ref.replace(".py", ".cu")
         else:
             filename = ref.replace(".py", "_candidate.py")
-        return await self._pool.build(candidate.kind, candidate.source, filename, opts, timeout=timeout,
-                                      readable=self._readable)
+        # One build per Candidate at a time: the Search prebuilds a batch and each evaluate asks
+        # again; a second ask waits for the first build instead of taking another pool slot.
+        key = (candidate.kind, candidate.source, filename, repr(sorted(opts.items())))
+        entry = self._prebuilds.get(key)
+        if entry is None:
+            job = asyncio.ensure_future(self._pool.build(candidate.kind, candidate.source, filename, opts,
+                                                         timeout=timeout, readable=self._readable))
+            entry = self._prebuilds[key] = [job, 0]
+            job.add_done_callback(lambda j, k=key: self._prebuilds.pop(k, None)
+                                  if self._prebuilds.get(k, [None])[0] is j else None)
+        entry[1] += 1
+        try:
+            return await asyncio.shield(entry[0])
+        except asyncio.CancelledError:
+            if entry[1] == 1 and not entry[0].done():
+                entry[0].cancel()  # the last one waiting: the build is moot
+            raise
+        finally:
+            entry[1] -= 1
+
+    async def prepare_builds(self, announce: Any = None, timeout: float | None = None) -> dict[str, Any]:
+        """Make the fast build's precompiled torch headers now, in a build-pool Worker, so that
+        the first build does not (``BuildPool.prepare``)."""
+        if self._pool is None:
+            self._pool = BuildPool(python=self.python, env=self.extra_env, cwd=self.cwd,
+                                   sandbox=self._sandbox_spec())
+        kw = {"timeout": timeout} if timeout else {}
+        return await self._pool.prepare(announce, {k: v for k, v in self.options.items() if k == "nvcc"}, **kw)
 
     # -- the sandbox --------------------------------------------------------------
 

@@ -32,7 +32,12 @@ from kernel_lsp.engine.caller.process import (
     default_python,
     worker_environment,
 )
-from kernel_lsp.model import CompileResult
+from kernel_lsp.model import Candidate, CompileResult
+
+# What the user reads while the precompiled torch headers are made (docs/fast-builds.md).
+PREPARE_TITLE = "preparing the CUDA build cache, once per torch version"
+PREPARE_TIMEOUT = 900.0  # two light headers at once: 21-33 s on the H200, 25-60 s on 2 busy cores here
+_TORCH_EXTENSION = ("cpp_extension", "load_inline", "PYBIND11_MODULE", "TORCH_LIBRARY", "torch/extension.h")
 
 
 class BuildPool:
@@ -124,6 +129,50 @@ class BuildPool:
                     else:
                         w.kill()
 
+    async def prepare(self, announce: Any = None, options: dict[str, Any] | None = None,
+                      timeout: float = PREPARE_TIMEOUT) -> dict[str, Any]:
+        """Make the precompiled torch headers of the fast build in a slot (no candidate runs):
+        first ask whether there is work, then call ``announce(check)`` (awaited if it is a
+        coroutine) and make them. A build that needs them meanwhile waits on their lock in its
+        own slot and finds them made. Never raises for a Worker's fault: {"state": "failed", ...}."""
+        if self._closed:
+            return {"state": "unavailable", "reason": "the build pool is closed"}
+        async with self._slots:
+            w: WorkerProcess | None = None
+            try:
+                w = await self._acquire([])
+                self._busy.add(w)
+                params: dict[str, Any] = {"check_only": True, "options": options or {}}
+                check, _ = await asyncio.wait_for(w.call("prepare_build", params), self.start_timeout)
+                if not isinstance(check, dict) or check.get("state") != "needed":
+                    return check if isinstance(check, dict) else {"state": "failed", "reason": repr(check)[:200]}
+                if announce is not None:
+                    out = announce(check)
+                    if asyncio.iscoroutine(out):
+                        await out
+                result, _ = await asyncio.wait_for(w.call("prepare_build", {**params, "check_only": False}), timeout)
+                return result if isinstance(result, dict) else {"state": "failed", "reason": repr(result)[:200]}
+            except asyncio.TimeoutError:
+                self._drop(w)
+                w = None
+                return {"state": "failed", "reason": f"ran past {timeout:g} s"}
+            except (EngineTimeout, WorkerDied, WorkerRaised, OSError) as exc:
+                if not isinstance(exc, WorkerRaised) or exc.fatal:
+                    self._drop(w)
+                    w = None
+                return {"state": "failed", "reason": f"{type(exc).__name__}: {exc}"[:300]}
+            except BaseException:
+                self._drop(w)  # cancelled: g++ may still run; end the group (the lock frees with it)
+                w = None
+                raise
+            finally:
+                if w is not None:
+                    self._busy.discard(w)
+                    if w.alive and not self._closed:
+                        self._idle.append(w)  # warm (torch imported) for the first build
+                    else:
+                        w.kill()
+
     def _drop(self, w: WorkerProcess | None) -> None:
         if w is None:
             return
@@ -137,3 +186,30 @@ class BuildPool:
         for w in workers:
             w.kill()
         await asyncio.gather(*(w.reap() for w in workers), return_exceptions=True)
+
+
+def needs_torch_headers(candidate: Candidate | None) -> bool:
+    """A Candidate whose build is a torch extension (the fast build's precompiled headers help)."""
+    return candidate is not None and any(m in candidate.source for m in _TORCH_EXTENSION)
+
+
+def nvcc_present(env: dict[str, str] | None = None) -> bool:
+    """nvcc where the Worker looks for it (CUDA_HOME, PATH, /usr/local/cuda), without starting one."""
+    import shutil  # noqa: PLC0415
+
+    env = dict(os.environ if env is None else env)
+    home = env.get("CUDA_HOME")
+    return bool((home and os.path.exists(os.path.join(home, "bin", "nvcc")))
+                or shutil.which("nvcc", path=env.get("PATH")) or os.path.exists("/usr/local/cuda/bin/nvcc"))
+
+
+def preparing_wanted(env: dict[str, str] | None = None) -> tuple[bool, str]:
+    """(whether to make the headers ahead, why not): $KERNEL_LSP_PREPARE_BUILDS=0 turns it off."""
+    env = dict(os.environ if env is None else env)
+    if env.get("KERNEL_LSP_PREPARE_BUILDS", "1").strip().lower() in ("0", "false", "no", "off"):
+        return False, "KERNEL_LSP_PREPARE_BUILDS is off"
+    if env.get("KERNEL_LSP_FAST_INLINE", "1").strip().lower() in ("0", "false", "no", "off"):
+        return False, "the fast build is off (KERNEL_LSP_FAST_INLINE=0)"
+    if not nvcc_present(env):
+        return False, "no nvcc (CUDA toolkit) here"
+    return True, ""

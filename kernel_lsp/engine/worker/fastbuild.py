@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from kernel_lsp.engine.worker import inline_split
+from kernel_lsp.engine.worker import inline_split, unit_cache
 from kernel_lsp.engine.worker.cache import cache_root, file_lock
 
 PCH_HEADER = """#include <torch/extension.h>
@@ -78,6 +78,7 @@ LIGHT_MAIN = """#include <torch/types.h>
 #include <torch/csrc/utils/pybind.h>
 #include <torch/csrc/autograd/python_variable.h>
 """
+LIGHT_HEADERS = {"host": LIGHT_HOST, "main": LIGHT_MAIN}  # what every fast build's host units need
 # Includes that pull in the whole frontend; blanked (line numbers kept) for the light build.
 _HEAVY_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]torch/(?:extension|torch|all|python)\.h[>"][^\n]*$', re.M)
 HOST_OPT = "-O1"      # the host units are torch glue; the PCH is made with the same level
@@ -93,6 +94,8 @@ class FastBuild:
     log: str = ""
     commands: list[list[str]] = field(default_factory=list)
     full_header: list[str] = field(default_factory=list)  # units that needed torch/extension.h in full
+    compiled: list[str] = field(default_factory=list)     # steps a compiler ran for in this build
+    reused: list[str] = field(default_factory=list)       # steps whose object came from the unit cache
 
 
 def pch_root() -> Path:
@@ -213,12 +216,19 @@ def _host_base(flags: TorchFlags) -> list[str]:
     return [flags.std, "-fPIC", HOST_OPT, *_host_defines(flags), *inc]
 
 
+MADE = "made.json"
+
+
+def pch_dir(flags: TorchFlags, header_text: str) -> Path:
+    """The folder of one precompiled header: per torch build, compiler, flags and header text."""
+    return pch_root() / hashlib.sha256((flags.identity + header_text).encode()).hexdigest()[:20]
+
+
 def ensure_pch(flags: TorchFlags, timeout: float = STEP_TIMEOUT,
                headers: tuple[str, ...] = (PCH_HEADER, PCH_MINIMAL)) -> tuple[Path | None, str, float]:
     """(header to -include, why not, seconds spent building it now). Built once, under a lock;
     ``headers``: the texts to try, in order (the full torch header by default)."""
-    key = hashlib.sha256((flags.identity + headers[0]).encode()).hexdigest()[:20]
-    d = pch_root() / key
+    d = pch_dir(flags, headers[0])
     header = d / "klsp_torch.h"
     gch = d / "klsp_torch.h.gch"
     failed = d / "failed.txt"
@@ -247,7 +257,11 @@ def ensure_pch(flags: TorchFlags, timeout: float = STEP_TIMEOUT,
             failed.write_text(why)
             return None, why, time.perf_counter() - t0
         os.replace(tmp, gch)
-    return header, "", time.perf_counter() - t0
+        spent = time.perf_counter() - t0
+        # Who made it (a background preparation, or a build that could not wait): for the record.
+        with contextlib.suppress(OSError):
+            (d / MADE).write_text(json.dumps({"pid": os.getpid(), "seconds": round(spent, 2), "at": time.time()}))
+    return header, "", spent
 
 
 def light_text(text: str) -> str:
@@ -330,29 +344,6 @@ def _first_error(log: str) -> str:
     return lines[-1][:300] if lines else "no output"
 
 
-def _run_all(jobs: dict[str, list[str]], cwd: Path, timeout: float) -> dict[str, tuple[int, str, float]]:
-    """Run the compile commands at once; {step: (returncode, output, seconds)}."""
-    procs: dict[str, tuple[subprocess.Popen[str], float]] = {}
-    for step, cmd in jobs.items():
-        try:
-            procs[step] = (subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
-                           time.perf_counter())
-        except OSError as exc:
-            for p, _ in procs.values():
-                p.kill()
-            return {step: (127, f"{cmd[0]}: {exc}", 0.0)}
-    out: dict[str, tuple[int, str, float]] = {}
-    for step, (p, t0) in procs.items():
-        try:
-            text, _ = p.communicate(timeout=timeout)
-            out[step] = (p.returncode, text or "", time.perf_counter() - t0)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.communicate()
-            out[step] = (124, f"{step} ran past {timeout:.0f} s", time.perf_counter() - t0)
-    return out
-
-
 @dataclass
 class Unit:
     """One translation unit of a fast build."""
@@ -376,13 +367,19 @@ def _prepare(args: dict[str, Any], nvcc: str, kinds: set[str], res: FastBuild,
     except Exception as exc:  # noqa: BLE001 - any surprise in torch's helpers means: the normal way
         return None, {}, f"torch's build flags: {exc}"
     wanted = [k for k in ("host", "main") if k in kinds]
-    headers = {"host": LIGHT_HOST, "main": LIGHT_MAIN}
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        light = dict(zip(wanted, pool.map(lambda k: ensure_pch(flags, timeout, (headers[k],)), wanted)))
+        light = dict(zip(wanted, pool.map(lambda k: ensure_pch(flags, timeout, (LIGHT_HEADERS[k],)), wanted)))
     for kind, (_, _, secs) in light.items():
         if secs:
             res.steps[f"pch_{kind}"] = secs
     return flags, light, ""
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
 
 
 def _build_units(units: list[Unit], args: dict[str, Any], nvcc: str, res: FastBuild, done: Callable[..., FastBuild],
@@ -426,6 +423,23 @@ def _build_units(units: list[Unit], args: dict[str, Any], nvcc: str, res: FastBu
             res.steps["pch"] = secs
         return pch, why
 
+    def context(u: Unit) -> unit_cache.UnitContext:
+        # The user's headers this unit includes are part of its object's key.
+        dirs = [*u.quote_dirs, *(f[2:] for f in (*user_inc, *u.flags) if f.startswith("-I") and len(f) > 2)]
+        here = Path(u.quote_dirs[0] if u.quote_dirs else build_dir) / "unit"
+        heads: list[tuple[str, str]] = []
+        uses_name = False
+        for h in local_headers(here, u.text, dirs):
+            data = _read_bytes(h)
+            heads.append((str(h), hashlib.sha256(data).hexdigest()))
+            uses_name |= b"TORCH_EXTENSION_NAME" in data
+        return unit_cache.UnitContext(name, tuple(heads), uses_name)
+
+    unit_ctx = {u.step: context(u) for u in units}
+
+    def compile_units(jobs: dict[str, list[str]]) -> dict[str, tuple[int, str, float]]:
+        return unit_cache.compile_all(jobs, build_dir, timeout, res, flags.identity, unit_ctx, flags.includes)
+
     full_pch: Path | None = None
     hosts = [u for u in units if u.kind != "device"]
     full_now = [u.step for u in hosts if light[u.kind][0] is None]  # no light header here: the full one
@@ -438,7 +452,7 @@ def _build_units(units: list[Unit], args: dict[str, Any], nvcc: str, res: FastBu
         pch = light[u.kind][0]
         jobs[u.step] = unit_cmd(u, pch or full_pch, pch is None)  # type: ignore[arg-type]
     res.commands = list(jobs.values())
-    results = _run_all(jobs, build_dir, timeout)
+    results = compile_units(jobs)
     for step, (rc, text, secs) in results.items():
         res.steps[step] = secs
         if text.strip() and rc == 0:
@@ -449,7 +463,7 @@ def _build_units(units: list[Unit], args: dict[str, Any], nvcc: str, res: FastBu
         full_pch, why = full_header()
         if full_pch is None:
             return done(why)
-        retry = _run_all({u.step: unit_cmd(u, full_pch, True) for u in again}, build_dir, timeout)
+        retry = compile_units({u.step: unit_cmd(u, full_pch, True) for u in again})
         for step, (rc, text, secs) in retry.items():
             res.steps[f"{step}_full"] = secs
             results[step] = (rc, text, secs)
@@ -515,14 +529,16 @@ def build_inline(args: dict[str, Any], nvcc: str, link: bool = True, timeout: fl
     if not args.get("no_implicit_headers"):
         # load_inline puts these first; the split keeps torch/types.h on the host side only.
         cuda_text = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n" + cuda_text
-    parts = inline_split.split(cuda_text, filename=str(build_dir / "cuda.cu"))
+    # Name-free file names (the build folder's name carries the candidate's hash): another
+    # candidate with the same host code or main.cpp then has the same unit text (unit_cache).
+    parts = inline_split.split(cuda_text, filename="cuda.cu")
     if not parts.ok:
         return done(parts.fallback_reason)
     extra_cuda = _as_list(args.get("extra_cuda_cflags"))
     name_def = f"#define TORCH_EXTENSION_NAME {name}\n"
     units = [Unit("device", "device", parts.device, extra_cuda),
              Unit("host", "host", name_def + parts.host, _pch_safe(host_flags_from_cuda(extra_cuda))),
-             Unit("main", "main", name_def + f'#line 1 "{build_dir / "main.cpp"}"\n' + main_cpp(args),
+             Unit("main", "main", name_def + '#line 1 "main.cpp"\n' + main_cpp(args),
                   _pch_safe(_as_list(args.get("extra_cflags"))))]
     return _build_units(units, args, nvcc, res, done, link, timeout)
 
@@ -648,3 +664,43 @@ def build_load(args: dict[str, Any], nvcc: str, link: bool = True, timeout: floa
             hosts.append(Unit(f"cpp_{step}", "main", name_def + f'#line 1 "{p}"\n' + text, extra_cflags, folder,
                               f'unit of "{g}"'))
     return _build_units(units + hosts, args, nvcc, res, done, link, timeout)
+
+
+# -- made ahead of the first build ---------------------------------------------------------------------
+
+def prepare(nvcc: str, check_only: bool = False, timeout: float = STEP_TIMEOUT) -> dict[str, Any]:
+    """Make the light precompiled headers every fast build needs, before any build asks (a
+    build-pool Worker does this when the server or the CLI starts). A build that needs them
+    meanwhile waits on the same lock and finds them made (ensure_pch). ``check_only``: only say
+    whether there is work. {"state": "ready" | "needed" | "made" | "failed" | "unavailable", ...}"""
+    try:
+        import torch  # noqa: PLC0415
+    except ImportError:
+        return {"state": "unavailable", "reason": "torch is not installed in the Worker's Python"}
+    if shutil.which(nvcc) is None and not os.path.exists(nvcc):
+        return {"state": "unavailable", "reason": "no nvcc (CUDA toolkit) found"}
+    try:
+        flags = torch_flags(nvcc)
+    except Exception as exc:  # noqa: BLE001 - then the builds take the normal way and say so
+        return {"state": "unavailable", "reason": f"torch's build flags: {exc}"[:300]}
+    out: dict[str, Any] = {"torch": torch.__version__, "pch_root": str(pch_root()), "pid": os.getpid()}
+    missing = [k for k, text in LIGHT_HEADERS.items() if not (pch_dir(flags, text) / "klsp_torch.h.gch").exists()]
+    if not missing:
+        return {**out, "state": "ready"}
+    if check_only:
+        return {**out, "state": "needed", "missing": missing}
+    t0 = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(len(missing)) as pool:
+        made = dict(zip(missing, pool.map(lambda k: ensure_pch(flags, timeout, (LIGHT_HEADERS[k],)), missing)))
+    errors = [f"{k}: {why}" for k, (pch, why, _) in made.items() if pch is None]
+    out.update(seconds=round(time.perf_counter() - t0, 2), made=[k for k, (_, _, secs) in made.items() if secs])
+    if errors:
+        return {**out, "state": "failed", "reason": "; ".join(errors)[:500]}
+    return {**out, "state": "made"}
+
+
+def prepare_op(params: dict[str, Any], build: Any) -> dict[str, Any]:
+    """The Worker's ``prepare_build`` op (no candidate: torch's headers only)."""
+    if not build.fast_inline_enabled():
+        return {"state": "unavailable", "reason": "the fast build is off (fast_inline)"}
+    return prepare(build._find_nvcc(params.get("options")), bool(params.get("check_only")))

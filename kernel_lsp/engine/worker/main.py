@@ -57,6 +57,8 @@ class Worker:
             "build": self.op_build,
             "shutdown": self.op_shutdown,
             "extract": lambda params: importlib.import_module("kernel_lsp.engine.worker.extract").worker_op(params, build),
+            "prepare_build": lambda params: importlib.import_module("kernel_lsp.engine.worker.fastbuild").prepare_op(
+                params, build),
         }
         self.pid = os.getpid()  # a candidate's forked child must never answer on the protocol
         self.sandbox = sandbox.inside()

@@ -1,0 +1,246 @@
+"""The fast build's per-unit object cache (worker/unit_cache.py), with the real nvcc and g++ here:
+a kernel-body edit recompiles the device unit only, a header or flag change recompiles every unit
+it reaches, a module object is reused under another extension's name and still imports, a
+compiler error is replayed, and two processes at once share the cache without corrupting it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from kernel_lsp.engine.worker import fastbuild, unit_cache
+
+NVCC = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+needs_nvcc = pytest.mark.skipif(not os.path.exists(NVCC), reason="needs nvcc")
+ROOT = Path(__file__).resolve().parents[2]
+
+RELU = re.search(r'relu_cuda_source = r"""(.*?)"""', (ROOT / "benchmarks/tasks/relu_new.py").read_text(), re.S).group(1)
+BODY = "y[i] = v > 0.0f ? v : 0.0f;"
+HOST = "const int threads = 256;"
+
+
+@pytest.fixture
+def unit_env(tmp_path, monkeypatch, pch_cache):
+    """A fresh build cache (so a fresh unit cache), the session's precompiled headers, and an nvcc
+    that writes a line per run (the device unit's compiler invocations, counted)."""
+    monkeypatch.setenv("KERNEL_LSP_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("KERNEL_LSP_PCH_CACHE", str(pch_cache))
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")  # the engine sets it (build._cached_torch_build)
+    calls = tmp_path / "nvcc_calls.txt"
+    nvcc = tmp_path / "bin" / "nvcc"
+    nvcc.parent.mkdir()
+    nvcc.write_text(f'#!/bin/sh\necho "$@" >> {calls}\nexec {NVCC} "$@"\n')
+    nvcc.chmod(0o755)
+    return tmp_path, str(nvcc), calls
+
+
+def inline_args(tmp_path: Path, name: str, cuda: str, **kw) -> dict:
+    args = {"name": name, "cpp_sources": "torch::Tensor relu_cuda(torch::Tensor x);", "cuda_sources": cuda,
+            "functions": ["relu_cuda"], "extra_cuda_cflags": ["-O3"], "build_directory": str(tmp_path / "b" / name)}
+    args.update(kw)
+    return args
+
+
+def entries() -> dict[str, float]:
+    """The unit cache's objects and their mtimes."""
+    return {p.parent.name: p.stat().st_mtime_ns for p in unit_cache.units_root().glob(f"*/{unit_cache.OBJECT}")}
+
+
+def nvcc_runs(calls: Path) -> int:
+    return len(calls.read_text().splitlines()) if calls.exists() else 0
+
+
+def defined(obj: Path) -> str:
+    return subprocess.run(["nm", "--defined-only", str(obj)], capture_output=True, text=True, check=True).stdout
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_a_kernel_body_edit_recompiles_the_device_unit_only(unit_env):
+    tmp_path, nvcc, calls = unit_env
+    a = fastbuild.build_inline(inline_args(tmp_path, "relu_a", RELU), nvcc, link=False)
+    assert a.reason == "", a.log[-3000:]
+    assert sorted(a.compiled) == ["device", "host", "main"] and a.reused == []
+    assert nvcc_runs(calls) == 1
+    before = entries()
+    assert len(before) == 3
+
+    # another candidate: the same kernel with another body (its extension name carries a new hash)
+    b = fastbuild.build_inline(inline_args(tmp_path, "relu_b", RELU.replace(BODY, "y[i] = fmaxf(v, 0.0f);")),
+                               nvcc, link=False)
+    assert b.reason == "", b.log[-3000:]
+    assert b.compiled == ["device"] and sorted(b.reused) == ["host", "main"]
+    assert nvcc_runs(calls) == 2                      # one more nvcc run: the device unit's
+    after = entries()
+    assert {k: after[k] for k in before} == before    # the kept objects were not rewritten
+    assert len(after) == 4
+    # main.cpp's object is relu_a's, its module entry point renamed to this extension's
+    main_b = defined(tmp_path / "b" / "relu_b" / "fast_main.o")
+    assert re.search(r" T PyInit_relu_b$", main_b, re.M) and not re.search(r" T PyInit_relu_a$", main_b, re.M)
+    assert "fmaxf" in (tmp_path / "b" / "relu_b" / "fast_device.cu").read_text()
+
+    # an edit of the host code only: its unit, nothing else
+    c = fastbuild.build_inline(inline_args(tmp_path, "relu_c", RELU.replace(HOST, "const int threads = 512;")),
+                               nvcc, link=False)
+    assert c.reason == "" and c.compiled == ["host"] and sorted(c.reused) == ["device", "main"]
+    assert nvcc_runs(calls) == 2
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_a_header_or_flag_change_recompiles_every_unit(unit_env):
+    tmp_path, nvcc, calls = unit_env
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    (inc / "klsp_cfg.h").write_text("#define KLSP_SCALE 1.0f\n")
+    cuda = "#include <klsp_cfg.h>\n" + RELU.replace(BODY, "y[i] = KLSP_SCALE * (v > 0.0f ? v : 0.0f);")
+    cpp = "#include <klsp_cfg.h>\ntorch::Tensor relu_cuda(torch::Tensor x);"
+
+    def build(name: str, **kw) -> fastbuild.FastBuild:
+        fb = fastbuild.build_inline(inline_args(tmp_path, name, cuda, cpp_sources=cpp,
+                                                extra_include_paths=[str(inc)], **kw), nvcc, link=False)
+        assert fb.reason == "", fb.log[-3000:]
+        return fb
+
+    assert sorted(build("cfg_a").compiled) == ["device", "host", "main"]
+    assert build("cfg_b").compiled == []              # nothing changed but the name: all three kept
+    (inc / "klsp_cfg.h").write_text("#define KLSP_SCALE 2.0f\n")  # the user's header, included by all
+    assert sorted(build("cfg_c").compiled) == ["device", "host", "main"]
+    flags = build("cfg_e", extra_cuda_cflags=["-O3", "-DKLSP_FLAG=1"], extra_cflags=["-DKLSP_FLAG=1"])
+    assert sorted(flags.compiled) == ["device", "host", "main"]
+    assert nvcc_runs(calls) == 3
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_a_compile_error_is_replayed_not_recompiled(unit_env):
+    tmp_path, nvcc, calls = unit_env
+    bad = RELU.replace(BODY, "y[i] = undefined_thing;")
+    first = fastbuild.build_inline(inline_args(tmp_path, "bad_a", bad), nvcc, link=False)
+    assert first.reason.startswith("fast device unit failed to compile:") and "undefined_thing" in first.reason
+    assert '"cuda.cu"' in (tmp_path / "b" / "bad_a" / "fast_device.cu").read_text()  # no build folder in it
+    again = fastbuild.build_inline(inline_args(tmp_path, "bad_b", bad), nvcc, link=False)
+    assert again.reason == first.reason, (again.reason, first.reason)
+    assert again.compiled == [] and "device" in again.reused
+    assert nvcc_runs(calls) == 1
+
+
+def test_the_name_stays_in_the_key_unless_only_the_module_uses_it():
+    ctx = unit_cache.UnitContext("ext_1")
+    d = "#define TORCH_EXTENSION_NAME ext_1\n"
+    assert unit_cache.name_mode(d + "int f();", ctx, 3)[1] == "free"
+    assert unit_cache.name_mode(d + "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {}", ctx, 3)[1] == "module"
+    # pybind11 2 names the module from its own PyModuleDef: a renamed object would keep the old name
+    assert unit_cache.name_mode(d + "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {}", ctx, 2)[1] == "named"
+    assert unit_cache.name_mode(d + "TORCH_LIBRARY(TORCH_EXTENSION_NAME, m) {}", ctx, 3)[1] == "named"
+    assert unit_cache.name_mode(d + 'const char* s = "ext_1";', ctx, 3)[1] == "named"
+    assert unit_cache.name_mode(d + "int ext_1_cuda();", ctx, 3)[1] == "free"  # a longer word is not the name
+    header = unit_cache.UnitContext("ext_1", (("/h.h", "0"),), headers_use_name=True)
+    assert unit_cache.name_mode(d + "int f();", header, 3)[1] == "named"
+    # two names, one text: one key when free, two when named
+    other = unit_cache.UnitContext("ext_2")
+    d2 = "#define TORCH_EXTENSION_NAME ext_2\n"
+    free = [unit_cache.unit_key(x + "int f();", ["c++"], "id", c, 3)[0] for x, c in ((d, ctx), (d2, other))]
+    named = [unit_cache.unit_key(x + "TORCH_LIBRARY(TORCH_EXTENSION_NAME, m) {}", ["c++"], "id", c, 3)[0]
+             for x, c in ((d, ctx), (d2, other))]
+    assert free[0] == free[1] and named[0] != named[1]
+
+
+CPU_MODULE = "torch::Tensor twice(torch::Tensor x) { return x * 2; }"
+IMPORT = textwrap.dedent("""
+    import importlib.machinery, importlib.util, sys, torch
+    name, so = sys.argv[1], sys.argv[2]
+    spec = importlib.util.spec_from_loader(name, importlib.machinery.ExtensionFileLoader(name, so))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    print(mod.__name__, mod.twice(torch.ones(3)).tolist())
+""")
+
+
+@pytest.mark.slow
+def test_a_module_object_reused_under_another_name_imports_as_that_extension(tmp_path, monkeypatch, pch_cache):
+    """main.cpp of one extension, reused for another (its PyInit_ renamed), linked against this
+    CPU torch and imported under the new name, in a fresh interpreter."""
+    import dataclasses
+
+    import torch
+
+    if unit_cache.pybind11_major(fastbuild.torch_flags(NVCC).includes) < 3:
+        pytest.skip("pybind11 < 3: the name stays in the key, nothing is renamed")
+    monkeypatch.setenv("KERNEL_LSP_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("KERNEL_LSP_PCH_CACHE", str(pch_cache))
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
+    lib = os.path.join(os.path.dirname(torch.__file__), "lib")
+    cpu = dataclasses.replace(fastbuild.torch_flags(NVCC),
+                              ldflags=(f"-L{lib}", "-lc10", "-ltorch_cpu", "-ltorch", "-ltorch_python"))
+    monkeypatch.setattr(fastbuild, "torch_flags", lambda nvcc: cpu)
+    out = {}
+    for name in ("klsp_twice_a", "klsp_twice_b"):
+        args = {"name": name, "cpp_sources": CPU_MODULE, "functions": ["twice"], "build_directory": str(tmp_path / name)}
+        (tmp_path / name).mkdir()
+        res, done = fastbuild._start()
+        text = f"#define TORCH_EXTENSION_NAME {name}\n" + '#line 1 "main.cpp"\n' + fastbuild.main_cpp(args)
+        fb = fastbuild._build_units([fastbuild.Unit("main", "main", text)], args, NVCC, res, done, True, 600)
+        assert fb.reason == "" and fb.so, fb.log[-3000:]
+        out[name] = fb
+        env = {**os.environ, "LD_LIBRARY_PATH": lib}
+        proc = subprocess.run([sys.executable, "-c", IMPORT, name, fb.so], capture_output=True, text=True, env=env,
+                              timeout=120)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert proc.stdout.split() == [name, "[2.0,", "2.0,", "2.0]"]
+    assert out["klsp_twice_a"].compiled == ["main"] and out["klsp_twice_b"].reused == ["main"]
+
+
+WORKER = textwrap.dedent("""
+    import json, re, sys
+    from pathlib import Path
+    from kernel_lsp.engine.worker import fastbuild
+    cuda, name, out = Path(sys.argv[1]).read_text(), sys.argv[2], sys.argv[3]
+    args = {"name": name, "cpp_sources": "torch::Tensor relu_cuda(torch::Tensor x);", "cuda_sources": cuda,
+            "functions": ["relu_cuda"], "extra_cuda_cflags": ["-O3"], "build_directory": out}
+    fb = fastbuild.build_inline(args, sys.argv[4], link=False)
+    print(json.dumps({"reason": fb.reason, "compiled": fb.compiled, "reused": fb.reused}))
+""")
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_two_processes_at_once_share_the_cache_without_corrupting_it(unit_env):
+    tmp_path, nvcc, calls = unit_env
+    src = tmp_path / "relu.cu"
+    src.write_text(RELU)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    procs = [subprocess.Popen([sys.executable, "-c", WORKER, str(src), f"relu_p{i}", str(tmp_path / f"p{i}"), nvcc],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for i in range(2)]
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=900)
+        assert p.returncode == 0, err[-3000:]
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    assert all(r["reason"] == "" for r in results), results
+    # each unit compiled once between them: whoever came second waited for the lock and reused it
+    for step in ("device", "host", "main"):
+        assert sum(step in r["compiled"] for r in results) == 1, results
+        assert sum(step in r["reused"] for r in results) == 1, results
+    assert nvcc_runs(calls) == 1
+    root = unit_cache.units_root()
+    assert not list(root.glob("*/*.tmp")) and len(entries()) == 3
+    for meta in root.glob(f"*/{unit_cache.META}"):
+        assert json.loads(meta.read_text())["step"] in ("device", "host", "main")
+    for i in range(2):  # both builds' objects are whole: the launchers the host calls, the device defines
+        d = tmp_path / f"p{i}"
+        assert "__klsp_launch_relu_kernel" in defined(d / "fast_device.o")
+        assert f"PyInit_relu_p{i}" in defined(d / "fast_main.o")
+    # and an entry that lost its meta (a crash between the two writes) is a miss, compiled again
+    (entry,) = [p.parent for p in root.glob(f"*/{unit_cache.META}") if "device" in p.read_text()]
+    (entry / unit_cache.META).unlink()
+    again = fastbuild.build_inline(inline_args(tmp_path, "relu_p2", RELU), nvcc, link=False)
+    assert again.compiled == ["device"] and sorted(again.reused) == ["host", "main"]
