@@ -10,6 +10,11 @@ import os
 
 import pytest
 
+# The language server and the CLI prepare the CUDA build cache in the background when they start
+# (caller/pool.py): a pool Worker that imports torch and may build headers for a minute. Tests
+# start many servers; the one that checks the preparation turns it on for itself.
+os.environ.setdefault("KERNEL_LSP_PREPARE_BUILDS", "0")
+
 
 @functools.cache
 def cuda_available() -> bool:

@@ -15,6 +15,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repository, 
 
 from vscode import missing  # noqa: E402
 
+# The server prepares the CUDA build cache in the background when it starts (a torch import
+# and maybe a minute of builds); tests/engine/test_build_cache_prepare_lsp.py checks that, and
+# here it would only compete with VS Code for the CPU.
+os.environ.setdefault("KERNEL_LSP_PREPARE_BUILDS", "0")
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "vscode_e2e: drives a real VS Code (code-server) in Chromium")
