@@ -76,10 +76,24 @@ def _options(ns: argparse.Namespace, gpu: bool) -> dict[str, Any]:
     opts: dict[str, Any] = {"compile_mode": getattr(ns, "compile_mode", "default") or "default"}
     if not gpu:
         opts["device"] = "cpu"
+    if getattr(ns, "remeasure_baselines", False):
+        opts["remeasure_baselines"] = True
     return opts
 
 
-async def _executor(ns: argparse.Namespace, timeout: float) -> Any:
+def _baseline_store(err: TextIO) -> Any:
+    """The workspace store (.kernel-lsp/ in the current folder, as `optimize` uses) where eager
+    and torch.compile times are kept between runs; None (measure every time) when it cannot open."""
+    from kernel_lsp.store import Store
+
+    try:
+        return Store.for_workspace(os.getcwd())
+    except Exception as exc:  # an unwritable folder, a newer schema: measure, keep nothing
+        print(f"kernel-lsp bench: baselines are measured and not kept: {exc}", file=err)
+        return None
+
+
+async def _executor(ns: argparse.Namespace, timeout: float, baselines: Any = None) -> Any:
     """The Executor the settings and --executor / --ray-address ask for (ExecutorUnavailable:
     could not run, exit 2 in main)."""
     from kernel_lsp.engine.caller.executor import executor_settings, open_executor
@@ -90,7 +104,7 @@ async def _executor(ns: argparse.Namespace, timeout: float) -> Any:
         settings = load_settings(os.getcwd())
     except Exception:  # settings are optional for the CLI; defaults apply
         settings = None
-    return await open_executor(timeout=timeout, **executor_settings(settings, ns))
+    return await open_executor(timeout=timeout, baselines=baselines, **executor_settings(settings, ns))
 
 
 async def _bench(ns: argparse.Namespace, err: TextIO
@@ -106,7 +120,19 @@ async def _bench(ns: argparse.Namespace, err: TextIO
         evs = [Evaluation(task=os.path.basename(path), candidate="", verdict="not_run", correct=None, message=error)
                for path, _, _, error in rows]
         return evs, {}, names, [None] * len(evs)
-    async with await _executor(ns, timeout) as engine:
+    store = _baseline_store(err)
+    try:
+        return await _bench_with(ns, err, rows, names, kernels, timeout, store)
+    finally:
+        if store is not None:
+            store.close()
+
+
+async def _bench_with(ns: argparse.Namespace, err: TextIO, rows: list[tuple[str, Task | None, Candidate | None, str]],
+                      names: list[str], kernels: list[bool | None], timeout: float, store: Any
+                      ) -> tuple[list[Evaluation], dict[str, Any], list[str], list[bool | None]]:
+    evs: list[Evaluation] = []
+    async with await _executor(ns, timeout, baselines=store) as engine:
         info = await engine.device_info()
         gpu = bool(info.get("cuda"))
         if not gpu:

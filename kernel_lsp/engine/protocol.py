@@ -125,3 +125,24 @@ def classify_death(returncode: int | None, stderr_tail: str, sandboxed: bool = F
         return "crashed", f"{how} (abort)"
     return "crashed", how
 
+
+
+# -- kept baselines (docs/baselines.md) ---------------------------------------------------------
+# Eager and torch.compile times belong to the reference, its inputs, the GPU, torch, the compile
+# mode and the timing method, not to a candidate: the caller keeps them in the store and sends
+# the ones of a Task's reference in the evaluate options; the Worker, which alone knows the
+# input shapes, the GPU's uuid and torch's version, builds the key and uses a match or measures.
+BASELINE_PARTS = ("reference", "inputs", "gpu", "torch", "compile_mode", "method")
+CACHED_BASELINES = "cached_baselines"        # option: list of baseline records (the store's rows)
+REMEASURE_BASELINES = "remeasure_baselines"  # option: measure them again even when one is kept
+
+
+def baseline_key(parts: dict[str, Any]) -> str:
+    """The one key of a baseline measurement: every part of BASELINE_PARTS, none empty."""
+    import hashlib
+
+    missing = [p for p in BASELINE_PARTS if not str(parts.get(p) or "")]
+    if missing:
+        raise ValueError(f"a baseline key needs {', '.join(missing)}")
+    text = json.dumps([str(parts[p]) for p in BASELINE_PARTS])
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
