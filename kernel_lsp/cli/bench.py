@@ -209,6 +209,31 @@ def _ms(x: float | None) -> str:
     return "-" if x is None else (f"{x:.4g}")
 
 
+def _ms_spread(t: Any) -> str:
+    return "-" if t is None else f"{t.median_ms:.4g} ±{t.spread_pct:.1f}%"
+
+
+def baselines_sentence(ev: Evaluation) -> str:
+    """How this run had its baselines: kept (and since when) or measured now, and why."""
+    import time as _time
+
+    b = getattr(ev, "baselines", None)
+    if not isinstance(b, dict):
+        return ""
+    when = b.get("measured_at")
+    stamp = _time.strftime("%Y-%m-%d %H:%M", _time.localtime(when)) if isinstance(when, (int, float)) else "?"
+    if b.get("cached"):
+        return (f"baselines kept from {stamp} (same reference, inputs, GPU, torch and compile mode; "
+                "--remeasure-baselines times them again)")
+    how = "interleaved with the candidate" if b.get("interleaved") else "measured now"
+    tail = ""
+    if b.get("why") and b["why"] != "none kept yet":
+        tail = f"; {b['why']}"
+    if not b.get("keep"):
+        tail += "" if "not kept" in tail else "; not kept"
+    return f"baselines measured now, {how}{tail}"
+
+
 def bench_main(ns: argparse.Namespace) -> int:
     out, err = sys.stdout, sys.stderr
     try:
@@ -241,7 +266,8 @@ def _bench_table(evs: list[Evaluation], info: dict[str, Any], names: list[str], 
     clocks = f", SM {info['sm_clock_mhz']:.0f} MHz" if isinstance(info.get("sm_clock_mhz"), (int, float)) else ""
     shared = " (shared with other processes)" if info.get("shared") or info.get("shared_gpu") else ""
     table = Table(title=f"kernel-lsp bench on {where}{clocks}{shared}", title_justify="left")
-    for col in ("file", "verdict", "kind", "ms", "spread", "eager ms", "compile ms", "vs eager", "vs compile", "flags"):
+    for col in ("file", "verdict", "kind", "ms", "spread", "eager ms (spread)", "compile ms (spread)", "vs eager",
+                "vs compile", "flags"):
         left = col in ("file", "verdict", "kind", "flags")
         table.add_column(col, justify="left" if left else "right", no_wrap=col in ("file", "verdict"))
     for name, ev, custom in zip(names, evs, customs):
@@ -254,8 +280,7 @@ def _bench_table(evs: list[Evaluation], info: dict[str, Any], names: list[str], 
                 numbers.label_for(ev.flags, custom) if ev.verdict == "correct" else "-")
         table.add_row(name, f"[{color}]{shown}[/{color}]", kind, _ms(ev.time.median_ms if ev.time else None),
                       f"{ev.time.spread_pct:.1f}%" if ev.time else "-",
-                      _ms(ev.eager.median_ms if ev.eager else None),
-                      _ms(ev.compiled.median_ms if ev.compiled else None),
+                      _ms_spread(ev.eager), _ms_spread(ev.compiled),
                       "-" if hide else numbers.speedup_text(ev.speedup_eager, numbers.ratio_spread(ev.time, ev.eager),
                                                             short=True),
                       "-" if hide else numbers.speedup_text(ev.speedup_compile, numbers.ratio_spread(ev.time, ev.compiled),
@@ -266,6 +291,9 @@ def _bench_table(evs: list[Evaluation], info: dict[str, Any], names: list[str], 
         if ev.message and not _reference_only(ev):
             why = "not run: " if status(ev) == CANNOT_RUN else ""
             console.print(f"[bold]{name}[/bold]: {why}{ev.message}", soft_wrap=True)
+        said = baselines_sentence(ev)
+        if said:
+            console.print(f"{name}: {said}", soft_wrap=True)
         warn = numbers.spread_warning(name, numbers.ratio_spread(ev.time, ev.eager, ev.compiled))
         if warn:
             console.print(f"[yellow]{warn}[/yellow]", soft_wrap=True)

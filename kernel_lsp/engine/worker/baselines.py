@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from kernel_lsp.engine import protocol
-from kernel_lsp.model import Timing, source_hash
+from kernel_lsp.model import NOISY_SPREAD_PCT, Timing, source_hash
 
 # The timing method, part of every key: change it when bench.py measures differently, so
 # that no number measured the old way is compared with one measured the new way.
@@ -123,6 +123,21 @@ def record(p: Plan, eager: Timing | None, compiled: Timing | None, lead_us: floa
         "eager": eager.to_dict() if eager else None, "compiled": compiled.to_dict() if compiled else None,
         "lead_us": lead_us, "notes": list(notes), "flags": list(flags), "interleaved": interleaved,
     }
+
+
+def too_noisy(eager: Timing | None, compiled: Timing | None, options: Any) -> str:
+    """Why baselines this noisy are not kept ("" when they may be): a number reused for days must
+    be one that holds still; the spread above which a timing is a warning (NOISY_SPREAD_PCT)
+    is the limit (option `baseline_keep_spread_pct` moves it)."""
+    raw = getattr(options, "raw", None) or {}
+    try:
+        limit = float(raw.get("baseline_keep_spread_pct", NOISY_SPREAD_PCT))
+    except (TypeError, ValueError):
+        limit = NOISY_SPREAD_PCT
+    for name, t in (("eager", eager), ("torch.compile", compiled)):
+        if t is not None and not t.spread_pct <= limit:
+            return f"not kept: the {name} spread is {t.spread_pct:.1f} % (above {limit:g} %)"
+    return ""
 
 
 def used(p: Plan) -> dict[str, Any]:

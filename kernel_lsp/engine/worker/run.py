@@ -560,6 +560,9 @@ def _bench_on(h: Harness, options: EngineOptions, ev: Evaluation, extra: dict[st
         ev.baselines = {**kept_baselines.record(plan, ev.eager, ev.compiled, lead_us, b_notes, failed,
                                                 interleaved=candidate_too),
                         "cached": False, "keep": plan.key is not None, "why": plan.why}
+        noisy = kept_baselines.too_noisy(ev.eager, ev.compiled, options)
+        if noisy:
+            ev.baselines["keep"], ev.baselines["why"] = False, noisy
     elif candidate_too:
         ev.baselines = None  # not asked for (a Search's later candidates)
     shared = sharing.finish()
