@@ -40,6 +40,40 @@ def test_every_key_part_changes_the_key_and_none_may_be_missing():
     assert BASELINE_COLUMNS == protocol.BASELINE_PARTS  # one column per key part
 
 
+INLINE = TASK.replace("class ModelNew(nn.Module):", '''cuda_src = """__global__ void k(float* y) { y[0] = 1.0f; }"""
+ext = load_inline(name="k", cpp_sources="", cuda_sources=cuda_src)
+
+
+class ModelNew(nn.Module):''').replace("import torch.nn as nn", "import torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline")
+
+
+def test_the_reference_part_ignores_the_candidate_comments_and_layout_but_not_the_reference():
+    fp = protocol.reference_fingerprint
+    base = fp(INLINE)
+    same = [
+        INLINE.replace("class ModelNew(nn.Module):", "# a comment\nclass ModelNew(nn.Module):"),
+        INLINE.replace("y[0] = 1.0f;", "y[0] = 2.0f;"),            # a kernel-body edit
+        INLINE.replace("            out[i] = torch.dot(x[i], ones)", "            out[i] = (x[i] * ones).sum()"),
+        INLINE.replace("    def forward(self, x):\n        return x.sum(dim=1)",
+                       "    def forward(self, x):\n\n        return x.sum(dim=1)  # the sum"),
+        '''"""A docstring."""\n''' + INLINE,
+    ]
+    for text in same:
+        assert fp(text) == base, text
+    changed = [
+        INLINE.replace("return x.sum(dim=1)", "return x.sum(dim=0)"),          # the reference's code
+        INLINE.replace("torch.randn(384, 256)", "torch.randn(384, 512)"),      # its inputs
+        INLINE.replace("def get_init_inputs():\n    return []", "def get_init_inputs():\n    return [3]"),
+        "torch.backends.cuda.matmul.allow_tf32 = True\n" + INLINE,            # a setting it runs under
+        INLINE.replace("return [torch.randn(384, 256)]", "return [torch.randn(N, 256)]") + "\nN = 384\n",
+    ]
+    for text in changed:
+        assert fp(text) != base, text
+    n1 = INLINE.replace("return [torch.randn(384, 256)]", "return [torch.randn(N, 256)]") + "\nN = 384\n"
+    assert fp(n1) != fp(n1.replace("N = 384", "N = 512"))  # a constant get_inputs uses
+    assert fp("def broken(:\n") != fp("def broken(:\n ")  # unparsable: the text itself
+
+
 # -- the store -------------------------------------------------------------------------------------
 
 def test_a_store_of_the_previous_schema_migrates_and_keeps_its_history(tmp_path):

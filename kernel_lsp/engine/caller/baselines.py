@@ -11,7 +11,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Iterable
 
 from kernel_lsp.engine import protocol
-from kernel_lsp.model import Evaluation, Task, source_hash
+from kernel_lsp.model import Evaluation, Task
 
 if TYPE_CHECKING:
     from kernel_lsp.store import Store
@@ -24,7 +24,7 @@ _NOT_KEPT = ("cached", "keep", "why")  # what an Evaluation says about them, not
 
 def reference_hash(task: Task) -> str:
     """The `reference` part of a baseline key (the Worker hashes the same text the same way)."""
-    return source_hash(task.reference_source, "reference")
+    return protocol.reference_fingerprint(task.reference_source)
 
 
 def kept_for(store: "Store | None", task: Task) -> list[dict[str, Any]]:
