@@ -81,6 +81,20 @@ def _options(ns: argparse.Namespace, gpu: bool) -> dict[str, Any]:
     return opts
 
 
+def _early_prebuild(engine: Any, rows: list[tuple[str, Task | None, Candidate | None, str]]) -> Any:
+    """Build the first candidate that needs a build in the CPU pool while the GPU Worker starts
+    (its torch import and CUDA init), when the GPU's arch is known without it (nvidia-smi): the
+    evaluation then finds the pool warm and the build cached. None where it cannot start early."""
+    from kernel_lsp.config import detect_arch
+    from kernel_lsp.engine.caller.client import needs_build
+
+    first = next(((t, c) for _, t, c, _ in rows if t is not None and c is not None and needs_build(c)), None)
+    arch = detect_arch() if first is not None else None
+    if first is None or arch is None or not hasattr(engine, "prebuild"):
+        return None
+    return asyncio.ensure_future(engine.prebuild(first[0], first[1], {"arch": arch}))
+
+
 def _baseline_store(err: TextIO) -> Any:
     """The workspace store (.kernel-lsp/ in the current folder, as `optimize` uses) where eager
     and torch.compile times are kept between runs; None (measure every time) when it cannot open."""
@@ -120,20 +134,33 @@ async def _bench(ns: argparse.Namespace, err: TextIO
         evs = [Evaluation(task=os.path.basename(path), candidate="", verdict="not_run", correct=None, message=error)
                for path, _, _, error in rows]
         return evs, {}, names, [None] * len(evs)
+    phases = getattr(ns, "_phases", None)
+    if phases is not None:
+        phases.begin("opening the store")
     store = _baseline_store(err)
     try:
         return await _bench_with(ns, err, rows, names, kernels, timeout, store)
     finally:
         if store is not None:
             store.close()
+        if phases is not None:
+            phases.end()
 
 
 async def _bench_with(ns: argparse.Namespace, err: TextIO, rows: list[tuple[str, Task | None, Candidate | None, str]],
                       names: list[str], kernels: list[bool | None], timeout: float, store: Any
                       ) -> tuple[list[Evaluation], dict[str, Any], list[str], list[bool | None]]:
     evs: list[Evaluation] = []
+    phases = getattr(ns, "_phases", None)
+    if phases is not None:
+        phases.begin("starting the Worker (spawn, torch import, CUDA init)")
     async with await _executor(ns, timeout, baselines=store) as engine:
+        early = _early_prebuild(engine, rows)
         info = await engine.device_info()
+        if early is not None:  # the evaluation's own prebuild then finds the pool warm, the build cached
+            if phases is not None:
+                phases.begin("waiting for the early build")
+            await asyncio.gather(early, return_exceptions=True)
         gpu = bool(info.get("cuda"))
         if not gpu:
             print("kernel-lsp: no CUDA GPU visible: verifying and timing PyTorch tasks on the CPU; "
@@ -152,12 +179,23 @@ async def _bench_with(ns: argparse.Namespace, err: TextIO, rows: list[tuple[str,
                 checks = ("compile",)
             else:
                 checks = ("compile", "verify", "bench")
-            ev = await engine.evaluate(task, cand, checks, timeout=timeout, options=opts)
+            more: dict[str, Any] = {}
+            if phases is not None:
+                from kernel_lsp.cli.timings import progress_stamper
+
+                more["progress"] = progress_stamper(phases, os.path.basename(path))
+            ev = await engine.evaluate(task, cand, checks, timeout=timeout, options=opts, **more)
+            if phases is not None:
+                from kernel_lsp.cli.timings import worker_phases
+
+                worker_phases(phases, ev)
             if checks == ("compile",) and ev.verdict in ("not_run", "correct") and "GPU" not in ev.message:
                 # Only built, as asked: say why nothing ran (and never count it as checked).
                 ev.verdict, ev.correct = "not_run", None
                 ev.message = f"{ev.message or 'built'}; {NO_GPU}"
             evs.append(ev)
+        if phases is not None:
+            phases.begin("stopping the Workers")
     # The engine's own custom_kernel answer wins; until it gives one, what the source holds.
     customs = [getattr(ev, "custom_kernel", None) if getattr(ev, "custom_kernel", None) is not None else k
                for ev, k in zip(evs, kernels)]
@@ -236,16 +274,27 @@ def baselines_sentence(ev: Evaluation) -> str:
 
 def bench_main(ns: argparse.Namespace) -> int:
     out, err = sys.stdout, sys.stderr
+    if getattr(ns, "timings", False):
+        from kernel_lsp.cli.timings import Phases
+
+        ns._phases = Phases()
     try:
         evs, info, names, customs = asyncio.run(_bench(ns, err))
     except KeyboardInterrupt:
         return CANCELLED
+    phases = getattr(ns, "_phases", None)
+    if phases is not None:
+        phases.end()
+        phases.print(err)
     code = combine(status(ev) for ev in evs) if evs else CANNOT_RUN
     not_run = [ev.message for ev in evs if status(ev) == CANNOT_RUN and ev.candidate]
     hint = gpu_hint(" ".join(not_run), None) if not_run else None
     if getattr(ns, "json", False):
-        json.dump({"targets": [_summary(ev, info, c) for ev, c in zip(evs, customs)], "device": info, "status": code,
-                   "hint": hint}, out, indent=2, default=str)
+        doc = {"targets": [_summary(ev, info, c) for ev, c in zip(evs, customs)], "device": info, "status": code,
+               "hint": hint}
+        if phases is not None:
+            doc["timings"] = phases.to_dict()
+        json.dump(doc, out, indent=2, default=str)
         out.write("\n")
     else:
         _bench_table(evs, info, names, customs, out)

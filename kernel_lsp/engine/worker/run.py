@@ -322,8 +322,10 @@ def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options
         ev.verdict, ev.message = "not_run", NO_GPU if candidate is not None and candidate.kind == "cuda" else NO_GPU_TASK
         return
     h = Harness(task, candidate, builder, device=dev, seed=seed, build_options=options.raw)
+    t_phase = bench._perf_counter_ns()
     h.load_reference()
     h.build_model()
+    _phase(extra, "reference_s", t_phase)
 
     if candidate is None:
         ev.verdict, ev.message = "not_run", "the reference alone"
@@ -334,8 +336,10 @@ def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options
         return
 
     threads_before = set(threading.enumerate())
+    t_phase = bench._perf_counter_ns()
     with _thread_origins():
         fn, result = h.build_candidate()
+    _phase(extra, "build_candidate_s", t_phase)
     ev.compile = result
     if fn is None:
         ev.verdict, ev.correct = "compile_error", False
@@ -351,8 +355,10 @@ def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options
             ev.profile = _profile(h, task, candidate, options, dev)
         return
 
+    t_phase = bench._perf_counter_ns()
     with _thread_origins():
         vr = verify(h, options)
+    _phase(extra, "verify_s", t_phase)
     # Python threads the candidate left running (the baselines' own compile threads come later;
     # threads torch starts for itself, like torch.compile's compile pool, are not the candidate's).
     started = [t for t in threading.enumerate() if t not in threads_before and t.is_alive()
@@ -382,6 +388,11 @@ def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options
                nbytes=vr.input_bytes + vr.output_bytes, integrity=integrity)
     if "profile" in checks:
         ev.profile = _profile(h, task, candidate, options, dev)
+
+
+def _phase(extra: dict[str, Any], name: str, t0_ns: int) -> None:
+    """Seconds a step of this evaluation took (evidence["phases"]: where an evaluation's time goes)."""
+    extra.setdefault("phases", {})[name] = (bench._perf_counter_ns() - t0_ns) / 1e9
 
 
 def _explain_launch(ev: Evaluation, candidate: Candidate, dev: torch.device) -> None:
