@@ -88,6 +88,8 @@ def _early_prebuild(engine: Any, rows: list[tuple[str, Task | None, Candidate | 
     from kernel_lsp.config import detect_arch
     from kernel_lsp.engine.caller.client import needs_build
 
+    if getattr(engine, "kind", "local") != "local":  # a cluster's GPUs are not this machine's
+        return None
     first = next(((t, c) for _, t, c, _ in rows if t is not None and c is not None and needs_build(c)), None)
     arch = detect_arch() if first is not None else None
     if first is None or arch is None or not hasattr(engine, "prebuild"):
