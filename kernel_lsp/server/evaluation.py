@@ -458,11 +458,21 @@ def ran_on(ev: Evaluation) -> str:
     return "ran on this machine"
 
 
-def lens_tooltip(m: Measurement) -> str:
-    """The numbers lens' tooltip: both baselines with their spreads and how they were had,
-    where they were measured, on what GPU, which version."""
+def where_words(m: Measurement) -> str:
+    """Where the numbers were measured, on what GPU, which version."""
     ev = m.evaluation
-    parts = []
+    parts = [ran_on(ev)]
+    if isinstance(ev.device, dict) and ev.device.get("name"):
+        parts.append(f"on {ev.device['name']}")
+    parts.append(version_words(m))
+    return " · ".join(parts)
+
+
+def lens_tooltip(m: Measurement) -> str:
+    """The numbers lens' tooltip: where (where_words), then this code and both baselines with
+    their spreads, and how the baselines were had (kept or measured now)."""
+    ev = m.evaluation
+    parts = [where_words(m)]
     for label, t in (("this code", None if m.reference_only else ev.time), ("eager", ev.eager),
                      ("torch.compile", ev.compiled)):
         if t is not None:
@@ -470,10 +480,6 @@ def lens_tooltip(m: Measurement) -> str:
     said = baselines_words(ev)
     if said:
         parts.append(said)
-    parts.append(ran_on(ev))
-    if isinstance(ev.device, dict) and ev.device.get("name"):
-        parts.append(f"on {ev.device['name']}")
-    parts.append(version_words(m))
     return " · ".join(parts)
 
 
@@ -511,7 +517,7 @@ def status_entry(state: DocumentState) -> dict[str, Any] | None:
             "verdict": ev.verdict, "speedupEager": None if m.reference_only else ev.speedup_eager,
             "speedupCompile": None if m.reference_only else ev.speedup_compile,
             "spreadPct": ev.time.spread_pct if ev.time else None, "rewrite": is_rewrite(ev),
-            "referenceOnly": m.reference_only, "where": lens_tooltip(m)}
+            "referenceOnly": m.reference_only, "where": where_words(m)}
 
 
 def verdict_words(ev: Evaluation) -> str:
