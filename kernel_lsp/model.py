@@ -240,6 +240,11 @@ class Evaluation(_Record):
         return None if s is None else s < 1.0
     executor: str = "local"              # where it ran: "local" (a subprocess here) or "ray"
     node: str | None = None              # the Ray node (address and id) it ran on; None locally
+    # How eager and torch.compile were had: {"cached": True} kept from an earlier measurement
+    # (with its "measured_at", epoch seconds), or measured now ("interleaved" with the candidate,
+    # "keep": whether the caller should keep them); "key"/"parts" say what they hold for
+    # (docs/baselines.md). None when no baselines were asked for.
+    baselines: dict[str, Any] | None = None
 
     @property
     def speedup_eager(self) -> float | None:
@@ -274,6 +279,10 @@ class Evaluation(_Record):
             "shared_gpu": self.shared_gpu,
             "executor": self.executor,
             "node": self.node,
+            "eager_spread_pct": self.eager.spread_pct if self.eager else None,
+            "compile_spread_pct": self.compiled.spread_pct if self.compiled else None,
+            "baselines_cached": (bool(self.baselines.get("cached")) if self.baselines else None),
+            "baselines_measured_at": (self.baselines.get("measured_at") if self.baselines else None),
         }
 
 

@@ -26,6 +26,8 @@ from kernel_lsp.model import Candidate, Evaluation, Task
 STORE_DIR = ".kernel-lsp"
 STORE_FILE = "store.sqlite"
 SEARCH_STATES = ("running", "done", "cancelled", "failed")
+# The parts of a baseline's key, one column each (engine/protocol.py BASELINE_PARTS).
+BASELINE_COLUMNS = ("reference", "inputs", "gpu", "torch", "compile_mode", "method")
 
 
 class StoreError(Exception):
@@ -97,6 +99,22 @@ MIGRATIONS: list[list[str]] = [
             created REAL NOT NULL,
             UNIQUE (search, candidate)
         )""",
+    ],
+    [
+        # Eager and torch.compile times kept per reference, inputs, GPU, torch, compile mode and
+        # timing method (engine/protocol.py BASELINE_PARTS; the key hashes them all).
+        """CREATE TABLE baselines (
+            key TEXT PRIMARY KEY,
+            reference TEXT NOT NULL,
+            inputs TEXT NOT NULL,
+            gpu TEXT NOT NULL,
+            torch TEXT NOT NULL,
+            compile_mode TEXT NOT NULL,
+            method TEXT NOT NULL,
+            data TEXT NOT NULL,
+            measured REAL NOT NULL
+        )""",
+        "CREATE INDEX baselines_reference ON baselines(reference, measured)",
     ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -339,6 +357,38 @@ class Store:
         ev = Evaluation.from_dict(json.loads(row["data"]))
         cand = self.candidate(ev.candidate)
         return (cand, ev) if cand is not None else None
+
+    # -- baselines ---------------------------------------------------------
+
+    def put_baseline(self, record: dict[str, Any]) -> str:
+        """Keep one baseline measurement (a Worker's record: key, parts, eager, compiled,
+        measured_at, ...); a newer one under the same key replaces the older."""
+        parts = record.get("parts") or {}
+        key = str(record.get("key") or "")
+        missing = [p for p in BASELINE_COLUMNS if not str(parts.get(p) or "")]
+        if not key or missing:
+            raise StoreError(f"a baseline record needs a key and {', '.join(missing) or 'its parts'}")
+        measured = float(record.get("measured_at") or time.time())
+        with self._write() as c:
+            c.execute(
+                f"""INSERT INTO baselines (key, {', '.join(BASELINE_COLUMNS)}, data, measured)
+                    VALUES (?, {', '.join('?' for _ in BASELINE_COLUMNS)}, ?, ?)
+                    ON CONFLICT(key) DO UPDATE SET data = excluded.data, measured = excluded.measured""",
+                (key, *(str(parts[p]) for p in BASELINE_COLUMNS), json.dumps(record), measured),
+            )
+        return key
+
+    def baselines(self, reference: str) -> list[dict[str, Any]]:
+        """The kept baselines of one reference (its source hash), newest first: every GPU,
+        torch version, input shape and compile mode it was measured with."""
+        rows = self._conn().execute(
+            "SELECT data FROM baselines WHERE reference = ? ORDER BY measured DESC", (reference,)
+        ).fetchall()
+        return [json.loads(r["data"]) for r in rows]
+
+    def baseline(self, key: str) -> dict[str, Any] | None:
+        row = self._conn().execute("SELECT data FROM baselines WHERE key = ?", (key,)).fetchone()
+        return json.loads(row["data"]) if row else None
 
     # -- searches ----------------------------------------------------------
 

@@ -91,6 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
                        help="bound on each candidate run (default 300)")
     bench.add_argument("--compile-mode", choices=("default", "max-autotune"), default="default")
+    bench.add_argument("--remeasure-baselines", action="store_true",
+                       help="time PyTorch eager and torch.compile again, even when kept ones match "
+                            "(they are kept in .kernel-lsp/ per reference, inputs, GPU, torch and compile mode)")
+    bench.add_argument("--timings", action="store_true",
+                       help="print where the command's seconds went, phase by phase (stderr; `timings` in --json)")
     _executor_flags(bench)
     bench.set_defaults(run=_engine_command("bench_main"))
 

@@ -76,10 +76,40 @@ def _options(ns: argparse.Namespace, gpu: bool) -> dict[str, Any]:
     opts: dict[str, Any] = {"compile_mode": getattr(ns, "compile_mode", "default") or "default"}
     if not gpu:
         opts["device"] = "cpu"
+    if getattr(ns, "remeasure_baselines", False):
+        opts["remeasure_baselines"] = True
     return opts
 
 
-async def _executor(ns: argparse.Namespace, timeout: float) -> Any:
+def _early_prebuild(engine: Any, rows: list[tuple[str, Task | None, Candidate | None, str]]) -> Any:
+    """Build the first candidate that needs a build in the CPU pool while the GPU Worker starts
+    (its torch import and CUDA init), when the GPU's arch is known without it (nvidia-smi): the
+    evaluation then finds the pool warm and the build cached. None where it cannot start early."""
+    from kernel_lsp.config import detect_arch
+    from kernel_lsp.engine.caller.client import needs_build
+
+    if getattr(engine, "kind", "local") != "local":  # a cluster's GPUs are not this machine's
+        return None
+    first = next(((t, c) for _, t, c, _ in rows if t is not None and c is not None and needs_build(c)), None)
+    arch = detect_arch() if first is not None else None
+    if first is None or arch is None or not hasattr(engine, "prebuild"):
+        return None
+    return asyncio.ensure_future(engine.prebuild(first[0], first[1], {"arch": arch}))
+
+
+def _baseline_store(err: TextIO) -> Any:
+    """The workspace store (.kernel-lsp/ in the current folder, as `optimize` uses) where eager
+    and torch.compile times are kept between runs; None (measure every time) when it cannot open."""
+    from kernel_lsp.store import Store
+
+    try:
+        return Store.for_workspace(os.getcwd())
+    except Exception as exc:  # an unwritable folder, a newer schema: measure, keep nothing
+        print(f"kernel-lsp bench: baselines are measured and not kept: {exc}", file=err)
+        return None
+
+
+async def _executor(ns: argparse.Namespace, timeout: float, baselines: Any = None) -> Any:
     """The Executor the settings and --executor / --ray-address ask for (ExecutorUnavailable:
     could not run, exit 2 in main)."""
     from kernel_lsp.engine.caller.executor import executor_settings, open_executor
@@ -90,7 +120,7 @@ async def _executor(ns: argparse.Namespace, timeout: float) -> Any:
         settings = load_settings(os.getcwd())
     except Exception:  # settings are optional for the CLI; defaults apply
         settings = None
-    return await open_executor(timeout=timeout, **executor_settings(settings, ns))
+    return await open_executor(timeout=timeout, baselines=baselines, **executor_settings(settings, ns))
 
 
 async def _bench(ns: argparse.Namespace, err: TextIO
@@ -106,9 +136,34 @@ async def _bench(ns: argparse.Namespace, err: TextIO
         evs = [Evaluation(task=os.path.basename(path), candidate="", verdict="not_run", correct=None, message=error)
                for path, _, _, error in rows]
         return evs, {}, names, [None] * len(evs)
-    async with await _executor(ns, timeout) as engine:
+    phases = getattr(ns, "_phases", None)
+    if phases is not None:
+        phases.begin("opening the store")
+    store = _baseline_store(err)
+    try:
+        return await _bench_with(ns, err, rows, names, kernels, timeout, store)
+    finally:
+        if store is not None:
+            store.close()
+        if phases is not None:
+            phases.end()
+
+
+async def _bench_with(ns: argparse.Namespace, err: TextIO, rows: list[tuple[str, Task | None, Candidate | None, str]],
+                      names: list[str], kernels: list[bool | None], timeout: float, store: Any
+                      ) -> tuple[list[Evaluation], dict[str, Any], list[str], list[bool | None]]:
+    evs: list[Evaluation] = []
+    phases = getattr(ns, "_phases", None)
+    if phases is not None:
+        phases.begin("starting the Worker (spawn, torch import, CUDA init)")
+    async with await _executor(ns, timeout, baselines=store) as engine:
         prep = prepare.start(engine, [cand for _, _, cand, _ in rows], err)  # precompiled headers, meanwhile
+        early = _early_prebuild(engine, rows)
         info = await engine.device_info()
+        if early is not None:  # the evaluation's own prebuild then finds the pool warm, the build cached
+            if phases is not None:
+                phases.begin("waiting for the early build")
+            await asyncio.gather(early, return_exceptions=True)
         gpu = bool(info.get("cuda"))
         if not gpu:
             print("kernel-lsp: no CUDA GPU visible: verifying and timing PyTorch tasks on the CPU; "
@@ -127,13 +182,24 @@ async def _bench(ns: argparse.Namespace, err: TextIO
                 checks = ("compile",)
             else:
                 checks = ("compile", "verify", "bench")
-            ev = await engine.evaluate(task, cand, checks, timeout=timeout, options=opts)
+            more: dict[str, Any] = {}
+            if phases is not None:
+                from kernel_lsp.cli.timings import progress_stamper
+
+                more["progress"] = progress_stamper(phases, os.path.basename(path))
+            ev = await engine.evaluate(task, cand, checks, timeout=timeout, options=opts, **more)
+            if phases is not None:
+                from kernel_lsp.cli.timings import worker_phases
+
+                worker_phases(phases, ev)
             if checks == ("compile",) and ev.verdict in ("not_run", "correct") and "GPU" not in ev.message:
                 # Only built, as asked: say why nothing ran (and never count it as checked).
                 ev.verdict, ev.correct = "not_run", None
                 ev.message = f"{ev.message or 'built'}; {NO_GPU}"
             evs.append(ev)
         await prepare.finish(prep)
+        if phases is not None:
+            phases.begin("stopping the Workers")
     # The engine's own custom_kernel answer wins; until it gives one, what the source holds.
     customs = [getattr(ev, "custom_kernel", None) if getattr(ev, "custom_kernel", None) is not None else k
                for ev, k in zip(evs, kernels)]
@@ -185,18 +251,54 @@ def _ms(x: float | None) -> str:
     return "-" if x is None else (f"{x:.4g}")
 
 
+def _ms_spread(t: Any) -> str:
+    return "-" if t is None else f"{t.median_ms:.4g} ±{t.spread_pct:.1f}%"
+
+
+def baselines_sentence(ev: Evaluation) -> str:
+    """How this run had its baselines: kept (and since when) or measured now, and why."""
+    import time as _time
+
+    b = getattr(ev, "baselines", None)
+    if not isinstance(b, dict):
+        return ""
+    when = b.get("measured_at")
+    stamp = _time.strftime("%Y-%m-%d %H:%M", _time.localtime(when)) if isinstance(when, (int, float)) else "?"
+    if b.get("cached"):
+        return (f"baselines kept from {stamp} (same reference, inputs, GPU, torch and compile mode; "
+                "--remeasure-baselines times them again)")
+    how = "interleaved with the candidate" if b.get("interleaved") else "measured now"
+    tail = ""
+    if b.get("why") and b["why"] != "none kept yet":
+        tail = f"; {b['why']}"
+    if not b.get("keep"):
+        tail += "" if "not kept" in tail else "; not kept"
+    return f"baselines measured now, {how}{tail}"
+
+
 def bench_main(ns: argparse.Namespace) -> int:
     out, err = sys.stdout, sys.stderr
+    if getattr(ns, "timings", False):
+        from kernel_lsp.cli.timings import Phases
+
+        ns._phases = Phases()
     try:
         evs, info, names, customs = asyncio.run(_bench(ns, err))
     except KeyboardInterrupt:
         return CANCELLED
+    phases = getattr(ns, "_phases", None)
+    if phases is not None:
+        phases.end()
+        phases.print(err)
     code = combine(status(ev) for ev in evs) if evs else CANNOT_RUN
     not_run = [ev.message for ev in evs if status(ev) == CANNOT_RUN and ev.candidate]
     hint = gpu_hint(" ".join(not_run), None) if not_run else None
     if getattr(ns, "json", False):
-        json.dump({"targets": [_summary(ev, info, c) for ev, c in zip(evs, customs)], "device": info, "status": code,
-                   "hint": hint}, out, indent=2, default=str)
+        doc = {"targets": [_summary(ev, info, c) for ev, c in zip(evs, customs)], "device": info, "status": code,
+               "hint": hint}
+        if phases is not None:
+            doc["timings"] = phases.to_dict()
+        json.dump(doc, out, indent=2, default=str)
         out.write("\n")
     else:
         _bench_table(evs, info, names, customs, out)
@@ -217,7 +319,8 @@ def _bench_table(evs: list[Evaluation], info: dict[str, Any], names: list[str], 
     clocks = f", SM {info['sm_clock_mhz']:.0f} MHz" if isinstance(info.get("sm_clock_mhz"), (int, float)) else ""
     shared = " (shared with other processes)" if info.get("shared") or info.get("shared_gpu") else ""
     table = Table(title=f"kernel-lsp bench on {where}{clocks}{shared}", title_justify="left")
-    for col in ("file", "verdict", "kind", "ms", "spread", "eager ms", "compile ms", "vs eager", "vs compile", "flags"):
+    for col in ("file", "verdict", "kind", "ms", "spread", "eager ms (spread)", "compile ms (spread)", "vs eager",
+                "vs compile", "flags"):
         left = col in ("file", "verdict", "kind", "flags")
         table.add_column(col, justify="left" if left else "right", no_wrap=col in ("file", "verdict"))
     for name, ev, custom in zip(names, evs, customs):
@@ -230,8 +333,7 @@ def _bench_table(evs: list[Evaluation], info: dict[str, Any], names: list[str], 
                 numbers.label_for(ev.flags, custom) if ev.verdict == "correct" else "-")
         table.add_row(name, f"[{color}]{shown}[/{color}]", kind, _ms(ev.time.median_ms if ev.time else None),
                       f"{ev.time.spread_pct:.1f}%" if ev.time else "-",
-                      _ms(ev.eager.median_ms if ev.eager else None),
-                      _ms(ev.compiled.median_ms if ev.compiled else None),
+                      _ms_spread(ev.eager), _ms_spread(ev.compiled),
                       "-" if hide else numbers.speedup_text(ev.speedup_eager, numbers.ratio_spread(ev.time, ev.eager),
                                                             short=True),
                       "-" if hide else numbers.speedup_text(ev.speedup_compile, numbers.ratio_spread(ev.time, ev.compiled),
@@ -242,6 +344,9 @@ def _bench_table(evs: list[Evaluation], info: dict[str, Any], names: list[str], 
         if ev.message and not _reference_only(ev):
             why = "not run: " if status(ev) == CANNOT_RUN else ""
             console.print(f"[bold]{name}[/bold]: {why}{ev.message}", soft_wrap=True)
+        said = baselines_sentence(ev)
+        if said:
+            console.print(f"{name}: {said}", soft_wrap=True)
         warn = numbers.spread_warning(name, numbers.ratio_spread(ev.time, ev.eager, ev.compiled))
         if warn:
             console.print(f"[yellow]{warn}[/yellow]", soft_wrap=True)

@@ -125,3 +125,80 @@ def classify_death(returncode: int | None, stderr_tail: str, sandboxed: bool = F
         return "crashed", f"{how} (abort)"
     return "crashed", how
 
+
+
+# -- kept baselines (docs/baselines.md) ---------------------------------------------------------
+# Eager and torch.compile times belong to the reference, its inputs, the GPU, torch, the compile
+# mode and the timing method, not to a candidate: the caller keeps them in the store and sends
+# the ones of a Task's reference in the evaluate options; the Worker, which alone knows the
+# input shapes, the GPU's uuid and torch's version, builds the key and uses a match or measures.
+BASELINE_PARTS = ("reference", "inputs", "gpu", "torch", "compile_mode", "method")
+CACHED_BASELINES = "cached_baselines"        # option: list of baseline records (the store's rows)
+REMEASURE_BASELINES = "remeasure_baselines"  # option: measure them again even when one is kept
+
+
+def baseline_key(parts: dict[str, Any]) -> str:
+    """The one key of a baseline measurement: every part of BASELINE_PARTS, none empty."""
+    import hashlib
+
+    missing = [p for p in BASELINE_PARTS if not str(parts.get(p) or "")]
+    if missing:
+        raise ValueError(f"a baseline key needs {', '.join(missing)}")
+    text = json.dumps([str(parts[p]) for p in BASELINE_PARTS])
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
+
+
+REFERENCE_ROOTS = ("Model", "get_inputs", "get_init_inputs")
+
+
+def reference_fingerprint(source: str) -> str:
+    """A hash of what the reference's timing depends on: `Model`, `get_inputs`,
+    `get_init_inputs` and the module-level statements they use (imports, constants, helpers),
+    as syntax, so that comments, formatting and a `ModelNew` (with its CUDA strings and
+    load_inline) sharing the file do not change it. Unparsable text: the whole text."""
+    import ast
+    import hashlib
+
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return "text:" + hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+    binds: dict[int, set[str]] = {}
+    for i, node in enumerate(tree.body):
+        binds[i] = _bound_names(node)
+    wanted = set(REFERENCE_ROOTS)
+    kept: set[int] = set()
+    changed = True
+    while changed:
+        changed = False
+        for i, node in enumerate(tree.body):
+            if i in kept:
+                continue
+            # Imports and statements that bind no name (torch settings, seeds, `if` blocks) may
+            # matter to any of them; a docstring does not.
+            docstring = isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+            if isinstance(node, (ast.Import, ast.ImportFrom)) or (not binds[i] and not docstring) \
+                    or binds[i] & wanted:
+                kept.add(i)
+                wanted |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+                changed = True
+    body = [ast.dump(tree.body[i], include_attributes=False) for i in sorted(kept)]
+    return hashlib.sha256("\n".join(body).encode("utf-8")).hexdigest()[:24]
+
+
+def _bound_names(node: Any) -> set[str]:
+    import ast
+
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in node.names}
+    targets: list[Any] = []
+    if isinstance(node, ast.Assign):
+        targets = list(node.targets)
+    elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+        targets = [node.target]
+    names: set[str] = set()
+    for t in targets:
+        names |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names

@@ -91,7 +91,25 @@ class EvaluationFeature(LanguageFeature):
         self.did_save(state)
 
     def commands(self) -> dict[str, Any]:
-        return {"kernel-lsp.benchmark": self.benchmark}
+        return {"kernel-lsp.benchmark": self.benchmark, "kernel-lsp.remeasureBaselines": self.remeasure_baselines}
+
+    async def remeasure_baselines(self, *args: Any) -> dict[str, Any]:
+        """Benchmark, timing eager and torch.compile again even where kept ones match."""
+        uri = parse_args("kernel-lsp.remeasureBaselines", DocumentArgs, args).uri
+        state = self.server.state(uri)
+        job = self.schedule(state, ("compile", "verify", "bench"), visible=True, why="Re-measure baselines for",
+                            options={"remeasure_baselines": True})
+        ev = await self.server.jobs.wait(job)
+        if ev is None:
+            return {"verdict": "not_run", "reason": job.reason or "cancelled"}
+        out = ev.summary()
+        out["version"] = state.measurement.version if state.measurement else None
+        if ev.verdict == "not_run":
+            out["reason"] = ev.message or "nothing could run"
+        elif not (ev.baselines or {}).get("measured_at"):
+            # Verify failed before any timing: nothing was re-measured, and the answer says why.
+            out["reason"] = f"the baselines were not re-measured: {ev.message or ev.verdict}"
+        return out
 
     async def benchmark(self, *args: Any) -> dict[str, Any]:
         uri = parse_args("kernel-lsp.benchmark", DocumentArgs, args).uri
@@ -110,7 +128,7 @@ class EvaluationFeature(LanguageFeature):
     # -- measuring --------------------------------------------------------------------------
 
     def schedule(self, state: DocumentState, checks: tuple[str, ...], visible: bool,
-                 why: str | None = None) -> "Job":
+                 why: str | None = None, options: dict[str, Any] | None = None) -> "Job":
         """Verify/time the current text; a newer request for the same file cancels the older."""
         title = f"{why or ('Benchmark' if 'bench' in checks else 'Verify')} {os.path.basename(state.path)}"
         job: Job | None = None
@@ -120,13 +138,14 @@ class EvaluationFeature(LanguageFeature):
                 job.task.cancel()
 
         job = self.server.jobs.start(("evaluate", state.uri), title,
-                                     self.run(state, state.text, state.version, checks, title, cancel, visible),
+                                     self.run(state, state.text, state.version, checks, title, cancel, visible,
+                                              options),
                                      uri=state.uri, visible=visible)
         self.server.refresh_lenses()  # "measuring…"
         return job
 
     async def run(self, state: DocumentState, text: str, version: int | None, checks: tuple[str, ...],
-                  title: str, cancel, visible: bool) -> Evaluation | None:
+                  title: str, cancel, visible: bool, options: dict[str, Any] | None = None) -> Evaluation | None:
         from kernel_lsp.engine.caller.tasks import TaskError
 
         ls = self.server
@@ -140,8 +159,9 @@ class EvaluationFeature(LanguageFeature):
                 candidate = reference_candidate(text)
             previous = state.measurement.evaluation if state.measurement else None
             engine = await ls.host.executor(progress.report)  # the Ray cluster or this machine
+            more = {"options": options} if options else {}  # (only the re-measure passes any)
             ev = await engine.evaluate(task, candidate, checks=checks,
-                                       progress=lambda name, *rest: progress.report(str(name)))
+                                       progress=lambda name, *rest: progress.report(str(name)), **more)
         except (TaskError, ExecutionDisabled) as exc:
             self._settle_unmeasured(state, version)
             progress.end(str(exc))
@@ -292,9 +312,15 @@ class EvaluationFeature(LanguageFeature):
             tooltip = lens_tooltip(state.measurement)
         else:
             title = "not measured yet"
+        lenses = [(title, "kernel-lsp.benchmark", tooltip), ("Benchmark", "kernel-lsp.benchmark", None),
+                  ("Optimize", "kernel-lsp.optimize", None)]
+        if running is None and state.measurement is not None and baselines_kept(state.measurement.evaluation):
+            # Only where kept baselines were used: re-measuring fresh ones would do nothing new.
+            lenses.append(("Re-measure baselines", "kernel-lsp.remeasureBaselines",
+                           "time PyTorch eager and torch.compile again (kept per reference, inputs, GPU, "
+                           "torch version and compile mode)"))
         return [types.CodeLens(range=rng, command=types.Command(title=t, command=c, arguments=args, tooltip=tip))
-                for t, c, tip in ((title, "kernel-lsp.benchmark", tooltip), ("Benchmark", "kernel-lsp.benchmark", None),
-                                  ("Optimize", "kernel-lsp.optimize", None))]
+                for t, c, tip in lenses]
 
     def code_actions(self, state: DocumentState, params: types.CodeActionParams) -> list[types.CodeAction]:
         if self.anchor(state) is None:
@@ -404,6 +430,9 @@ def measurement_markdown(m: Measurement, text: str) -> list[str]:
             rows.append(f"| {label} | {fmt_ms(t.median_ms)} | ±{t.spread_pct:.1f}% | {t.runs} |")
     if rows:
         lines.append("| | median | spread | runs |\n| --- | --- | --- | --- |\n" + "\n".join(rows))
+    said = baselines_words(ev)
+    if said:
+        lines.append(said[0].upper() + said[1:])
     if not m.reference_only and ev.correct:
         kind = REWRITE if is_rewrite(ev) else "custom kernel"
         lines.append(f"Kind of result: {kind}")
@@ -429,14 +458,53 @@ def ran_on(ev: Evaluation) -> str:
     return "ran on this machine"
 
 
-def lens_tooltip(m: Measurement) -> str:
-    """The numbers lens' tooltip: where they were measured, on what GPU, which version."""
+def where_words(m: Measurement) -> str:
+    """Where the numbers were measured, on what GPU, which version."""
     ev = m.evaluation
     parts = [ran_on(ev)]
     if isinstance(ev.device, dict) and ev.device.get("name"):
         parts.append(f"on {ev.device['name']}")
     parts.append(version_words(m))
     return " · ".join(parts)
+
+
+def lens_tooltip(m: Measurement) -> str:
+    """The numbers lens' tooltip: where (where_words), then this code and both baselines with
+    their spreads, and how the baselines were had (kept or measured now)."""
+    ev = m.evaluation
+    parts = [where_words(m)]
+    for label, t in (("this code", None if m.reference_only else ev.time), ("eager", ev.eager),
+                     ("torch.compile", ev.compiled)):
+        if t is not None:
+            parts.append(f"{label} {fmt_ms(t.median_ms)} ±{t.spread_pct:.1f}%")
+    said = baselines_words(ev)
+    if said:
+        parts.append(said)
+    return " · ".join(parts)
+
+
+def baselines_kept(ev: Evaluation) -> bool:
+    b = getattr(ev, "baselines", None)
+    return isinstance(b, dict) and bool(b.get("cached"))
+
+
+def baselines_words(ev: Evaluation) -> str:
+    """"baselines kept from 2026-12-03 18:27 (Re-measure baselines to time them again)" or
+    "baselines measured now, interleaved with this code" (and why they were not kept)."""
+    import time as _time
+
+    b = getattr(ev, "baselines", None)
+    if not isinstance(b, dict):
+        return ""
+    when = b.get("measured_at")
+    stamp = _time.strftime("%Y-%m-%d %H:%M", _time.localtime(when)) if isinstance(when, (int, float)) else "?"
+    if b.get("cached"):
+        return f"baselines kept from {stamp} (Re-measure baselines to time them again)"
+    words = "baselines measured now" + (", interleaved with this code" if b.get("interleaved") else "")
+    why = str(b.get("why") or "")
+    if why.startswith("not kept") or why.startswith("measured again"):
+        words += f" ({why})"
+    return words
 
 
 def status_entry(state: DocumentState) -> dict[str, Any] | None:
@@ -449,7 +517,7 @@ def status_entry(state: DocumentState) -> dict[str, Any] | None:
             "verdict": ev.verdict, "speedupEager": None if m.reference_only else ev.speedup_eager,
             "speedupCompile": None if m.reference_only else ev.speedup_compile,
             "spreadPct": ev.time.spread_pct if ev.time else None, "rewrite": is_rewrite(ev),
-            "referenceOnly": m.reference_only, "where": lens_tooltip(m)}
+            "referenceOnly": m.reference_only, "where": where_words(m)}
 
 
 def verdict_words(ev: Evaluation) -> str:

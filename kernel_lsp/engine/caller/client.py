@@ -20,6 +20,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from kernel_lsp.engine import protocol
+from kernel_lsp.engine.caller import baselines as kept_baselines
 from kernel_lsp.engine.caller import sandbox as sandboxing
 from kernel_lsp.engine.caller.pool import BuildPool
 from kernel_lsp.engine.caller.process import (  # noqa: F401 - re-exported: callers import them from here
@@ -62,8 +63,12 @@ class Engine:
         options: dict[str, Any] | None = None,
         prebuild: bool = True,
         sandbox: "str | sandboxing.Sandbox | None" = None,
+        baselines: "Store | None" = None,
     ) -> None:
         self.store = store
+        # Where eager and torch.compile times are kept between evaluations (caller/baselines.py):
+        # the store's, unless a caller that records nothing (the CLI's bench) names one.
+        self.baseline_store = baselines if baselines is not None else store
         self.python = python or default_python()
         self.device = device
         self.timeout = timeout
@@ -196,9 +201,11 @@ class Engine:
         t0 = time.monotonic()
         deadline = self.timeout if timeout is None else timeout
         self._see(task)
+        checks = list(checks)
         params = {
-            "task": task.to_dict(), "candidate": candidate.to_dict(), "checks": list(checks),
-            "options": {**self.options, **(options or {})},
+            "task": task.to_dict(), "candidate": candidate.to_dict(), "checks": checks,
+            "options": await kept_baselines.with_kept_async(self.baseline_store, task, checks,
+                                                            {**self.options, **(options or {})}),
         }
 
         def failed(verdict: str, message: str, **extra: Any) -> Evaluation:
@@ -243,6 +250,7 @@ class Engine:
                 ev = failed("error", f"{err.get('type')}: {err.get('message')}"[:2000],
                             evidence={"traceback": str(err.get("traceback", ""))[-4000:]})
         ev.wall_seconds = time.monotonic() - t0
+        await kept_baselines.keep_async(self.baseline_store, ev)
         if self._device_info is None and isinstance(ev.device, dict) and ev.device.get("capability"):
             self._device_info = dict(ev.device)  # prebuild then targets this GPU's arch
         await self._record(task, candidate, ev, progress)

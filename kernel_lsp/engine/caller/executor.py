@@ -52,12 +52,14 @@ async def open_executor(
     options: dict[str, Any] | None = None,
     on_status: StatusCallback | None = None,
     connect_timeout: float = 30.0,
+    baselines: Any = None,
 ) -> Executor:
     """The Executor for settings (``executor``, ``ray_address``, ``gpu``, ``max_gpus``).
     Raises ExecutorUnavailable when a Ray cluster cannot be used."""
     kind = (kind or "local").lower()
     if kind == "local":
-        return LocalExecutor(store=store, python=python, device=device, timeout=timeout, options=options)
+        return LocalExecutor(store=store, python=python, device=device, timeout=timeout, options=options,
+                             baselines=baselines)
     if kind != "ray":
         raise ExecutorUnavailable(f"unknown executor {kind!r} (use one of: {', '.join(EXECUTORS)})")
     from kernel_lsp.engine.caller.ray_executor import RayExecutor  # noqa: PLC0415 - ray only when asked for

@@ -49,6 +49,16 @@ _gpu_sleep = torch.cuda._sleep
 # the host has enqueued the call, so Python's launch overhead (ctypes, allocations: 10-20 us)
 # is not counted as kernel time, as do_bench and ncu do not count it. ~60 us at boost clock.
 LEAD_CYCLES = 120_000
+# The lead grows to cover the slowest baseline's host time per call (torch.compile's guards and
+# wrapper, eager's dispatch of several ops): otherwise the GPU waits between the start event and
+# the kernels for the host, and that wait is counted. The same lead serves the candidate, so a
+# candidate is never credited with host work the baselines are charged for; and it is capped, so
+# a candidate cannot hide long CPU work behind it (docs/baselines.md).
+LEAD_HEADROOM = 1.5      # lead = headroom x the slowest baseline's host time + LEAD_MARGIN_US
+LEAD_MARGIN_US = 20.0
+LEAD_MAX_US = 2000.0
+HOST_PROBE_CALLS = 5
+CPU_BLOCK = 8            # CPU: calls per turn of an interleaved timing (the first of each not counted)
 MARKER = "spin_kernel"   # the kernel torch.cuda._sleep launches: frames each profiled call
 SIDE_STREAM_CALLS = 5    # calls profiled to look for side-stream work
 SIDE_STREAM_TIMED_CALLS = 20  # calls timed over every stream once some was found
@@ -139,15 +149,17 @@ def l2_flush_buffer(device: torch.device) -> torch.Tensor | None:
 
 def time_fn(fn: Callable[..., Any], input_sets: list[list[Any]], device: torch.device | str, *,
             warmup: int = 5, min_runs: int = 20, max_runs: int = 2000, budget_s: float = 2.0,
-            flush_l2: bool = True, side_streams: bool = True) -> BenchResult:
+            flush_l2: bool = True, side_streams: bool = True, lead_us: float | None = None) -> BenchResult:
     """Time separate calls `fn(*input_sets[i % n])` (results discarded). `side_streams`: look
-    for work on other streams of this process (the candidate's; our baselines skip it)."""
+    for work on other streams of this process (the candidate's; our baselines skip it).
+    `lead_us`: the GPU busy-wait before each call (None: LEAD_CYCLES)."""
     device = torch.device(device)
     if not input_sets:
         input_sets = [[]]
     with torch.no_grad():
         if device.type == "cuda":
-            res = _time_cuda(fn, input_sets, device, warmup, min_runs, max_runs, budget_s, flush_l2)
+            res = _time_cuda(fn, input_sets, device, warmup, min_runs, max_runs, budget_s, flush_l2,
+                             lead_cycles(device, lead_us))
             if side_streams:
                 _side_streams(fn, input_sets, device, res, flush_l2)
             return res
@@ -183,12 +195,12 @@ def _time_cpu(fn: Callable[..., Any], sets: list[list[Any]], warmup: int, min_ru
 
 
 def _cuda_run(fn: Callable[..., Any], args: list[Any], flush: torch.Tensor | None,
-              events: tuple[Any, Any]) -> float:
+              events: tuple[Any, Any], lead: int = LEAD_CYCLES) -> float:
     start, end = events
     if flush is not None:
         flush.zero_()
     _cuda_sync()
-    _gpu_sleep(LEAD_CYCLES)
+    _gpu_sleep(lead)
     _event_record(start)
     fn(*args)
     _event_record(end)
@@ -197,21 +209,161 @@ def _cuda_run(fn: Callable[..., Any], args: list[Any], flush: torch.Tensor | Non
 
 
 def _time_cuda(fn: Callable[..., Any], sets: list[list[Any]], device: torch.device, warmup: int,
-               min_runs: int, max_runs: int, budget_s: float, flush_l2: bool) -> BenchResult:
+               min_runs: int, max_runs: int, budget_s: float, flush_l2: bool,
+               lead: int = LEAD_CYCLES) -> BenchResult:
     with torch.cuda.device(device):
         flush = l2_flush_buffer(device) if flush_l2 else None
         events = (_Event(enable_timing=True), _Event(enable_timing=True))
         n = _len(sets)
-        warm = [_cuda_run(fn, sets[i % n], flush, events) for i in range(_max(1, warmup))]
+        warm = [_cuda_run(fn, sets[i % n], flush, events, lead) for i in range(_max(1, warmup))]
         runs = _runs_for(_sorted(warm)[_len(warm) // 2] + 0.01, min_runs, max_runs, budget_s)
         samples: list[float] = []
         deadline = _perf_counter_ns() + int(budget_s * 1.5e9)
         for r in range(runs):
-            samples.append(_cuda_run(fn, sets[r % n], flush, events))
+            samples.append(_cuda_run(fn, sets[r % n], flush, events, lead))
             if r + 1 >= min_runs and _perf_counter_ns() > deadline:
                 break
     ev_t = stats(samples)
     return BenchResult(timing=ev_t, samples_ms=samples, event_timing=ev_t)
+
+
+class TimedCallError(Exception):
+    """Callable `index` of an interleaved timing raised."""
+
+    def __init__(self, index: int, exc: BaseException) -> None:
+        super().__init__(f"{type(exc).__name__}: {exc}")
+        self.index, self.exc = index, exc
+
+
+def time_interleaved(fns: list[Callable[..., Any]], input_sets: list[list[Any]], device: torch.device | str, *,
+                     warmup: int = 5, min_runs: int = 20, max_runs: int = 2000, budget_s: float = 2.0,
+                     flush_l2: bool = True, lead_us: float | None = None) -> list[BenchResult]:
+    """Time several callables call by call in turn (a, b, c, a, b, c, ...), so that a drift of
+    the machine (clocks, heat, another process) lands on all of them alike. Each gets at least
+    `min_runs` calls and its own share of `budget_s`; the fast ones get more calls while the
+    slow ones have reached theirs. Raises TimedCallError naming the callable that raised."""
+    device = torch.device(device)
+    if not input_sets:
+        input_sets = [[]]
+    n, k = _len(input_sets), _len(fns)
+    with torch.no_grad():
+        if device.type == "cuda":
+            with torch.cuda.device(device):
+                flush = l2_flush_buffer(device) if flush_l2 else None
+                events = (_Event(enable_timing=True), _Event(enable_timing=True))
+                lead = lead_cycles(device, lead_us)
+
+                def one(i: int, args: list[Any]) -> float:
+                    try:
+                        return _cuda_run(fns[i], args, flush, events, lead)
+                    except Exception as exc:
+                        raise TimedCallError(i, exc) from exc
+                return _interleave(one, k, n, input_sets, warmup, min_runs, max_runs, budget_s, 0.01)
+
+        def one_cpu(i: int, args: list[Any]) -> float:
+            t0 = _perf_counter_ns()
+            try:
+                fns[i](*args)
+            except Exception as exc:
+                raise TimedCallError(i, exc) from exc
+            return (_perf_counter_ns() - t0) / 1e6
+        # The CPU's caches are not flushed: a call right after another callable's would find them
+        # cold, where a call timed alone (a kept baseline's candidate) finds them warm. So on the
+        # CPU the turns are blocks of CPU_BLOCK calls, the first of each not counted.
+        out = _interleave(one_cpu, k, n, input_sets, warmup, min_runs, max_runs, budget_s, 0.0,
+                          block=CPU_BLOCK if k > 1 else 1)
+        for r in out:
+            r.notes.append("CPU: perf_counter_ns per call; caches not flushed")
+        return out
+
+
+def _interleave(one: Callable[[int, list[Any]], float], k: int, n: int, sets: list[list[Any]], warmup: int,
+                min_runs: int, max_runs: int, budget_s: float, pad_ms: float, block: int = 1) -> list[BenchResult]:
+    warm: list[list[float]] = [[] for _ in range(k)]
+    for w in range(_max(1, warmup)):
+        for i in range(k):
+            warm[i].append(one(i, sets[w % n]))
+    runs = [_runs_for(_sorted(ws)[_len(ws) // 2] + pad_ms, min_runs, max_runs, budget_s) for ws in warm]
+    samples: list[list[float]] = [[] for _ in range(k)]
+    deadline = _perf_counter_ns() + int(budget_s * k * 1.5e9)
+    r = 0
+    while _max(runs[i] - _len(samples[i]) for i in range(k)) > 0:
+        for i in range(k):
+            if _len(samples[i]) >= runs[i]:
+                continue
+            if block > 1:
+                one(i, sets[r % n])  # the block's first call warms the caches for this callable
+            for b in range(block):
+                if _len(samples[i]) < runs[i]:
+                    samples[i].append(one(i, sets[(r + b) % n]))
+        r += block
+        if _min(_len(x) for x in samples) >= min_runs and _perf_counter_ns() > deadline:
+            break
+    out = []
+    for s in samples:
+        t = stats(s)
+        out.append(BenchResult(timing=t, samples_ms=s, event_timing=t if pad_ms else None))
+    return out
+
+
+def host_us(fn: Callable[..., Any], input_sets: list[list[Any]], device: torch.device | str,
+            calls: int = HOST_PROBE_CALLS) -> float:
+    """The host time of one call (launching its work, not waiting for it), in microseconds:
+    each call is made while the GPU is busy with a busy-wait longer than LEAD_MAX_US, so the
+    call returns once its work is queued (a call that waits for the GPU reads as the cap)."""
+    device = torch.device(device)
+    if device.type != "cuda" or not input_sets:
+        return 0.0
+    n = _len(input_sets)
+    out: list[float] = []
+    with torch.no_grad(), torch.cuda.device(device):
+        busy = lead_cycles(device, 3 * LEAD_MAX_US)
+        for i in range(_max(1, calls)):
+            _cuda_sync()
+            _gpu_sleep(busy)
+            t0 = _perf_counter_ns()
+            fn(*input_sets[i % n])
+            out.append((_perf_counter_ns() - t0) / 1e3)
+            _cuda_sync()
+    return _sorted(out)[_len(out) // 2]
+
+
+def lead_for(host_times_us: list[float]) -> float:
+    """The lead (us) for a comparison: covers the slowest callable's host time, within the cap."""
+    base = LEAD_CYCLES / _cycles_per_us_default()
+    need = LEAD_HEADROOM * _max(host_times_us or [0.0]) + LEAD_MARGIN_US
+    return float(_min(LEAD_MAX_US, _max(base, need)))
+
+
+_CYCLES_PER_US: dict[int, float] = {}
+
+
+def _cycles_per_us_default() -> float:
+    return 2000.0  # about an H100/H200's boost clock: LEAD_CYCLES is ~60 us there
+
+
+def cycles_per_us(device: torch.device) -> float:
+    """The busy-wait kernel's cycles per microsecond on this GPU, measured once per process."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _CYCLES_PER_US:
+        with torch.cuda.device(device):
+            start, end = _Event(enable_timing=True), _Event(enable_timing=True)
+            cycles = 2_000_000
+            _gpu_sleep(1000)  # the first launch loads the kernel
+            _cuda_sync()
+            _event_record(start)
+            _gpu_sleep(cycles)
+            _event_record(end)
+            _cuda_sync()
+            ms = _event_elapsed(start, end)
+        _CYCLES_PER_US[index] = cycles / (ms * 1e3) if ms > 0 else _cycles_per_us_default()
+    return _CYCLES_PER_US[index]
+
+
+def lead_cycles(device: torch.device, lead_us: float | None) -> int:
+    if lead_us is None:
+        return LEAD_CYCLES
+    return int(_max(LEAD_CYCLES, lead_us * cycles_per_us(device)))
 
 
 def profile_calls(fn: Callable[..., Any], sets: list[list[Any]], device: torch.device, calls: int,
@@ -278,6 +430,16 @@ def _side_streams(fn: Callable[..., Any], sets: list[list[Any]], device: torch.d
     res.notes.append(f"the candidate ran work on another stream ({', '.join(names[:3])}): a call took "
                      f"{res.streams_timing.median_ms:.4g} ms over every stream of this process against "
                      f"{events_ms:.4g} ms on the launching stream; the longer time is reported")
+
+
+def check_side_streams(fn: Callable[..., Any], input_sets: list[list[Any]], device: torch.device | str,
+                       res: BenchResult, flush_l2: bool = True) -> None:
+    """The side-stream look of `time_fn`, for a candidate timed by `time_interleaved`."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return
+    with torch.no_grad():
+        _side_streams(fn, input_sets or [[]], device, res, flush_l2)
 
 
 def time_each(fn: Callable[..., Any], input_sets: list[list[Any]], device: torch.device | str,

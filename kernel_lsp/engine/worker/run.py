@@ -37,6 +37,7 @@ try:  # dynamo wraps torch.manual_seed & co. when first imported: do it before a
 except Exception:  # pragma: no cover - a torch without dynamo still evaluates
     pass
 
+from kernel_lsp.engine.worker import baselines as kept_baselines
 from kernel_lsp.engine.worker import gpu_share, launch_limits
 from kernel_lsp.engine.worker import profile as profile_mod
 from kernel_lsp.engine.worker import roofline, static_checks
@@ -321,8 +322,10 @@ def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options
         ev.verdict, ev.message = "not_run", NO_GPU if candidate is not None and candidate.kind == "cuda" else NO_GPU_TASK
         return
     h = Harness(task, candidate, builder, device=dev, seed=seed, build_options=options.raw)
+    t_phase = bench._perf_counter_ns()
     h.load_reference()
     h.build_model()
+    _phase(extra, "reference_s", t_phase)
 
     if candidate is None:
         ev.verdict, ev.message = "not_run", "the reference alone"
@@ -333,8 +336,10 @@ def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options
         return
 
     threads_before = set(threading.enumerate())
+    t_phase = bench._perf_counter_ns()
     with _thread_origins():
         fn, result = h.build_candidate()
+    _phase(extra, "build_candidate_s", t_phase)
     ev.compile = result
     if fn is None:
         ev.verdict, ev.correct = "compile_error", False
@@ -350,8 +355,10 @@ def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options
             ev.profile = _profile(h, task, candidate, options, dev)
         return
 
+    t_phase = bench._perf_counter_ns()
     with _thread_origins():
         vr = verify(h, options)
+    _phase(extra, "verify_s", t_phase)
     # Python threads the candidate left running (the baselines' own compile threads come later;
     # threads torch starts for itself, like torch.compile's compile pool, are not the candidate's).
     started = [t for t in threading.enumerate() if t not in threads_before and t.is_alive()
@@ -381,6 +388,11 @@ def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options
                nbytes=vr.input_bytes + vr.output_bytes, integrity=integrity)
     if "profile" in checks:
         ev.profile = _profile(h, task, candidate, options, dev)
+
+
+def _phase(extra: dict[str, Any], name: str, t0_ns: int) -> None:
+    """Seconds a step of this evaluation took (evidence["phases"]: where an evaluation's time goes)."""
+    extra.setdefault("phases", {})[name] = (bench._perf_counter_ns() - t0_ns) / 1e9
 
 
 def _explain_launch(ev: Evaluation, candidate: Candidate, dev: torch.device) -> None:
@@ -484,14 +496,45 @@ def _bench_on(h: Harness, options: EngineOptions, ev: Evaluation, extra: dict[st
     sets = _timing_sets(h, options)
     assert h.model is not None
     sharing = gpu_share.Watch(dev)   # other processes on this GPU while we time
-    if candidate_too:
-        assert h.candidate_fn is not None
+    phases = extra.setdefault("phases", {})
+    t_phase = bench._perf_counter_ns()
+    # Baselines are the reference's: kept ones are used as they are (no torch.compile at all);
+    # measured ones are timed interleaved with the candidate, so drift shows in both.
+    plan = kept_baselines.plan(h.task.reference_source, h.init_inputs, sets, dev, options)
+    use_kept = options.baselines and plan.match is not None
+    measure = options.baselines and not use_kept
+    compiled_fn = _compile_reference(h, sets, options, notes, ev) if measure else None
+    phases["torch_compile_s"] = (bench._perf_counter_ns() - t_phase) / 1e9
+    if integrity is not None:  # torch.compile's lazy imports are ours; the candidate ran nothing since verify
+        integrity.rebase()
+    lead_us = _lead_us(h, sets, dev, plan, compiled_fn if measure else None)
+    fns: list[Any] = ([h.candidate_fn] if candidate_too else []) + ([h.model] if measure else []) \
+        + ([compiled_fn] if compiled_fn is not None else [])
+    t_phase = bench._perf_counter_ns()
+    results: list[bench.BenchResult | None] = []
+    while fns:
         try:
-            res = _time(h.candidate_fn, sets, dev, options, side_streams=True)
-        except Exception as exc:
-            ev.verdict, ev.correct = "error", False
-            ev.message = f"the candidate raised while timed: {type(exc).__name__}: {str(exc)[:200]}"
-            return
+            results = list(bench.time_interleaved(
+                fns, sets, dev, warmup=options.warmup, min_runs=options.runs, max_runs=options.max_runs,
+                budget_s=options.bench_seconds, lead_us=lead_us))
+            break
+        except bench.TimedCallError as exc:
+            if candidate_too and exc.index == 0:
+                ev.verdict, ev.correct = "error", False
+                ev.message = f"the candidate raised while timed: {type(exc.exc).__name__}: {str(exc.exc)[:200]}"
+                return
+            if compiled_fn is not None and fns[exc.index] is compiled_fn:  # reported, not fatal
+                notes.append(f"torch.compile baseline failed while timed: {exc}"[:300])
+                ev.flags.append("compile_baseline_failed")
+                fns.remove(compiled_fn)
+                compiled_fn = None
+                continue
+            raise exc.exc  # the reference itself raised: a harness error
+    phases["timing_s"] = (bench._perf_counter_ns() - t_phase) / 1e9
+    if candidate_too:
+        res = results.pop(0)
+        assert res is not None and h.candidate_fn is not None
+        bench.check_side_streams(h.candidate_fn, sets, dev, res)
         ev.time = res.timing
         ev.flags += res.flags
         notes += res.notes
@@ -505,21 +548,43 @@ def _bench_on(h: Harness, options: EngineOptions, ev: Evaluation, extra: dict[st
                                        "all_streams_ms": res.streams_timing.median_ms}
             extra["side_streams"] = res.side_streams
         _cache_probe(h, res.timing, options, ev, notes)
-        if integrity is not None:  # the candidate's part ends here; baselines are ours
+        if integrity is not None:  # the candidate's part ends here
             _check_integrity(integrity, ev, extra, notes)
             integrity.restore()
             integrity.rebase()
             if ev.verdict != "correct":
                 return
-    if options.baselines:
-        ev.eager = _time(h.model, sets, dev, options).timing
-        ev.compiled = _compiled_baseline(h, sets, options, notes, ev)
+    elif results and dev.type != "cuda":
+        notes += results[0].notes
+    if use_kept:
+        ev.eager, ev.compiled = plan.eager, plan.compiled
+        ev.baselines = kept_baselines.used(plan)
+        for flag in ev.baselines.get("flags") or []:
+            if flag not in ev.flags:
+                ev.flags.append(flag)
+        notes += list(ev.baselines.get("notes") or [])
+    elif measure:
+        ev.eager = results[0].timing if results else None
+        ev.compiled = results[1].timing if compiled_fn is not None and len(results) > 1 else None
+        failed = [f for f in ev.flags if f == "compile_baseline_failed"]
+        b_notes = [n for n in notes if n.startswith("torch.compile baseline failed")]
+        ev.baselines = {**kept_baselines.record(plan, ev.eager, ev.compiled, lead_us, b_notes, failed,
+                                                interleaved=candidate_too),
+                        "cached": False, "keep": plan.key is not None, "why": plan.why}
+        noisy = kept_baselines.too_noisy(ev.eager, ev.compiled, options)
+        if noisy:
+            ev.baselines["keep"], ev.baselines["why"] = False, noisy
+    elif candidate_too:
+        ev.baselines = None  # not asked for (a Search's later candidates)
     shared = sharing.finish()
     if shared is not None:
         # Their work slows ours and widens the spread; it says nothing about the candidate.
         timed = ev.time or ev.eager
         shared["spread_pct"] = timed.spread_pct if timed is not None else None
         ev.shared_gpu = shared
+        if ev.baselines is not None and not ev.baselines.get("cached"):
+            ev.baselines["keep"] = False  # measured beside other processes: not a number to keep
+            ev.baselines["why"] = "not kept: other processes used the GPU while they were timed"
         notes.append(f"timed on a shared GPU: {shared['count']} other process(es) used it "
                      f"({shared['source']})" + (f"; spread {shared['spread_pct']:.1f} %"
                                                 if shared["spread_pct"] is not None else ""))
@@ -568,18 +633,34 @@ def _cache_probe(h: Harness, timing: Timing, options: EngineOptions, ev: Evaluat
                      "input set: results look cached by value")
 
 
-def _compiled_baseline(h: Harness, sets: list[list[Any]], options: EngineOptions, notes: list[str],
-                       ev: Evaluation) -> Timing | None:
+def _compile_reference(h: Harness, sets: list[list[Any]], options: EngineOptions, notes: list[str],
+                       ev: Evaluation) -> Any:
+    """torch.compile of the reference, compiled (and run once on every timing set, so no
+    recompile lands in the timed calls) before any timing; None when it fails (reported)."""
     mode = options.compile_mode
     try:
         compiled = torch.compile(h.model, mode=None if mode == "default" else mode)
         with torch.no_grad():
-            compiled(*sets[0])  # compile outside the timed region
-        return _time(compiled, sets, h.device, options).timing
+            for args in sets:
+                compiled(*args)
+        return compiled
     except Exception as exc:  # a compile failure is reported, not fatal
         notes.append(f"torch.compile baseline failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")
         ev.flags.append("compile_baseline_failed")
         return None
+
+
+def _lead_us(h: Harness, sets: list[list[Any]], dev: torch.device, plan: Any, compiled_fn: Any) -> float | None:
+    """The GPU busy-wait before each timed call: the kept one (the candidate is then timed as
+    its baselines were), else enough for the slowest baseline's host time (bench.lead_for)."""
+    if dev.type != "cuda":
+        return None
+    if plan.match is not None and isinstance(plan.match.get("lead_us"), (int, float)):
+        return float(plan.match["lead_us"])
+    hosts = [bench.host_us(h.model, sets, dev)]
+    if compiled_fn is not None:
+        hosts.append(bench.host_us(compiled_fn, sets, dev))
+    return bench.lead_for(hosts)
 
 
 def _profile(h: Harness, task: Task, candidate: Candidate | None, options: EngineOptions,
