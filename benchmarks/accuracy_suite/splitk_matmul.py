@@ -1,0 +1,34 @@
+"""Split-K GEMM: eight partial products over slices of K, summed at the end (fp32 throughout).
+EXPECTED: correct."""
+import torch
+import torch.nn as nn
+
+EXPECTED = "correct"
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, A, B):
+        return torch.matmul(A, B)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, A, B):
+        splits = 8
+        k = A.shape[1] // splits
+        parts = torch.bmm(A.reshape(A.shape[0], splits, k).transpose(0, 1).contiguous(),
+                          B.reshape(splits, k, B.shape[1]))
+        return parts.sum(dim=0)
+
+
+def get_inputs():
+    return [torch.randn(256, 4096), torch.randn(4096, 256)]
+
+
+def get_init_inputs():
+    return []
