@@ -547,7 +547,9 @@ class Judge:
         every output's worst measure, the modes verified and what the oracle cost."""
         rule = "oracle" if self.uses_oracle else ("task_tolerance" if self.why_fixed.startswith(
             ("the Task's", "the options'")) else "fixed_tolerance")
-        out: dict[str, Any] = {"rule": rule, "rule_text": accuracy.RULE if rule == "oracle" else self.why_fixed}
+        out: dict[str, Any] = {"rule": rule, "rule_text": accuracy.RULE if rule == "oracle" else self.why_fixed,
+                               "ratio_correct": accuracy.RATIO_CORRECT,
+                               "ratio_less_accurate": accuracy.RATIO_LESS_ACCURATE, "loose_tol": accuracy.LOOSE_TOL}
         if rule != "oracle":
             a_tol, r_tol = tolerance_for(torch.float32, self.atol, self.rtol)
             out.update(atol=self.atol if self.atol is not None else "dtype default",
