@@ -24,7 +24,7 @@ class ModelNew(nn.Module):
 
 
 def get_inputs():
-    return [torch.randn(256, 4096)]
+    return [torch.randn(128, 2048)]
 
 
 def get_init_inputs():

@@ -1,5 +1,5 @@
-"""A softmax whose fast exp doubles its value for arguments below -8 (a range-reduction slip):
-twice the right value on the small entries, right on the large ones. A fixed 1e-2 accepts it.
+"""A softmax whose store of the small entries (below e^-8 of the row's largest) scales them twice:
+twice the right value there, right on the large ones and in the sum. A fixed 1e-2 accepts it.
 EXPECTED: mismatch."""
 import torch
 import torch.nn as nn
@@ -22,8 +22,8 @@ class ModelNew(nn.Module):
     def forward(self, x):
         shifted = x - x.max(dim=1, keepdim=True).values
         e = torch.exp(shifted)
-        e = torch.where(shifted < -8.0, 2.0 * e, e)
-        return e / e.sum(dim=1, keepdim=True)
+        out = e / e.sum(dim=1, keepdim=True)
+        return torch.where(shifted < -8.0, 2.0 * out, out)
 
 
 def get_inputs():

@@ -1,4 +1,5 @@
-"""Split-K GEMM: eight partial products over slices of K, summed at the end (fp32 throughout).
+"""Split-K GEMM (K = 32,768): eight partial products over slices of K, summed at the end (fp32
+throughout). About PyTorch's own error; the fixed 1e-4 rejects it on an output near zero.
 EXPECTED: correct."""
 import torch
 import torch.nn as nn
@@ -27,7 +28,7 @@ class ModelNew(nn.Module):
 
 
 def get_inputs():
-    return [torch.randn(256, 4096), torch.randn(4096, 256)]
+    return [torch.randn(128, 32768), torch.randn(32768, 128)]
 
 
 def get_init_inputs():

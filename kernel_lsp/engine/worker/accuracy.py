@@ -85,57 +85,58 @@ def _num(x: Any) -> Any:
     return x
 
 
+def _f64(t: torch.Tensor, like: torch.Tensor | None = None) -> torch.Tensor:
+    complex_ = t.is_complex() or (like is not None and like.is_complex())
+    return t.detach().to(torch.complex128 if complex_ else torch.float64)
+
+
 def relative_errors(value: torch.Tensor, oracle: torch.Tensor) -> tuple[torch.Tensor, float]:
-    """Each element's error, divided by max(|oracle element|, mean |oracle|); and that mean."""
-    o = oracle.detach().to(torch.complex128 if oracle.is_complex() else torch.float64)
-    v = value.detach().to(o.dtype)
+    """Each element's error, divided by max(|oracle element|, mean |oracle|); and that mean.
+    Non-finite errors read 0 (NaN and Inf are verify's to judge, before this)."""
+    o = _f64(oracle)
     mag = o.abs()
     scale = float(mag.mean()) if mag.numel() else 0.0
-    floor = max(scale, torch.finfo(torch.float64).tiny)
-    err = (v - o).abs() / mag.clamp_min(floor)
-    return err, scale
+    err = (_f64(value, o) - o).abs().div_(mag.clamp_min_(max(scale, torch.finfo(torch.float64).tiny)))
+    return torch.nan_to_num_(err, nan=0.0, posinf=0.0, neginf=0.0), scale
 
 
 def measure(out: torch.Tensor, expected: torch.Tensor, oracle: torch.Tensor, name: str = "output",
             input_set: int = 0) -> Measure:
     """The candidate's output, the reference's (its own dtype) and the oracle's, for one output.
     Non-finite values are judged elsewhere (verify's nan / unwritten checks) and ignored here."""
-    o64 = oracle.detach().to(torch.complex128 if oracle.is_complex() else torch.float64)
-    cand_rel, scale = relative_errors(out, o64)
-    ref_rel, _ = relative_errors(expected, o64)
-    finite = torch.isfinite(cand_rel)
-    cand_rel = torch.where(finite, cand_rel, torch.zeros_like(cand_rel))
-    ref_rel = torch.where(torch.isfinite(ref_rel), ref_rel, torch.zeros_like(ref_rel))
-    cand_err = float(cand_rel.max()) if cand_rel.numel() else 0.0
-    ref_err = float(ref_rel.max()) if ref_rel.numel() else 0.0
+    o64 = _f64(oracle)
+    mag = o64.abs()
+    scale = float(mag.mean()) if mag.numel() else 0.0
+    floor = mag.clamp_min(max(scale, torch.finfo(torch.float64).tiny))
+    absdiff = torch.nan_to_num_((_f64(out, o64) - o64).abs_(), nan=0.0, posinf=0.0, neginf=0.0)
+    ref_abs = torch.nan_to_num_((_f64(expected, o64) - o64).abs_(), nan=0.0, posinf=0.0, neginf=0.0)
+    n = absdiff.numel()
+    ref_max_abs = float(ref_abs.max()) if n else 0.0
+    cand_rel = absdiff / floor
+    cand_err = float(cand_rel.max()) if n else 0.0
+    ref_err = float(ref_abs.div_(floor).max()) if n else 0.0
     yard = max(ref_err, eps(expected.dtype))
     ratio = cand_err / yard
     budget = RATIO_CORRECT * yard
-    c64 = out.detach().to(o64.dtype)
-    absdiff = (c64 - o64).abs()
-    absdiff = torch.where(torch.isfinite(absdiff), absdiff, torch.zeros_like(absdiff))
-    ref_abs = (expected.detach().to(o64.dtype) - o64).abs()
-    ref_abs = torch.where(torch.isfinite(ref_abs), ref_abs, torch.zeros_like(ref_abs))
-    loose_ok = bool(((absdiff <= LOOSE_TOL + LOOSE_TOL * o64.abs()) | ~finite).all())
+    loose_ok = bool((absdiff <= mag.mul_(LOOSE_TOL).add_(LOOSE_TOL)).all()) if n else True
     if ratio <= RATIO_CORRECT:
         outcome = "correct"
     elif ratio <= RATIO_LESS_ACCURATE and loose_ok:
         outcome = "less_accurate"
     else:
         outcome = "mismatch"
-    flat = int(torch.argmax(cand_rel.reshape(-1))) if cand_rel.numel() else 0
+    flat = int(torch.argmax(cand_rel.reshape(-1))) if n else 0
     where = ([int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(out.shape))]
-             if out.dim() and out.numel() else [])
+             if out.dim() and n else [])
     return Measure(
         output=name, dtype=str(expected.dtype).replace("torch.", ""), cand_err=cand_err, ref_err=ref_err,
         yardstick=yard, ratio=ratio, budget=budget,
-        max_abs_err=float(absdiff.max()) if absdiff.numel() else 0.0,
-        ref_max_abs_err=float(ref_abs.max()) if ref_abs.numel() else 0.0,
+        max_abs_err=float(absdiff.max()) if n else 0.0, ref_max_abs_err=ref_max_abs,
         scale=scale, loose_ok=loose_ok, outcome=outcome, where=where,
-        got=_num(out.reshape(-1)[flat].item()) if out.numel() else None,
-        expected=_num(expected.reshape(-1)[flat].item()) if expected.numel() else None,
-        oracle=_num(o64.reshape(-1)[flat].item()) if o64.numel() else None,
-        beyond=int((cand_rel > budget).sum()), numel=int(out.numel()), input_set=input_set)
+        got=_num(out.reshape(-1)[flat].item()) if n else None,
+        expected=_num(expected.reshape(-1)[flat].item()) if n else None,
+        oracle=_num(o64.reshape(-1)[flat].item()) if n else None,
+        beyond=int((cand_rel > budget).sum()) if n else 0, numel=int(n), input_set=input_set)
 
 
 _ORDER = {"correct": 0, "less_accurate": 1, "mismatch": 2}
