@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from kernel_lsp.verdicts import times_phrase  # noqa: F401  (one wording for the Worker's messages)
+
 # A candidate up to 100x the reference's own error is correct. Measured on the CPU suite:
 # split-K, tree and Kahan reductions, a two-pass fused LayerNorm, algebraic rewrites and fp16 /
 # bf16 kernels that accumulate in fp32 land at 0.5-1.5x; an in-order fp32 sum of 131,072 terms
@@ -147,14 +149,3 @@ def worse(a: Measure | None, b: Measure) -> Measure:
     if a is None:
         return b
     return b if (_ORDER[b.outcome], b.ratio) > (_ORDER[a.outcome], a.ratio) else a
-
-
-def times_phrase(ratio: float) -> str:
-    """'3.1x', '0.09x', '1.3e+07x': how many times the reference's own error."""
-    if ratio != ratio:
-        return "?"
-    if ratio >= 1e4:
-        return f"{ratio:.1e}x"
-    if ratio >= 10:
-        return f"{ratio:.0f}x"
-    return f"{ratio:.2g}x"
