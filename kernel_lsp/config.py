@@ -45,6 +45,7 @@ class Settings:
     sandbox: str = "auto"                   # required | auto | off: fence the Workers that run candidates
     whole_model_min_share: float = 0.05     # optimize --whole-model: ops below this share are left alone
     kernels_only: bool = False              # a PyTorch rewrite never counts (KernelBench-style scoring)
+    accept_less_accurate: bool = False      # a `less_accurate` candidate counts (docs/correctness.md)
     executor: str = "local"                 # where Workers live: "local" subprocesses or a "ray" cluster
     ray_address: str | None = None          # any address ray.init accepts: "ray://host:10001", "host:6379", "auto"
     gpu: str | None = None                  # GPU kind a candidate must be timed on (Ray), e.g. "H100"

@@ -43,7 +43,26 @@ DISQUALIFYING_FLAGS = frozenset({
     "timer_patch", "tampering", "side_stream", "thread_started", "result_cache",
     "result_cache_suspected", "precision_lowering", "cuda_graph", "beyond_roofline",
 })
+# Correct, but not as the Task asks (docs/correctness.md): `less_accurate` (beyond the accuracy
+# budget, within KernelBench's 1e-2: counted only with the accept_less_accurate setting) and
+# `eval_only` (right in eval mode, wrong in training mode; a Task that declares MODE = "eval"
+# is only verified in eval mode). Both keep a candidate from counting, as the cheats do.
+ACCURACY_FLAGS = frozenset({"less_accurate", "eval_only"})
+DISQUALIFYING_FLAGS = DISQUALIFYING_FLAGS | ACCURACY_FLAGS
 KERNELS_ONLY_FLAGS = DISQUALIFYING_FLAGS | {"torch_fallback"}
+
+
+def disqualified_by(flags: "list[str] | set[str] | tuple[str, ...]", accept_less_accurate: bool = False,
+                    bad: frozenset[str] | None = None) -> list[str]:
+    """The flags among `flags` that keep a candidate from counting; `accept_less_accurate` (the
+    setting) counts a `less_accurate` one, and then its own "not_counted" does not hold it back."""
+    bad = DISQUALIFYING_FLAGS if bad is None else bad
+    found = set(flags) & bad
+    if accept_less_accurate:
+        found.discard("less_accurate")
+        if not (found - {"not_counted"}) & DISQUALIFYING_FLAGS:
+            found.discard("not_counted")
+    return sorted(found)
 
 # The two kinds of result (Evaluation.label) and the spread above which a timing is a warning.
 CUSTOM_KERNEL = "custom kernel"
@@ -166,6 +185,7 @@ class Task(_Record):
     entry: str | None = None         # the exported function that stands for Model.forward
     atol: float | None = None        # None: the dtype's default
     rtol: float | None = None
+    mode: str | None = None          # "eval": an inference Task (MODE = "eval"), training mode not verified
 
 
 @dataclass
@@ -220,6 +240,11 @@ class Evaluation(_Record):
     # Other processes used the GPU while this was timed: {"processes": [{pid, name, memory_mib}],
     # "count", "source": "nvml" | "nvidia-smi", "spread_pct"}; None when alone or not a GPU.
     shared_gpu: dict[str, Any] | None = None
+    # How close to the float64 oracle (docs/correctness.md): "rule" (oracle | task_tolerance |
+    # fixed_tolerance), "rule_text", the worst output's "ratio" (its error over the reference's
+    # own), "cand_err", "ref_err", "budget", "outcome", every output's worst "outputs", the
+    # "modes" verified and the "oracle"'s cost; None when nothing was verified.
+    accuracy: dict[str, Any] | None = None
 
     @property
     def label(self) -> str | None:
@@ -277,6 +302,7 @@ class Evaluation(_Record):
             "noisy": self.noisy,
             "compile_faster": self.compile_faster,
             "shared_gpu": self.shared_gpu,
+            "accuracy": self.accuracy,
             "executor": self.executor,
             "node": self.node,
             "eager_spread_pct": self.eager.spread_pct if self.eager else None,

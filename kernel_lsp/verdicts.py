@@ -15,10 +15,10 @@ from typing import Any
 
 from kernel_lsp.model import (
     CUSTOM_KERNEL,
-    DISQUALIFYING_FLAGS,
     NOISY_SPREAD_PCT,
     PYTORCH_REWRITE,
     Evaluation,
+    disqualified_by,
 )
 
 # Reasons the engine and the Search give, word for word (front ends may match on them).
@@ -138,9 +138,53 @@ def shared_phrase(shared: dict[str, Any] | None) -> str | None:
     return text
 
 
-def evaluation_reason(ev: Evaluation | dict[str, Any], kernels_only: bool = False) -> str:
+def times_phrase(ratio: float) -> str:
+    """'3.1x', '0.09x', '1838x', '5.3e+05x': how many times the reference's own error."""
+    if ratio != ratio:
+        return "?"
+    if ratio >= 1e4:
+        return f"{ratio:.1e}x"
+    if ratio >= 10:
+        return f"{ratio:.0f}x"
+    return f"{ratio:.2g}x"
+
+
+def accuracy_phrase(acc: dict[str, Any] | None) -> str | None:
+    """Evaluation.accuracy in words: "3.1x PyTorch's error against float64 (correct up to 100x)";
+    None when nothing was measured."""
+    if not acc:
+        return None
+    ratio = acc.get("ratio")
+    rule = acc.get("rule")
+    if not isinstance(ratio, (int, float)):
+        return acc.get("rule_text") or None
+    text = f"{times_phrase(float(ratio))} PyTorch's error against float64"
+    where = []
+    if acc.get("output") not in (None, "output"):
+        where.append(str(acc["output"]))
+    if acc.get("mode") == "train":
+        where.append("training mode")
+    if where:
+        text += f" (worst: {', '.join(where)})"
+    limit = acc.get("ratio_correct")
+    if rule == "oracle":
+        outcome = acc.get("outcome")
+        if outcome == "less_accurate":
+            text += f"; beyond the {limit:g}x budget: less accurate" if limit else "; less accurate"
+        elif outcome == "mismatch":
+            text += "; beyond the budget and the loose bound"
+        elif limit:
+            text += f" (correct up to {limit:g}x)"
+    elif acc.get("rule_text"):
+        text += f"; {acc['rule_text']}"
+    return text
+
+
+def evaluation_reason(ev: Evaluation | dict[str, Any], kernels_only: bool = False,
+                      accept_less_accurate: bool = False) -> str:
     """One sentence: what happened to this candidate and what its numbers are. `kernels_only`:
-    a PyTorch rewrite is not counted (the `kernels_only` setting)."""
+    a PyTorch rewrite is not counted (the `kernels_only` setting); `accept_less_accurate`: a
+    `less_accurate` candidate is (the setting of that name)."""
     d = _eval_doc(ev)
     verdict = d.get("verdict") or "not_run"
     message = (d.get("message") or "").strip()
@@ -152,16 +196,20 @@ def evaluation_reason(ev: Evaluation | dict[str, Any], kernels_only: bool = Fals
     kind = d.get("label") or label(d.get("custom_kernel"))
     if kind:
         parts.append(kind)
-    bad = sorted(set(d.get("flags") or ()) & DISQUALIFYING_FLAGS)
+    bad = [f for f in disqualified_by(d.get("flags") or (), accept_less_accurate) if f != "not_counted"]
     if kernels_only and d.get("custom_kernel") is False:
         bad.append("kernels_only: a PyTorch rewrite")
     if bad:
         parts.append("not counted (" + ", ".join(bad) + ")")
-    elif d.get("time_ms") is not None:
+    if (not bad or bad == ["less_accurate"]) and d.get("time_ms") is not None:
+        # A less accurate candidate's speed is shown beside its accuracy, never counted by default.
         parts.append(speed_phrase(d.get("speedup_eager"), d.get("speedup_compile"), d.get("spread_pct")))
         advice = compile_advice(d.get("speedup_compile"))
         if advice:
             parts.append(advice)
+    accuracy = accuracy_phrase(d.get("accuracy"))
+    if accuracy and set(d.get("flags") or ()) & {"less_accurate", "eval_only"}:
+        parts.append(accuracy)
     shared = shared_phrase(d.get("shared_gpu"))
     if shared:
         parts.append(shared)
@@ -203,5 +251,6 @@ __all__ = [
     "NO_GPU", "NO_GPU_TASK", "NO_MODEL", "ALL_SLOWER", "OUTCOMES", "EXIT_CODES", "CannotRun",
     "NoModelConfigured", "EndpointUnreachable", "NoGPU", "exit_code", "label", "is_noisy",
     "speed_phrase", "compile_advice", "shared_phrase", "evaluation_reason", "search_reason",
+    "times_phrase", "accuracy_phrase",
     "CUSTOM_KERNEL", "PYTORCH_REWRITE", "NOISY_SPREAD_PCT",
 ]

@@ -11,8 +11,8 @@
   replaces the op instance's ``forward`` with a guard;
 * the guard calls the kernel only for inputs like those it was verified on: the same
   number and kinds of arguments, equal constants, and per tensor the same shape, dtype and
-  device type, contiguous, and no autograd (kernels are verified under ``no_grad``);
-  anything else runs the original forward. If the kernel raises, the guard warns once
+  device type, contiguous, no autograd and eval mode (kernels are verified under ``no_grad``,
+  in eval mode: the op Tasks declare ``MODE = "eval"``); anything else runs the original forward. If the kernel raises, the guard warns once
   (``warnings.warn``) and runs the original from then on.
 
 The generated file imports nothing from kernel_lsp: it is the user's to keep.
@@ -138,6 +138,8 @@ class _Guarded:
             return False
         if torch.is_grad_enabled():
             return False  # verified under no_grad: training runs the original op
+        if self.module.training:
+            return False  # verified in eval mode (the op Task declares MODE = "eval")
         return (all(self._like(v, r) for v, r in zip(args, self.args))
                 and all(self._like(kwargs[k], r) for k, r in self.kwargs.items()))
 

@@ -189,6 +189,9 @@ def op_task_source(op: dict[str, Any], model_path: str, task_path: str, extracti
         "",
         f"ATOL = {atol!r}" if atol is not None else None,
         f"RTOL = {rtol!r}" if rtol is not None else None,
+        "# The whole-model flow profiles the model in eval mode and its guard runs a kernel only",
+        "# under no_grad in eval mode: an inference Task (training mode is not verified).",
+        'MODE = "eval"',
     ]
     if needs_original:
         lines += [

@@ -14,6 +14,8 @@ import html
 import json
 from typing import Any
 
+from kernel_lsp import verdicts
+
 _CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222;padding:0 1em}
 h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ddd}
@@ -221,6 +223,7 @@ def _evaluation(ev: dict[str, Any] | None, view: _View, cand: str, again: dict[s
     t = ev.get("time")
     rows = [("verdict", ev.get("verdict")), ("message", ev.get("message")),
             ("flags", ", ".join(ev.get("flags") or []) or "none"),
+            ("accuracy", verdicts.accuracy_phrase(ev.get("accuracy"))),
             ("time (first run)", f"{_ms(ev):.4f} ms" if _ms(ev) else None),
             ("spread", f"{t['spread_pct']:.1f} %" if isinstance(t, dict) else None),
             ("vs start (first run)", _x(sp, spread) if cand != view.root_id else None),

@@ -29,7 +29,8 @@ from typing import Any, Callable
 from collections import Counter
 
 from kernel_lsp import verdicts
-from kernel_lsp.model import DISQUALIFYING_FLAGS, KERNELS_ONLY_FLAGS, Candidate, Evaluation, Task, Timing
+from kernel_lsp.model import (DISQUALIFYING_FLAGS, KERNELS_ONLY_FLAGS, Candidate, Evaluation, Task, Timing,
+                              disqualified_by)
 
 from .budget import Budget
 from .proposer import Proposal, ProposalRequest, Proposer
@@ -72,6 +73,7 @@ class SearchOptions:
     max_errors: int = 3                  # consecutive transport failures before stopping
     repair_only: bool = False            # fix the start (fixCompileError): no optimize rounds
     kernels_only: bool = False           # a PyTorch rewrite never counts (KernelBench-style scoring)
+    accept_less_accurate: bool = False   # a `less_accurate` candidate counts (still ranked after accurate ones)
 
 
 @dataclass
@@ -115,6 +117,14 @@ class Node:
     @property
     def id(self) -> str:
         return self.candidate.id
+
+
+def _rank_key(n: Node) -> tuple[bool, float]:
+    """How the Search orders counted candidates: an accurate one before any `less_accurate` one
+    (docs/correctness.md), then the faster first."""
+    ev = n.evaluation
+    less = ev is not None and "less_accurate" in ev.flags
+    return (less, ev.time.median_ms if ev is not None and ev.time is not None else math.inf)
 
 
 @dataclass
@@ -318,7 +328,7 @@ class Search:
             if ev.custom_kernel is False:
                 return False
             bad = bad | KERNELS_ONLY_FLAGS
-        return not (set(ev.flags) & bad)
+        return not disqualified_by(ev.flags, self.options.accept_less_accurate, bad)
 
     def _runs(self, ev: Evaluation | None) -> bool:
         """Correct and timed; flags aside (a flagged start is still what the file holds). In a
@@ -348,11 +358,10 @@ class Search:
         return node.speedup is not None and node.speedup > limit
 
     def _better(self, a: Node, b: Node | None) -> bool:
+        """Accurate before less accurate (when the setting counts those at all), then faster."""
         if b is None:
             return True
-        ta = a.evaluation.time.median_ms if a.evaluation and a.evaluation.time else math.inf
-        tb = b.evaluation.time.median_ms if b.evaluation and b.evaluation.time else math.inf
-        return ta < tb
+        return _rank_key(a) < _rank_key(b)
 
     # -- the loop --------------------------------------------------------------
 
@@ -631,14 +640,17 @@ class Search:
                          "speedup_compile": _vs(first, "compiled", speedup, ev),
                          "spread_pct": spread, "noisy": verdicts.is_noisy(spread),
                          "custom_kernel": ev.custom_kernel, "label": verdicts.label(ev.custom_kernel),
+                         "less_accurate": "less_accurate" in ev.flags,
+                         "accuracy": verdicts.accuracy_phrase(ev.accuracy),
                          "winner": winner is not None and n.id == winner.id})
-        rows.sort(key=lambda r: (not r["winner"], -(r["speedup"] if r["speedup"] is not None else -math.inf),
+        rows.sort(key=lambda r: (not r["winner"], r["less_accurate"],
+                                 -(r["speedup"] if r["speedup"] is not None else -math.inf),
                                  r["time_ms"] if r["time_ms"] is not None else math.inf))
         return rows
 
     def _ranking(self) -> list[Node]:
         nodes = [n for n in self.nodes.values() if n.id != self.start.id and self._beats_start(n)]
-        return sorted(nodes, key=lambda n: n.evaluation.time.median_ms if n.evaluation and n.evaluation.time else math.inf)
+        return sorted(nodes, key=_rank_key)
 
     async def _finish(self, state: str, reason: str) -> SearchResult:
         root = self.nodes[self.start.id]
@@ -714,7 +726,9 @@ class Search:
                 return "the correct candidates were PyTorch rewrites, which kernels_only does not count"
             flags = sorted({f for n in correct if n.evaluation is not None for f in n.evaluation.flags}
                            & (self.options.bad_flags | KERNELS_ONLY_FLAGS))
-            return f"every correct candidate was disqualified ({', '.join(flags) or 'flags'})"
+            hint = ("; less accurate ones count with accept_less_accurate = true"
+                    if "less_accurate" in flags and not self.options.accept_less_accurate else "")
+            return f"every correct candidate was disqualified ({', '.join(flags) or 'flags'}){hint}"
         best = max((n.speedup for n in counted if n.speedup is not None), default=None)
         if best is None:
             return "the start could not be compared with the candidates"

@@ -19,7 +19,8 @@ from typing import Any, TextIO
 from kernel_lsp.cli import numbers, prepare
 from kernel_lsp.cli.exits import CANCELLED, CANNOT_RUN, OK, PROBLEM, combine, could_not_run, gpu_hint
 from kernel_lsp.engine.caller.tasks import TaskError, find_task
-from kernel_lsp.model import Candidate, Evaluation, Task
+from kernel_lsp.model import Candidate, Evaluation, Task, disqualified_by
+from kernel_lsp.verdicts import accuracy_phrase
 from kernel_lsp.source import SourceError, read_text
 
 try:
@@ -78,7 +79,20 @@ def _options(ns: argparse.Namespace, gpu: bool) -> dict[str, Any]:
         opts["device"] = "cpu"
     if getattr(ns, "remeasure_baselines", False):
         opts["remeasure_baselines"] = True
+    if _accept_less_accurate():
+        opts["accept_less_accurate"] = True
     return opts
+
+
+def _accept_less_accurate() -> bool:
+    """The accept_less_accurate setting ([tool.kernel-lsp] / environment): a `less_accurate`
+    candidate counts (docs/correctness.md)."""
+    try:
+        from kernel_lsp.config import load_settings
+
+        return bool(getattr(load_settings(os.getcwd()), "accept_less_accurate", False))
+    except Exception:  # settings are optional for the CLI; defaults apply
+        return False
 
 
 def _early_prebuild(engine: Any, rows: list[tuple[str, Task | None, Candidate | None, str]]) -> Any:
@@ -210,10 +224,13 @@ def _reference_only(ev: Evaluation) -> bool:
     return ev.verdict == "not_run" and ev.message == "the reference alone" and ev.eager is not None
 
 
-def status(ev: Evaluation) -> int:
-    """This target's exit status: 0 correct (or a reference timed), 1 a problem, 2 could not run."""
+def status(ev: Evaluation, accept_less_accurate: bool | None = None) -> int:
+    """This target's exit status: 0 correct (or a reference timed), 1 a problem, 2 could not run.
+    A `less_accurate` candidate is a problem unless the accept_less_accurate setting counts it."""
     if ev.verdict == "correct":
-        return PROBLEM if numbers.problem_flags(ev.flags) else OK
+        if accept_less_accurate is None:
+            accept_less_accurate = _accept_less_accurate()
+        return PROBLEM if disqualified_by(ev.flags, accept_less_accurate) else OK
     if _reference_only(ev):
         return OK
     return CANNOT_RUN if could_not_run(ev.verdict, ev.message) else PROBLEM
@@ -328,7 +345,8 @@ def _bench_table(evs: list[Evaluation], info: dict[str, Any], names: list[str], 
         color = "green" if code == OK else ("yellow" if code == CANNOT_RUN else "red")
         shown = "not run" if code == CANNOT_RUN else ev.verdict
         flags = [f for f in ev.flags if f != "not_counted"]
-        hide = bool(numbers.problem_flags(ev.flags))  # a disqualified number is not shown as a gain
+        # A disqualified number is not shown as a gain; a less accurate one is, beside its accuracy.
+        hide = bool(disqualified_by(ev.flags, accept_less_accurate=True))
         kind = ("reference" if _reference_only(ev) else
                 numbers.label_for(ev.flags, custom) if ev.verdict == "correct" else "-")
         table.add_row(name, f"[{color}]{shown}[/{color}]", kind, _ms(ev.time.median_ms if ev.time else None),
@@ -360,6 +378,11 @@ def _bench_table(evs: list[Evaluation], info: dict[str, Any], names: list[str], 
             console.print(f"[yellow]{name}: torch.compile of the reference is faster ({_ms(ev.compiled.median_ms)} ms "
                           f"vs {_ms(ev.time.median_ms)} ms, {sc:.2f}x): consider torch.compile instead[/yellow]",
                           soft_wrap=True)
+        acc = accuracy_phrase(getattr(ev, "accuracy", None))
+        if acc and not _reference_only(ev):
+            counted = ("; its speed is not counted (accept_less_accurate = true counts it)"
+                       if "less_accurate" in ev.flags and status(ev) != OK else "")
+            console.print(f"  accuracy: {acc}{counted}", soft_wrap=True)
         ev_where = (ev.evidence or {}).get("where")
         if ev.verdict not in ("correct", "not_run") and ev_where is not None:
             e = ev.evidence or {}

@@ -388,6 +388,8 @@ async def _optimize(ns: argparse.Namespace, path: str, show: bool) -> tuple[Sear
     elif kernels_only:
         print("kernel-lsp optimize: warning: this build's Search has no kernels-only rule; it refuses only "
               "candidates flagged torch_fallback", file=sys.stderr)
+    if hasattr(opts, "accept_less_accurate"):
+        opts.accept_less_accurate = bool(getattr(settings, "accept_less_accurate", False))
     if getattr(ns, "baselines", True) is False:  # --no-baselines: skip eager/torch.compile timing
         opts.start_engine_options = {"baselines": False}
     search = Search(engine, store, task, cand, proposer, opts)

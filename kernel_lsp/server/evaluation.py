@@ -22,6 +22,7 @@ from kernel_lsp.server.engine_host import ExecutionDisabled
 from kernel_lsp.server.feature import LanguageFeature
 from kernel_lsp.server.progress import WorkProgress
 from kernel_lsp.server.state import DocumentState, Measurement, SavePublish
+from kernel_lsp.verdicts import accuracy_phrase, times_phrase
 
 if TYPE_CHECKING:
     from kernel_lsp.server.jobs import Job
@@ -406,6 +407,11 @@ def numbers(m: Measurement) -> str:
             parts.append("noisy: not a reliable comparison")
     if is_rewrite(ev):
         parts.append(REWRITE)
+    ratio = (getattr(ev, "accuracy", None) or {}).get("ratio")
+    if "less_accurate" in ev.flags and isinstance(ratio, (int, float)):
+        parts.append(f"less accurate: {times_phrase(ratio)} PyTorch's error, not counted")
+    if "eval_only" in ev.flags:
+        parts.append("correct in eval mode only: not counted")
     return " · ".join(parts)
 
 
@@ -436,6 +442,9 @@ def measurement_markdown(m: Measurement, text: str) -> list[str]:
     if not m.reference_only and ev.correct:
         kind = REWRITE if is_rewrite(ev) else "custom kernel"
         lines.append(f"Kind of result: {kind}")
+    accuracy = accuracy_phrase(getattr(ev, "accuracy", None))
+    if accuracy and not m.reference_only:
+        lines.append(f"Accuracy: {accuracy}")
     where = [ran_on(ev)]
     if isinstance(ev.device, dict) and ev.device.get("name"):
         where.append(f"on {ev.device['name']}")
@@ -522,6 +531,11 @@ def status_entry(state: DocumentState) -> dict[str, Any] | None:
 
 def verdict_words(ev: Evaluation) -> str:
     evidence = ev.evidence or {}
+    if ev.verdict == "mismatch" and isinstance(evidence.get("ratio"), (int, float)):
+        where = evidence.get("where")
+        return (f"wrong: {evidence.get('output', 'output')} is {times_phrase(evidence['ratio'])} PyTorch's error "
+                "against float64" + (f" at {list(where)}" if where else "")
+                + (f" (input set {evidence['input_set']})" if "input_set" in evidence else ""))
     if ev.verdict == "mismatch" and "max_abs_err" in evidence:
         where = evidence.get("where")
         return (f"wrong: {evidence.get('output', 'output')} differs by {evidence['max_abs_err']:.1e}"

@@ -142,7 +142,8 @@ async def _job(feature: "OptimizeFeature", state: "DocumentState", run: Any, a: 
 
     budget = max(1, ls.settings.agent_budget)
     opts = WholeModelOptions(budget=budget, min_proposals=budget,
-                             search=SearchOptions(kernels_only=ls.settings.kernels_only))
+                             search=SearchOptions(kernels_only=ls.settings.kernels_only,
+                                                   accept_less_accurate=ls.settings.accept_less_accurate))
     try:
         result = await optimize_op(state.path, a.op, ls.host.engine(), ls.host.store(),
                                    lambda _op: make_proposer(ls, kind), opts, root=ls.host.root,

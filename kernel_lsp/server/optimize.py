@@ -213,7 +213,8 @@ class OptimizeFeature(LanguageFeature):
         budget = Budget(proposals=2 if repair_only else ls.settings.agent_budget)
         try:
             engine: Any
-            options = SearchOptions(budget=budget, repair_only=repair_only, kernels_only=ls.settings.kernels_only)
+            options = SearchOptions(budget=budget, repair_only=repair_only, kernels_only=ls.settings.kernels_only,
+                                    accept_less_accurate=ls.settings.accept_less_accurate)
             if repair_only and state.is_cuda and not os.path.exists(harness_path(state.path)):
                 # A compile error needs no harness: the compiler is the test.
                 task, candidate, engine = self._compile_only(state, run.text)

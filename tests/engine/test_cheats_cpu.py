@@ -100,6 +100,12 @@ def test_mismatch_evidence_points_at_the_element() -> None:
     assert ev.evidence["input_set"] == 0
     assert ev.evidence["max_abs_err"] == pytest.approx(0.5, abs=1e-3)
     assert ev.evidence["mismatched"] == 1 and ev.evidence["numel"] == 32 * 64
+    # Judged against the float64 oracle: the evidence carries the ratio to PyTorch's own error.
+    assert ev.evidence["rule"] == "oracle" and ev.evidence["ratio"] > 1e4
+    assert ev.evidence["oracle"] == pytest.approx(ev.evidence["expected"], rel=1e-5)
+    # With the oracle off, the fixed tolerance decides, and says which.
+    ev = evaluate("mismatch", oracle=False)
+    assert ev.verdict == "mismatch" and ev.evidence["where"] == [3, 7]
     assert ev.evidence["atol"] == 1e-4 and ev.evidence["rtol"] == 1e-4  # KernelBench fp32
 
 

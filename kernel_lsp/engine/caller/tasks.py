@@ -15,7 +15,8 @@ Rules (the task contract, docs/architecture.md):
   (the exported function standing for ``Model.forward``) and/or ``kernel_forward(lib, model,
   *inputs)``. The Candidate is the ``.cu`` text (kind ``cuda``). Opening that harness
   ``foo.py`` itself (no ``ModelNew``, with ``ENTRY``/``kernel_forward``) gives the same pair.
-* Module-level numeric ``ATOL`` / ``RTOL`` in the reference set the Task's tolerances.
+* Module-level numeric ``ATOL`` / ``RTOL`` in the reference set the Task's tolerances (they win
+  over the float64 accuracy budget); ``MODE = "eval"`` declares an inference Task.
 """
 
 from __future__ import annotations
@@ -112,6 +113,21 @@ def _tolerance(facts: _Facts, name: str, path: str) -> float | None:
     return float(value)
 
 
+# MODE = "eval": an inference Task, verified in eval mode only; "both" (the default): verified in
+# training mode too when the reference behaves differently there (docs/correctness.md).
+MODES = ("eval", "both")
+
+
+def _mode(facts: _Facts, path: str) -> str | None:
+    if "MODE" not in facts.constants:
+        return None
+    value = facts.constants["MODE"]
+    if not isinstance(value, str) or value.lower() not in MODES:
+        raise TaskError(f"{os.path.basename(path)}: MODE must be \"eval\" (an inference Task) or \"both\", "
+                        f"not {value!r}")
+    return value.lower()
+
+
 def _task(name: str, ref_path: str, ref_text: str, facts: _Facts, **extra: object) -> Task:
     return Task(
         name=name,
@@ -119,6 +135,7 @@ def _task(name: str, ref_path: str, ref_text: str, facts: _Facts, **extra: objec
         reference_source=ref_text,
         atol=_tolerance(facts, "ATOL", ref_path),
         rtol=_tolerance(facts, "RTOL", ref_path),
+        mode=_mode(facts, ref_path),
         **extra,  # type: ignore[arg-type]
     )
 

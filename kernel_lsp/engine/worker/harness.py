@@ -97,6 +97,9 @@ class Harness:
         self.init_inputs: list[Any] = []
         self.candidate_fn: Callable[..., Any] | None = None
         self.candidate_module: Any = None
+        # The nn.Module behind candidate_fn, if any (ModelNew, or kernel_forward's Model copy):
+        # verify switches its mode and puts its state back between training-mode calls.
+        self.candidate_model: torch.nn.Module | None = None
 
     # -- reference -------------------------------------------------------------------
     def load_reference(self) -> types.ModuleType:
@@ -182,6 +185,7 @@ class Harness:
         except Exception as exc:
             raise CandidateError(f"ModelNew(*get_init_inputs()) raised {type(exc).__name__}: {exc}") from exc
         self.candidate_fn = new
+        self.candidate_model = new if isinstance(new, torch.nn.Module) else None
         return new, result
 
     def _build_cuda(self) -> tuple[Callable[..., Any] | None, CompileResult]:
@@ -195,6 +199,7 @@ class Harness:
         if forward is not None:
             # The harness's own Model copy, so the kernel cannot alter the reference's weights.
             kernel_model = copy.deepcopy(self.model)
+            self.candidate_model = kernel_model
 
             def call(*inputs: Any) -> Any:
                 return forward(lib, kernel_model, *inputs)

@@ -24,6 +24,8 @@ class EngineOptions:
     device: str | None = None            # None: "cuda" when visible, else "cpu"
     atol: float | None = None            # None: the Task's, else the dtype's default
     rtol: float | None = None
+    oracle: bool = True                  # judge against a float64 run of the reference (docs/correctness.md)
+    accept_less_accurate: bool = False   # a `less_accurate` candidate counts (the accept_less_accurate setting)
     baselines: bool = True               # time eager and torch.compile of the reference
     compile_mode: str = "default"        # torch.compile mode of the baseline
     runs: int = 20                       # at least this many timed calls

@@ -45,13 +45,13 @@ from kernel_lsp.engine.worker.options import EngineOptions, OptionsError
 from kernel_lsp.engine.worker.harness import CandidateError, Harness, HarnessError, tensor_bytes
 from kernel_lsp.engine.worker.verify import verify
 from kernel_lsp.model import (
-    DISQUALIFYING_FLAGS,
     NOISY_SPREAD_PCT,
     PYTORCH_REWRITE,
     Candidate,
     Evaluation,
     Task,
     Timing,
+    disqualified_by,
 )
 from kernel_lsp.verdicts import NO_GPU, NO_GPU_TASK
 
@@ -82,6 +82,8 @@ class Integrity:
             ("time", time), ("builtins", builtins), ("torch.testing", torch.testing),
         ]
         for name in ("statistics", "kernel_lsp.engine.worker.verify", "kernel_lsp.engine.worker.bench",
+                     "kernel_lsp.engine.worker.accuracy", "kernel_lsp.engine.worker.oracle",
+                     "kernel_lsp.engine.worker.modes",
                      "kernel_lsp.engine.worker.harness", "kernel_lsp.engine.worker.run", "kernel_lsp.engine.worker.roofline",
                      "kernel_lsp.engine.worker.static_checks", "kernel_lsp.model"):
             module = sys.modules.get(name)
@@ -248,7 +250,7 @@ def evaluate(task: Task, candidate: Candidate | None, checks: list[str] | tuple[
         integrity.restore()
     if candidate is not None:
         _explain_launch(ev, candidate, dev)
-    _finish(ev, extra, notes, candidate)
+    _finish(ev, extra, notes, candidate, accept_less_accurate=opts.accept_less_accurate)
     ev.wall_seconds = (bench._perf_counter_ns() - t0) / 1e9
     return ev
 
@@ -280,10 +282,11 @@ def custom_kernel(candidate: Candidate | None, flags: list[str]) -> bool | None:
     return candidate.kind == "cuda" or static_checks.has_kernel(candidate.source)
 
 
-def _finish(ev: Evaluation, extra: dict[str, Any], notes: list[str], candidate: Candidate | None = None) -> None:
+def _finish(ev: Evaluation, extra: dict[str, Any], notes: list[str], candidate: Candidate | None = None,
+            accept_less_accurate: bool = False) -> None:
     ev.flags = sorted(set(ev.flags))
     ev.custom_kernel = custom_kernel(candidate, ev.flags)
-    bad = sorted(set(ev.flags) & DISQUALIFYING_FLAGS)
+    bad = disqualified_by(ev.flags, accept_less_accurate)
     if bad:
         ev.flags.append("not_counted")
         if ev.verdict == "correct":
@@ -369,6 +372,7 @@ def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options
                      + ", ".join(_thread_origin(t) for t in started[:4]) + ")")
     ev.verdict, ev.correct = vr.verdict, vr.correct
     ev.message, ev.evidence = vr.message, vr.evidence
+    ev.accuracy = vr.accuracy
     ev.flags += vr.flags
     notes += vr.notes
     if vr.fallback_ops:

@@ -21,6 +21,14 @@ Order of work, each step aimed at a known cheat:
 5. The candidate runs once more under an aten-op recorder: any compute op the reference
    uses (aten.mm, aten._softmax, ...) seen there is flagged `torch_fallback`.
 
+Values are judged against a float64 run of the reference (worker/oracle.py), within a budget
+set by the reference's own error (worker/accuracy.py, docs/correctness.md): `correct`, `correct`
+with flag `less_accurate`, or `mismatch`. An explicit ATOL/RTOL (the Task's or the options') wins
+and is a fixed tolerance against the reference, as is the fallback when float64 cannot run.
+When the reference behaves differently in training mode (BatchNorm, ...: worker/modes.py), two
+input sets are verified in training mode too; correct in eval mode only is flag `eval_only`,
+unless the Task declares `MODE = "eval"`.
+
 NaN never passes where the reference is finite. Whether a NaN was written or never written
 is decided by two fills the engine controls, never by what memory held before: the same
 call is repeated with every `torch.empty` & co. filled with a finite sentinel (`sentinel_fill`,
@@ -33,6 +41,7 @@ deterministic fill is what makes `torch.empty` read NaN there.
 from __future__ import annotations
 
 import contextlib
+import math
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -40,8 +49,10 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from kernel_lsp.engine.worker import accuracy, modes
 from kernel_lsp.engine.worker.options import EngineOptions
-from kernel_lsp.engine.worker.harness import Harness, InputSet, clone_inputs, flat_tensors, tensor_bytes
+from kernel_lsp.engine.worker.harness import Harness, InputSet, clone_inputs, flat_tensors, set_seed, tensor_bytes
+from kernel_lsp.engine.worker.oracle import Oracle
 
 # KernelBench's current defaults (eval.get_tolerance_for_precision, after torchbench):
 # fp32 1e-4, fp16/bf16 1e-2, used as both atol and rtol. Nothing here is looser.
@@ -106,6 +117,9 @@ class VerifyResult:
     input_bytes: int = 0
     output_bytes: int = 0
     input_sets: int = 0
+    accuracy: dict[str, Any] | None = None   # Evaluation.accuracy (Judge.report)
+    judge: Any = field(default=None, repr=False)          # the Judge, for the report even on a failure
+    train_evidence: dict[str, Any] | None = None          # where training mode went wrong (eval_only)
 
     @property
     def correct(self) -> bool:
@@ -424,6 +438,143 @@ def _tensor_copy(value: Any) -> Any:
     return value
 
 
+# -- judging values: the float64 oracle and the accuracy budget -----------------------------------
+
+def _oracle_sanity(dtype: torch.dtype) -> float:
+    """The reference's own error beyond which the float64 run is not the same computation (random
+    ops in the forward, code that branches on dtype): no rounding explains it."""
+    return max(accuracy.LOOSE_TOL, 8 * accuracy.eps(dtype))
+
+
+class Judge:
+    """Decides whether one output is right: against the float64 oracle within the accuracy budget,
+    or with a fixed tolerance against the reference (an explicit ATOL/RTOL, which wins and is said
+    so; the `oracle` option off; float64 refused). Keeps the worst measure of every output."""
+
+    def __init__(self, h: Harness, options: EngineOptions) -> None:
+        self.h = h
+        self.atol = options.atol if options.atol is not None else h.task.atol
+        self.rtol = options.rtol if options.rtol is not None else h.task.rtol
+        self.oracle: Oracle | None = None
+        self.why_fixed = ""
+        if self.atol is not None or self.rtol is not None:
+            whose = "the options'" if options.atol is not None or options.rtol is not None else "the Task's"
+            a_tol, r_tol = (self.atol if self.atol is not None else "default",
+                            self.rtol if self.rtol is not None else "default")
+            self.why_fixed = f"{whose} ATOL={a_tol}, RTOL={r_tol} decide (an explicit tolerance wins)"
+        elif not options.oracle:
+            self.why_fixed = "the float64 oracle is off (option oracle=false): fixed tolerance"
+        if options.oracle and h.model is not None:
+            try:
+                self.oracle = Oracle(h, skip_ops=MOVEMENT_OPS)
+            except Exception as exc:  # a Model that cannot be copied
+                self.why_fixed = self.why_fixed or f"no float64 oracle ({type(exc).__name__}: {exc}); fixed tolerance"
+        self.worst: dict[tuple[str, str], accuracy.Measure] = {}
+        self.modes: dict[str, str] = {}
+
+    @property
+    def uses_oracle(self) -> bool:
+        return not self.why_fixed and self.oracle is not None and self.oracle.refused is None
+
+    def _refuse(self, why: str) -> None:
+        if self.oracle is not None:
+            self.oracle.refuse(why)
+        if not self.why_fixed:
+            self.why_fixed = f"{why}; fixed tolerance used"
+            self.worst.clear()  # measures against an oracle that is not one
+
+    def check(self, out: Any, expected: Any, inputs: list[Any], seed: int, input_set: int,
+              mode: str = "eval") -> dict[str, Any] | None:
+        """None when `out` is right; else the evidence of the first wrong output."""
+        oracle_out = None
+        if self.oracle is not None and (self.uses_oracle or self.why_fixed.startswith(("the Task's", "the options'"))):
+            oracle_out = self.oracle.outputs(seed, inputs, mode)
+            if oracle_out is None and self.oracle.refused and not self.why_fixed:
+                self._refuse(self.oracle.refused)
+        if not self.uses_oracle:
+            if oracle_out is not None:  # an explicit tolerance decides; accuracy is still shown
+                self._measure_all(out, expected, oracle_out, input_set, mode)
+            return compare(out, expected, self.atol, self.rtol, input_set)
+        assert oracle_out is not None
+        # NaN / Inf where the reference is finite, and integer outputs: checked as before (the
+        # full comparison only when some output is not all finite or not floating).
+        if not all(isinstance(o, torch.Tensor) and o.is_floating_point() and bool(torch.isfinite(o).all())
+                   for _, o in _leaves(out)):
+            ev = compare(out, expected, math.inf, 0.0, input_set)
+            if ev is not None:
+                return ev
+        failed = self._measure_all(out, expected, oracle_out, input_set, mode)
+        if not self.uses_oracle:  # refused on sight: the fixed tolerance decides after all
+            return compare(out, expected, self.atol, self.rtol, input_set)
+        if failed is None:
+            return None
+        return {"output": failed.output, "input_set": input_set, "mode": mode, "rule": "oracle",
+                "where": failed.where, "got": failed.got, "expected": failed.expected, "oracle": failed.oracle,
+                "max_abs_err": failed.max_abs_err, "ratio": failed.ratio, "cand_err": failed.cand_err,
+                "ref_err": failed.ref_err, "budget": failed.budget, "within_loose": failed.loose_ok,
+                "mismatched": failed.beyond, "numel": failed.numel, "nonfinite": False}
+
+    def _measure_all(self, out: Any, expected: Any, oracle_out: Any, input_set: int,
+                     mode: str) -> accuracy.Measure | None:
+        first_bad = None
+        leaves_o, leaves_e, leaves_r = _leaves(out), _leaves(expected), _leaves(oracle_out)
+        if len(leaves_r) != len(leaves_e):
+            self._refuse("the float64 run returned another structure than the reference")
+            return None
+        for (name, o), (_, e), (_, r) in zip(leaves_o, leaves_e, leaves_r):
+            if not isinstance(e, torch.Tensor) or not (e.is_floating_point() or e.is_complex()):
+                continue
+            if not isinstance(r, torch.Tensor) or r.shape != e.shape or not isinstance(o, torch.Tensor):
+                self._refuse(f"the float64 run's {name} does not match the reference's in shape")
+                return None
+            m = accuracy.measure(o, e, r, name, input_set)
+            if m.ref_err > _oracle_sanity(e.dtype):
+                self._refuse(f"the float64 run differs from the reference by {m.ref_err:.2g} of its scale "
+                             f"on {name} (random ops or dtype-dependent code in the forward?)")
+                return None
+            key = (mode, name)
+            self.worst[key] = accuracy.worse(self.worst.get(key), m)
+            if m.outcome == "mismatch" and first_bad is None:
+                first_bad = m
+        return first_bad
+
+    def outcome(self) -> str:
+        """The worst outcome over every output, set and mode measured against the oracle."""
+        order = ("correct", "less_accurate", "mismatch")
+        if not self.uses_oracle or not self.worst:
+            return "correct"
+        return max((m.outcome for m in self.worst.values()), key=order.index)
+
+    def report(self) -> dict[str, Any]:
+        """Evaluation.accuracy: the rule, the worst output (its errors, their ratio, the budget),
+        every output's worst measure, the modes verified and what the oracle cost."""
+        rule = "oracle" if self.uses_oracle else ("task_tolerance" if self.why_fixed.startswith(
+            ("the Task's", "the options'")) else "fixed_tolerance")
+        out: dict[str, Any] = {"rule": rule, "rule_text": accuracy.RULE if rule == "oracle" else self.why_fixed,
+                               "ratio_correct": accuracy.RATIO_CORRECT,
+                               "ratio_less_accurate": accuracy.RATIO_LESS_ACCURATE, "loose_tol": accuracy.LOOSE_TOL}
+        if rule != "oracle":
+            a_tol, r_tol = tolerance_for(torch.float32, self.atol, self.rtol)
+            out.update(atol=self.atol if self.atol is not None else "dtype default",
+                       rtol=self.rtol if self.rtol is not None else "dtype default", fp32_atol=a_tol, fp32_rtol=r_tol)
+        rows = sorted(self.worst.values(), key=lambda m: m.ratio, reverse=True)
+        if rows:
+            w = rows[0]
+            out.update(outcome=self.outcome() if rule == "oracle" else None, output=w.output,
+                       ratio=w.ratio, cand_err=w.cand_err, ref_err=w.ref_err, budget=w.budget,
+                       max_abs_err=w.max_abs_err, ref_max_abs_err=w.ref_max_abs_err,
+                       mode=next(k[0] for k, v in self.worst.items() if v is w))
+            out["outputs"] = [{"mode": k[0], **{f: getattr(v, f) for f in (
+                "output", "dtype", "ratio", "cand_err", "ref_err", "budget", "max_abs_err", "ref_max_abs_err",
+                "scale", "within_loose", "outcome", "where", "got", "expected", "oracle", "input_set")
+                if hasattr(v, f)}, "within_loose": v.loose_ok} for k, v in self.worst.items()]
+        if self.modes:
+            out["modes"] = dict(self.modes)
+        if self.oracle is not None:
+            out["oracle"] = self.oracle.summary()
+        return out
+
+
 # -- the procedure ------------------------------------------------------------------------------
 
 def _precision_state() -> tuple[Any, ...]:
@@ -456,6 +607,16 @@ def verify(h: Harness, options: EngineOptions | dict[str, Any]) -> VerifyResult:
     except _Fail as fail:
         res.verdict, res.message, res.evidence = fail.verdict, fail.message, _clean(fail.evidence)
     finally:
+        judge = res.judge
+        if judge is not None:
+            try:
+                res.accuracy = judge.report()
+                if res.train_evidence is not None:
+                    res.accuracy["train_evidence"] = res.train_evidence
+            except Exception as exc:  # the report must never cost the verdict
+                res.accuracy = {"rule": "unknown", "error": f"{type(exc).__name__}: {exc}"}
+            if judge.why_fixed and not judge.why_fixed.startswith("the float64 oracle is off"):
+                res.notes.append(judge.why_fixed)
         if _precision_state() != STRICT_PRECISION:
             res.flags.append("precision_lowering")
             res.notes.append("the candidate switched on TF32 / reduced-precision math "
@@ -467,8 +628,9 @@ def verify(h: Harness, options: EngineOptions | dict[str, Any]) -> VerifyResult:
 def _verify(h: Harness, options: EngineOptions, res: VerifyResult) -> None:
     assert h.model is not None and h.candidate_fn is not None
     ref, cand, dev = h.model, h.candidate_fn, h.device
-    atol = options.atol if options.atol is not None else h.task.atol
-    rtol = options.rtol if options.rtol is not None else h.task.rtol
+    judge = Judge(h, options)
+    res.judge = judge
+    atol, rtol = judge.atol, judge.rtol  # the fixed tolerance: stale and weak-test checks
     n_sets = max(2, options.input_sets)
     base = h.seed + 1_000_003  # fresh seeds: disjoint from the seed used for timing sets
 
@@ -506,7 +668,7 @@ def _verify(h: Harness, options: EngineOptions, res: VerifyResult) -> None:
                         {"input_set": i, **mutation})
         expected = call(ref, clone_inputs(pristine), dev, "reference")
         check_structure(out, expected, i)
-        ev = compare(out, expected, atol, rtol, i)
+        ev = judge.check(out, expected, pristine, s.seed, i)
         if ev is not None:
             _classify_mismatch(h, ev, out, pristine, expected, expected_by_set, out_sizes, atol, rtol)
         expected_by_set.append(expected)
@@ -524,7 +686,7 @@ def _verify(h: Harness, options: EngineOptions, res: VerifyResult) -> None:
     poison_free_memory(dev, out_sizes)
     out = call(cand, s.values, dev, "candidate", fill=True)
     check_structure(out, expected, n_sets)
-    ev = compare(out, expected, atol, rtol, n_sets)
+    ev = judge.check(out, expected, pristine, s.seed, n_sets)
     if ev is not None:
         _classify_mismatch(h, ev, out, pristine, expected, expected_by_set, out_sizes, atol, rtol)
     del out
@@ -532,7 +694,7 @@ def _verify(h: Harness, options: EngineOptions, res: VerifyResult) -> None:
     # 4. stale results: the same tensor objects (same id, same data_ptr) refilled in place.
     holder = clone_inputs(sets[-1].values)
     first = call(cand, holder, dev, "candidate")
-    ev = compare(first, expected_by_set[-1], atol, rtol, n_sets - 1)
+    ev = judge.check(first, expected_by_set[-1], sets[-1].values, sets[-1].seed, n_sets - 1)
     if ev is not None:
         _classify_mismatch(h, ev, first, sets[-1].values, expected_by_set[-1], expected_by_set, out_sizes,
                            atol, rtol)
@@ -542,7 +704,7 @@ def _verify(h: Harness, options: EngineOptions, res: VerifyResult) -> None:
             dst.copy_(src)
     second = call(cand, holder, dev, "candidate", fill=True)
     check_structure(second, expected_by_set[0], 0)
-    ev = compare(second, expected_by_set[0], atol, rtol, 0)
+    ev = judge.check(second, expected_by_set[0], sets[0].values, sets[0].seed, 0)
     if ev is not None:
         if compare(second, first_copy, atol, rtol, n_sets - 1) is None:
             raise _Fail("stale_result", "called again on the same tensors refilled with new values, "
@@ -570,6 +732,9 @@ def _verify(h: Harness, options: EngineOptions, res: VerifyResult) -> None:
         res.flags.append("zero_output")
         res.notes.append(f"the reference output {zero_outs} is all zeros: the test is weak")
 
+    # Training mode, when the reference behaves differently in it.
+    _verify_training(h, judge, res, sets)
+
     # 5. fallback: which of the reference's compute ops does the candidate run?
     cand_rec = OpRecorder()
     with cand_rec:
@@ -590,6 +755,84 @@ def _verify(h: Harness, options: EngineOptions, res: VerifyResult) -> None:
         if heavy:
             res.notes.append("runs PyTorch compute ops beside its own kernel (" + ", ".join(heavy) + ")")
     res.message = f"matches the reference on {n_sets + 2} input sets"
+    loose = [m for m in judge.worst.values() if m.outcome == "less_accurate"] if judge.uses_oracle else []
+    if loose:
+        w = max(loose, key=lambda m: m.ratio)
+        res.flags.append("less_accurate")
+        res.message += (f"; less accurate: {accuracy.times_phrase(w.ratio)} PyTorch's error against float64 "
+                        f"on {w.output} (correct up to {accuracy.RATIO_CORRECT:g}x)")
+        res.notes.append(f"less_accurate: {w.output} is {accuracy.times_phrase(w.ratio)} the reference's "
+                         f"own error against float64 (budget {accuracy.RATIO_CORRECT:g}x, within "
+                         f"{accuracy.LOOSE_TOL:g}): an approximation or a weaker formula")
+
+
+# How many input sets are verified in training mode (the eval-mode procedure runs on all of them).
+TRAINING_SETS = 2
+
+
+def _verify_training(h: Harness, judge: Judge, res: VerifyResult, sets: list[InputSet]) -> None:
+    """Verify in training mode too when the reference behaves differently there. Each call starts
+    from the state both models were built in. Wrong there only: flag `eval_only`."""
+    assert h.model is not None and h.candidate_fn is not None
+    ref, cand, dev = h.model, h.candidate_fn, h.device
+    declared = (h.task.mode or "").lower()
+    if declared == "eval":
+        judge.modes = {"eval": "verified", "train": 'not verified: the Task declares MODE = "eval"'}
+        res.notes.append('the Task declares MODE = "eval" (an inference Task): verified in eval mode only')
+        return
+    pr = modes.probe(ref, sets[0].values, h.seed, lambda m, x: call(m, x, dev, "reference"))
+    what = ", ".join(pr.modules[:4]) + (" ..." if len(pr.modules) > 4 else "")
+    if pr.error is not None:
+        judge.modes = {"eval": "verified", "train": f"not verified: the reference raises in training mode ({pr.error})"}
+        res.notes.append(f"the reference raises in training mode ({pr.error}): verified in eval mode only")
+        return
+    if not pr.dependent:
+        judge.modes = {"eval": "verified", "train": "same as eval (the reference does not depend on the mode)"}
+        return
+    if pr.random_in_training:
+        judge.modes = {"eval": "verified", "train": f"not verified: random in training mode ({what or 'the forward'})"}
+        res.notes.append(f"{what or 'the reference'} is random in training mode (Dropout): verified in eval mode only")
+        return
+    cand_model = h.candidate_model
+    states = modes.States(ref, cand_model)
+    failure: str | None = None
+    evidence: dict[str, Any] | None = None
+    picks = [sets[0], sets[-1]][:TRAINING_SETS] if len(sets) > 1 else sets[:1]
+    try:
+        for k, s in enumerate(picks):
+            index = 0 if k == 0 else len(sets) - 1
+            states.restore()
+            modes.set_mode(True, ref, cand_model)
+            set_seed(h.seed)
+            out = call(cand, clone_inputs(s.values), dev, "candidate", fill=True)
+            states.restore()
+            set_seed(h.seed)
+            expected = call(ref, clone_inputs(s.values), dev, "reference")
+            check_structure(out, expected, index)
+            ev = judge.check(out, expected, s.values, s.seed, index, mode="train")
+            if ev is not None:
+                evidence = _clean(ev)
+                if ev.get("rule") == "oracle":
+                    failure = (f"{ev['output']} is {accuracy.times_phrase(ev['ratio'])} the reference's error "
+                               f"at {ev['where']} (got {ev['got']}, float64 {ev['oracle']})")
+                else:
+                    failure = (f"{ev['output']} differs at {ev['where']} (got {ev['got']}, "
+                               f"expected {ev['expected']})")
+                break
+    except _Fail as fail:
+        failure, evidence = fail.message, _clean(fail.evidence)
+    finally:
+        states.restore()
+        modes.set_mode(False, ref, cand_model)
+    if failure is None:
+        judge.modes = {"eval": "verified", "train": f"verified ({what or 'the forward reads self.training'})"}
+        res.notes.append(f"verified in training and eval mode ({what or 'the forward reads self.training'})")
+        return
+    judge.modes = {"eval": "verified", "train": f"wrong: {failure}"}
+    res.flags.append("eval_only")
+    res.notes.append(f"correct in eval mode only: in training mode ({what or 'the forward reads self.training'}) "
+                     f"{failure}; declare MODE = \"eval\" in the reference if this Task is for inference")
+    res.train_evidence = evidence
 
 
 def _classify_mismatch(h: Harness, ev: dict[str, Any], out: Any, pristine: list[Any], expected: Any,
@@ -619,6 +862,13 @@ def _classify_mismatch(h: Harness, ev: dict[str, Any], out: Any, pristine: list[
         if compare(out, old, atol, rtol, k) is None:
             raise _Fail("stale_result", f"{ev['output']} equals the result for input set {k}: "
                         "results are reused across calls", {**ev, "matches_input_set": k})
+    if ev.get("rule") == "oracle":
+        raise _Fail("mismatch", f"{ev['output']} is {accuracy.times_phrase(ev['ratio'])} the reference's own error "
+                    f"against float64 (correct up to {accuracy.RATIO_CORRECT:g}x, less_accurate up to "
+                    f"{accuracy.RATIO_LESS_ACCURATE:g}x within {accuracy.LOOSE_TOL:g}"
+                    + ("" if ev.get("within_loose") else "; beyond it here") + f"): at {where} got {ev['got']}, "
+                    f"float64 {ev['oracle']}, reference {ev['expected']} ({ev['mismatched']} of {ev['numel']} "
+                    "elements over the budget)" + (" in training mode" if ev.get("mode") == "train" else ""), ev)
     raise _Fail("mismatch", f"{ev['output']} differs from the reference at {where}: got {ev['got']}, "
                 f"expected {ev['expected']} (max abs err {ev['max_abs_err']:.3g}, "
                 f"{ev['mismatched']} of {ev['numel']} elements off)", ev)

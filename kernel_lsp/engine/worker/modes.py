@@ -1,0 +1,115 @@
+"""Does the reference behave differently in training and eval mode, and can training be checked?
+
+Two ways, both used: by type (BatchNorm*, InstanceNorm* with running statistics, Dropout*,
+RReLU: named in the notes) and by behaviour (the reference's own output on one input set in
+eval mode against training mode; a forward that reads `self.training` itself is caught there).
+Training mode is random when two training-mode calls on the same inputs under different seeds
+differ (Dropout): then only eval mode can be verified, and the Evaluation says so.
+
+Every training-mode call starts from the state the module was built in (`States`): BatchNorm
+updates its running statistics on each one, and the candidate and the reference must start
+from the same numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from kernel_lsp.engine.worker.harness import clone_inputs, flat_tensors, set_seed
+
+
+def _mode_types() -> tuple[type, ...]:
+    from torch.nn.modules.batchnorm import _BatchNorm
+    from torch.nn.modules.dropout import _DropoutNd
+
+    return (_BatchNorm, _DropoutNd, nn.RReLU)
+
+
+def mode_modules(model: nn.Module) -> list[str]:
+    """'name (Type)' of every submodule whose forward depends on `training`."""
+    from torch.nn.modules.instancenorm import _InstanceNorm
+
+    found = []
+    for name, m in model.named_modules():
+        if isinstance(m, _InstanceNorm):
+            if m.track_running_stats:
+                found.append(f"{name or 'model'} ({type(m).__name__})")
+        elif isinstance(m, _mode_types()):
+            if isinstance(m, nn.modules.dropout._DropoutNd) and m.p == 0:
+                continue
+            found.append(f"{name or 'model'} ({type(m).__name__})")
+    return found
+
+
+class States:
+    """The parameters and buffers of some modules, as they were: put back before each call."""
+
+    def __init__(self, *modules: Any) -> None:
+        self.saved = [(m, {k: v.detach().clone() for k, v in m.state_dict().items()})
+                      for m in modules if isinstance(m, nn.Module)]
+
+    def restore(self) -> None:
+        with torch.no_grad():
+            for m, state in self.saved:
+                for k, v in m.state_dict().items():
+                    if k in state and v.shape == state[k].shape:
+                        v.copy_(state[k])
+
+
+def set_mode(train: bool, *modules: Any) -> None:
+    for m in modules:
+        if isinstance(m, nn.Module):
+            m.train(train)
+
+
+def _same(a: Any, b: Any, close: bool = False) -> bool:
+    """Equal outputs; `close`: within 1e-3 (atomics may reorder a sum between two calls)."""
+    ta, tb = flat_tensors(a), flat_tensors(b)
+    if len(ta) != len(tb):
+        return False
+    for x, y in zip(ta, tb):
+        if x.shape != y.shape:
+            return False
+        x, y = torch.nan_to_num(x.detach()), torch.nan_to_num(y.detach())
+        if close and x.is_floating_point():
+            if not torch.allclose(x.double(), y.double(), rtol=1e-3, atol=1e-3 * float(y.double().abs().mean() or 1)):
+                return False
+        elif not torch.equal(x, y):
+            return False
+    return True
+
+
+@dataclass
+class ModeProbe:
+    dependent: bool = False                 # training and eval differ
+    random_in_training: bool = False        # two training calls differ (Dropout)
+    modules: list[str] = field(default_factory=list)
+    error: str | None = None                # the reference raised in training mode
+
+
+def probe(model: nn.Module, inputs: list[Any], seed: int, call: Callable[..., Any]) -> ModeProbe:
+    """Run the reference in eval mode and twice in training mode (state put back each time)."""
+    res = ModeProbe(modules=mode_modules(model))
+    states = States(model)
+    was_training = model.training
+    try:
+        set_mode(False, model)
+        evaluated = call(model, clone_inputs(inputs))
+        set_mode(True, model)
+        set_seed(seed)
+        first = call(model, clone_inputs(inputs))
+        states.restore()
+        set_seed(seed + 1)
+        second = call(model, clone_inputs(inputs))
+        res.dependent = bool(res.modules) or not _same(evaluated, first)
+        res.random_in_training = not _same(first, second, close=True)
+    except Exception as exc:  # the reference itself fails in training mode: only eval is checked
+        res.error = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"
+    finally:
+        states.restore()
+        set_mode(was_training, model)
+    return res
