@@ -3,8 +3,8 @@
 # Prepare here (repo root): the LSP/openai wheels for cp312 in .whl/ (pip download --no-deps ...), and
 # bubblewrap unpacked: mkdir -p .deb && cd .deb && apt-get download bubblewrap && dpkg -x bubblewrap_*.deb root.
 # Then on the GPU machine (carry .whl and .deb):  OUT=/some/dir bash benchmarks/gpu_sandboxed_tests.sh
-# Groups: sandbox engine agent examples wholemodel raygpu cost (about 100-400 s each; examples, with
-# its full torch builds, up to 400 s on a cold machine).
+# Groups: sandbox engine accuracy agent examples split wholemodel raygpu cost (about 100-400 s each;
+# split, with its full torch builds, up to 400 s on a cold machine).
 set -u
 cd "$(dirname "$0")/.."; OUT=${OUT:-$PWD/.gpu-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PATH="$PWD/.deb/root/usr/bin:$PATH"
@@ -20,8 +20,11 @@ run() { local name=$1; shift; [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* 
 P="python3 -m pytest -q -ra -p no:cacheprovider -m gpu"
 run sandbox 150 $P tests/engine/test_gpu_sandbox.py
 run engine 180 $P tests/engine/test_gpu_engine.py tests/engine/test_gpu_shared.py tests/engine/test_gpu_faults.py tests/engine/test_gpu_baselines.py
-run agent 100 $P tests/agent/test_gpu.py tests/test_server_gpu.py
-run examples 420 $P tests/test_examples.py tests/engine/test_inline_split_gpu.py
+run accuracy 180 $P tests/engine/test_gpu_accuracy.py
+run agent 150 $P tests/agent/test_gpu.py tests/test_server_gpu.py tests/cli/test_cli_gpu.py
+run examples 240 $P tests/test_examples.py
+# SPLIT_K narrows the split-build group (its full torch builds take minutes on a cold machine).
+run split 420 $P tests/engine/test_inline_split_gpu.py ${SPLIT_K:+-k "$SPLIT_K"}
 run wholemodel 120 $P tests/agent/test_whole_model_gpu.py
 python3 -c "import ray" 2>/dev/null && run raygpu 420 $P -s tests/ray/test_server_ray_gpu.py
 run cost 30 python3 benchmarks/sandbox_cost.py --starts 10 --torch-starts 3 --out-dir "$OUT"
