@@ -495,6 +495,10 @@ def _bench_on(h: Harness, options: EngineOptions, ev: Evaluation, extra: dict[st
         ev.time = res.timing
         ev.flags += res.flags
         notes += res.notes
+        if "side_stream_work" in res.flags and "side_stream" not in ev.flags:
+            # Seen running, whatever the source scan missed (a stream made in a prebuilt library):
+            # work off the caller's stream races with it, and is not credited.
+            ev.flags.append("side_stream")
         sharing.sample()
         if res.timing.spread_pct > NOISY_SPREAD_PCT:  # a warning on the number, not on the candidate
             ev.flags.append("noisy")
