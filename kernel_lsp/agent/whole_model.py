@@ -187,6 +187,7 @@ async def _report(progress: Progress | None, message: str) -> None:
 async def extract_model(engine: Any, task: Task, options: dict[str, Any], timeout: float) -> dict[str, Any]:
     """The Worker's extraction of a model Task; WholeModelError with one line on failure."""
     from kernel_lsp.engine.caller.client import EngineTimeout, WorkerDied, WorkerRaised
+    from kernel_lsp.engine.caller.gpu_lock import GPUBusy
 
     try:
         return await engine.request("extract", {"task": task.to_dict(), "options": options},
@@ -194,7 +195,7 @@ async def extract_model(engine: Any, task: Task, options: dict[str, Any], timeou
     except WorkerRaised as exc:
         raise WholeModelError(f"profiling the model failed: {exc.error.get('type')}: "
                               f"{exc.error.get('message')}") from None
-    except (WorkerDied, EngineTimeout) as exc:
+    except (WorkerDied, EngineTimeout, GPUBusy) as exc:
         raise WholeModelError(f"profiling the model failed: {exc}") from None
 
 
