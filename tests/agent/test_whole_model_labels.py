@@ -95,7 +95,8 @@ def test_end_to_end_names_the_custom_kernel_and_the_rewrite(tmp_path):
             Replacement(op="norm", kernel_path=str(norm), init_inputs=[128], args=TENSOR, label="PyTorch rewrite")]
     source = integrated_source(str(model), str(tmp_path / "block_optimized.py"), reps)
     task, _ = find_task(str(model))
-    opts = WholeModelOptions(end_to_end_options={"baselines": False, "bench_seconds": 0.2, "cache_probe": False})
+    opts = WholeModelOptions(end_to_end_options={"device": "cpu", "baselines": False, "bench_seconds": 0.2,
+                                                 "cache_probe": False})  # the C kernel works on CPU tensors
 
     async def go():
         engine = Engine(timeout=300)

@@ -171,10 +171,17 @@ def test_the_toolkit_messages_are_told_from_compiler_errors():
         assert build_failure.no_toolkit(text), text
     real = 'cuda.cu(8): error: expected a ";"'
     assert not build_failure.no_toolkit(real)
+    assert build_failure.cannot_build_here(missing)
+    # torch's ninja build with a CUDA_HOME that holds no nvcc: its last line is no compiler error.
+    ninja = CompileResult(ok=False, log="FAILED: cuda.cuda.o\n/bin/sh: 1: /opt/none/bin/nvcc: not found\n"
+                          "ninja: build stopped: subcommand failed.", diagnostics=[Diagnostic(
+                              Span(0, 0, 0, 1), "error", "ninja: build stopped: subcommand failed.")])
+    assert build_failure.cannot_build_here(ninja)
     # The fast build's nvcc saw the code's own error before torch's build could not run: the code's.
     missing.fallback_reason = f"fast device unit failed to compile: /tmp/x/cuda.cu(8): error: expected a \";\""
     first = build_failure.first_error(missing)
     assert first is not None and first.span.start_line == 7 and first.message == 'expected a ";"'
+    assert not build_failure.cannot_build_here(missing)
 
 
 def _without_cuda_env(tmp_path: Path) -> dict[str, str]:

@@ -41,7 +41,7 @@ def watch() -> Iterator[list[CompileResult]]:
         yield records
 
 
-def first_error(result: CompileResult) -> Diagnostic | None:
+def located_error(result: CompileResult) -> Diagnostic | None:
     """The compiler's first error with a place (file and line), from the build's own log or, when
     the build that followed a failed fast build could not run, from the fast build's compile."""
     located = [d for d in result.diagnostics if d.severity == "error" and d.source == "nvcc" and d.path
@@ -55,6 +55,23 @@ def first_error(result: CompileResult) -> Diagnostic | None:
         for d in parse_compiler_output(m.group(1)):
             if d.severity == "error" and d.path and not no_toolkit(d.message):
                 return d
+    return None
+
+
+def cannot_build_here(result: CompileResult) -> bool:
+    """No compiler error with a place, and the build says it could not run here (no nvcc, a
+    CPU-only torch, no ninja): nothing was wrong with the code as far as anyone could tell."""
+    if located_error(result) is not None:
+        return False
+    texts = [result.log, result.fallback_reason] + [d.message for d in result.diagnostics]
+    return any(no_toolkit(t or "") for t in texts)
+
+
+def first_error(result: CompileResult) -> Diagnostic | None:
+    """The error to show: the first one with a place, else the first the compiler gave."""
+    located = located_error(result)
+    if located is not None:
+        return located
     others = [d for d in result.diagnostics if d.severity == "error" and d.source == "nvcc"
               and not no_toolkit(d.message)]
     return others[0] if others else None
@@ -150,8 +167,7 @@ def settle(ev: Evaluation, records: list[CompileResult], source: str | None, fil
             notes.append("an extension build failed inside the candidate and it went on without it: "
                          + compile_message(_merge(failed), source, filename)[0])
         return
-    first = first_error(ev.compile)
-    if first is None and (any(no_toolkit(d.message) for d in ev.compile.diagnostics) or no_toolkit(ev.compile.log)):
+    if cannot_build_here(ev.compile):
         ev.verdict, ev.correct = "not_run", None
         ev.message = no_toolkit_reason(*_torch_cuda())
         return
