@@ -27,6 +27,36 @@ NO_GPU_TASK = "this Task runs on a CUDA GPU; none is visible"
 NO_MODEL = ("no model configured for the LLM proposer: set --model / KERNEL_LSP_MODEL "
             "(and --base-url / OPENAI_BASE_URL for a local or private endpoint), or use the tuner")
 ALL_SLOWER = "every candidate was slower"
+NO_CUDA_TOOLKIT = "this machine cannot build CUDA code"
+
+
+GPU_MEMORY_HELD = "out of memory while other processes held the GPU's memory"
+
+
+def shared_oom_reason(processes: list[dict[str, Any]], waited_s: float, retried: bool) -> str:
+    """Why an out-of-memory on a shared GPU is "could not run" (not_run, exit 2), naming who held it."""
+    def one(p: dict[str, Any]) -> str:
+        mib = p.get("memory_mib")
+        held = f"{mib / 1024:.1f} GiB" if isinstance(mib, (int, float)) else "memory"
+        return f"pid {p.get('pid')} ({p.get('name') or '?'}) {held}"
+
+    names = ", ".join(one(p) for p in processes[:6]) + (f" and {len(processes) - 6} more" if len(processes) > 6 else "")
+    text = f"{GPU_MEMORY_HELD} ({names})"
+    text += ("; retried once after it freed, and ran out again while they held it" if retried
+             else f"; it did not free within {waited_s:.0f} s")
+    return text + ": could not run here now, not a verdict on the candidate (run it again when the GPU is free)"
+
+
+def no_toolkit_reason(torch_version: str, torch_cuda: str | None) -> str:
+    """Why a CUDA candidate could not be built here (not_run, exit 2), and how to get a toolkit."""
+    if not torch_cuda:
+        return (f"{NO_CUDA_TOOLKIT}: torch {torch_version} is a CPU-only build, which cannot build CUDA "
+                "extensions; install a CUDA build of torch (https://pytorch.org/get-started/locally/) and "
+                "the CUDA toolkit, or run on a GPU machine that has both; nothing here is wrong with the kernel")
+    return (f"{NO_CUDA_TOOLKIT}: no CUDA toolkit (nvcc) in $CUDA_HOME/bin, PATH or /usr/local/cuda/bin; install "
+            f"the CUDA toolkit {torch_cuda} that torch {torch_version} was built with "
+            "(https://developer.nvidia.com/cuda-downloads, or `conda install -c nvidia cuda-toolkit`) and set "
+            "CUDA_HOME to it; nothing here is wrong with the kernel")
 
 # Search.outcome values and their exit codes.
 OUTCOMES = ("improved", "no_improvement", "cannot_run", "cancelled", "failed")
@@ -248,7 +278,8 @@ def search_reason(result: Any) -> str:
 
 
 __all__ = [
-    "NO_GPU", "NO_GPU_TASK", "NO_MODEL", "ALL_SLOWER", "OUTCOMES", "EXIT_CODES", "CannotRun",
+    "NO_GPU", "NO_GPU_TASK", "NO_MODEL", "ALL_SLOWER", "NO_CUDA_TOOLKIT", "no_toolkit_reason",
+    "GPU_MEMORY_HELD", "shared_oom_reason", "OUTCOMES", "EXIT_CODES", "CannotRun",
     "NoModelConfigured", "EndpointUnreachable", "NoGPU", "exit_code", "label", "is_noisy",
     "speed_phrase", "compile_advice", "shared_phrase", "evaluation_reason", "search_reason",
     "times_phrase", "accuracy_phrase",

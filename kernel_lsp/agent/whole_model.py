@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from kernel_lsp.model import DISQUALIFYING_FLAGS, Candidate, Evaluation, Task
+from kernel_lsp.model import CUSTOM_KERNEL, DISQUALIFYING_FLAGS, PYTORCH_REWRITE, Candidate, Evaluation, Task
 
 from .budget import Budget
 from .integrate import Replacement, guard_rule, integrated_source
@@ -41,7 +41,8 @@ from .op_lines import ops_at
 from .op_tasks import (forward_us, not_extractable, op_file_stem, op_task_source, select_ops, split_budget,
                        unattributed_share)
 
-__all__ = ["OpResult", "WholeModelError", "WholeModelOptions", "WholeModelResult", "optimize_model",
+__all__ = ["OpResult", "WholeModelError", "WholeModelOptions", "WholeModelResult", "holds", "holds_label",
+           "optimize_model",
            "optimize_op", "ops_at", "select_ops", "split_budget", "write_integrated"]
 from .search import Search, SearchOptions, SearchResult
 
@@ -186,6 +187,7 @@ async def _report(progress: Progress | None, message: str) -> None:
 async def extract_model(engine: Any, task: Task, options: dict[str, Any], timeout: float) -> dict[str, Any]:
     """The Worker's extraction of a model Task; WholeModelError with one line on failure."""
     from kernel_lsp.engine.caller.client import EngineTimeout, WorkerDied, WorkerRaised
+    from kernel_lsp.engine.caller.gpu_lock import GPUBusy
 
     try:
         return await engine.request("extract", {"task": task.to_dict(), "options": options},
@@ -193,7 +195,7 @@ async def extract_model(engine: Any, task: Task, options: dict[str, Any], timeou
     except WorkerRaised as exc:
         raise WholeModelError(f"profiling the model failed: {exc.error.get('type')}: "
                               f"{exc.error.get('message')}") from None
-    except (WorkerDied, EngineTimeout) as exc:
+    except (WorkerDied, EngineTimeout, GPUBusy) as exc:
         raise WholeModelError(f"profiling the model failed: {exc}") from None
 
 
@@ -259,11 +261,43 @@ def _speedup_vs(base: Any, new: Any) -> float | None:
     return base.median_ms / new.median_ms
 
 
+def holds(kept: list[OpResult]) -> dict[str, list[str]]:
+    """What the integrated model holds: the ops replaced by custom kernels and by PyTorch rewrites."""
+    return {"custom_kernel": [o.name for o in kept if o.custom_kernel is True],
+            "pytorch_rewrite": [o.name for o in kept if o.custom_kernel is False]}
+
+
+def holds_label(held: dict[str, list[str]]) -> str:
+    """'custom kernel for mlp.act; PyTorch rewrite for attn': each replaced op with its own label."""
+    parts = []
+    for key, word in (("custom_kernel", CUSTOM_KERNEL), ("pytorch_rewrite", "PyTorch rewrite")):
+        names = held.get(key) or []
+        if names:
+            parts.append(f"{word}{'s' if len(names) > 1 else ''} for {', '.join(names)}")
+    return "; ".join(parts) or "no replacement"
+
+
+def _label_end_to_end(ev: Evaluation, kept: list[OpResult]) -> dict[str, list[str]]:
+    """The engine judges the integrated file by its own text, which loads the kernels by path
+    and holds none: it would read "a PyTorch rewrite (no custom kernel)" whatever the ops hold.
+    Say what it holds instead, op by op."""
+    held = holds(kept)
+    if ev.custom_kernel is False and ev.message.endswith(f"; a {PYTORCH_REWRITE}"):
+        ev.message = ev.message[: -len(f"; a {PYTORCH_REWRITE}")]
+    if kept:
+        ev.custom_kernel = bool(held["custom_kernel"])  # the model's speed comes from a kernel of its own
+        if ev.verdict == "correct":
+            ev.message += f"; the model holds: {holds_label(held)}"
+    return held
+
+
 async def _end_to_end(engine: Any, task: Task, source: str, opts: WholeModelOptions,
-                      reference: list[Evaluation]) -> tuple[Evaluation, dict[str, Any]]:
+                      reference: list[Evaluation], kept: list[OpResult] | None = None
+                      ) -> tuple[Evaluation, dict[str, Any]]:
     cand = Candidate(source=source, kind="python", origin="whole-model", note="integrated model")
     ev = await engine.evaluate(task, cand, checks=("compile", "verify", "bench"), timeout=opts.eval_timeout,
                                options=opts.end_to_end_options)
+    held = _label_end_to_end(ev, kept or [])
     eager = ev.eager
     spread_base = ev.eager
     if eager is None and ev.time is not None:  # baselines off: time the original model itself
@@ -284,7 +318,8 @@ async def _end_to_end(engine: Any, task: Task, source: str, opts: WholeModelOpti
            "time_ms": ev.time.median_ms if ev.time else None, "eager_ms": eager.median_ms if eager else None,
            "compile_ms": ev.compiled.median_ms if ev.compiled else None,
            "spread_pct": ev.time.spread_pct if ev.time else None, "needs": limit,
-           "device": (ev.device or {}).get("name")}
+           "device": (ev.device or {}).get("name"),
+           "holds": held, "label": holds_label(held)}
     doc["faster"] = bool(s_eager is not None and limit is not None and s_eager > limit)
     return ev, doc
 
@@ -349,7 +384,7 @@ async def optimize_model(path: str, engine: Any, store: Any, make_proposer: Call
         reps = [_replacement(o) for o in kept]
         source = integrated_source(path, os.path.join(model_dir, "_integrated.py"), reps, _summary(kept))
         await _report(progress, f"verifying the model with {len(kept)} replacement(s) end to end")
-        ev, doc = await _end_to_end(engine, task, source, opts, reference)
+        ev, doc = await _end_to_end(engine, task, source, opts, reference, kept)
         doc["replacements"] = [o.name for o in kept]  # what this evaluation had in the model
         if doc["correct"] and doc["faster"]:
             result.end_to_end, result.integrated, result.replacements, result.evaluation = doc, source, reps, ev
@@ -365,7 +400,8 @@ async def optimize_model(path: str, engine: Any, store: Any, make_proposer: Call
         op.kept = True
     if result.replacements:
         e = result.end_to_end or {}
-        result.reason = (f"{len(kept)} op(s) replaced; the model is {e.get('speedup_eager', 0):.2f}x eager"
+        result.reason = (f"{len(kept)} op(s) replaced ({e.get('label')}); the model is "
+                         f"{e.get('speedup_eager', 0):.2f}x eager"
                          + (f", {e['speedup_compile']:.2f}x torch.compile" if e.get("speedup_compile") else ""))
     else:
         result.reason = "no replacement kept the whole model correct and faster (" + ", ".join(dropped) + " dropped)"

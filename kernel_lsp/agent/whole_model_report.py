@@ -74,6 +74,8 @@ def render_whole_model(store: Any, record_id: int) -> str:
     if e:
         verdict = "correct" if e.get("correct") else f"not counted ({e.get('verdict')}" + (
             f": {', '.join(e['bad_flags'])})" if e.get("bad_flags") else ")")
+        if e.get("label"):
+            parts.append(f"<p>The model holds: {html.escape(str(e['label']))}</p>")
         parts.append(
             f"<p class={'ok' if e.get('correct') else 'bad'}>{html.escape(verdict)}: "
             f"{html.escape(str(e.get('message', '')))}</p><table>"

@@ -18,8 +18,8 @@ CANCELLED = 130
 HELP = """exit status:
   0  did what was asked and found it good
   1  ran and found a problem (compile error, wrong result) or no improvement
-  2  could not run: bad input, missing file, no GPU for GPU work, no model configured,
-     endpoint unreachable
+  2  could not run: bad input, missing file, no GPU for GPU work, no CUDA toolkit,
+     GPU memory held by other processes, no model configured, endpoint unreachable
   with several files, 1 wins over 2. KERNEL_LSP_DEBUG=1 (or --debug) shows tracebacks."""
 
 # A timing whose interquartile spread is above this (percent of the median) is too noisy to

@@ -66,7 +66,8 @@ def _summary(doc: dict[str, Any]) -> None:
     if e:
         verdict = "correct" if e["correct"] else f"NOT counted ({e['verdict']}" + (
             f": {', '.join(e['bad_flags'])})" if e.get("bad_flags") else ")")
-        line = f"end to end: {verdict}" + (f", {e['speedup_eager']:.2f}x eager" if e.get("speedup_eager") else "")
+        line = f"end to end: {verdict}" + (f" ({e['label']})" if e.get("label") else "") + (
+            f", {e['speedup_eager']:.2f}x eager" if e.get("speedup_eager") else "")
         if e.get("speedup_compile"):
             line += f", {e['speedup_compile']:.2f}x torch.compile"
         if e.get("spread_pct") is not None:

@@ -228,7 +228,7 @@ def describe(op: "OpResult | None", result: "WholeModelResult") -> str:
         parts.append(s)
     e = result.end_to_end or {}
     if e.get("speedup_eager"):
-        s = f"model end to end {e['speedup_eager']:.2f}x eager"
+        s = "model end to end" + (f" ({e['label']})" if e.get("label") else "") + f" {e['speedup_eager']:.2f}x eager"
         s += f", {e['speedup_compile']:.2f}x torch.compile" if e.get("speedup_compile") \
             else " (torch.compile not timed)"
         if e.get("spread_pct") is not None:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from kernel_lsp.engine import protocol
 from kernel_lsp.engine.caller import baselines as kept_baselines
+from kernel_lsp.engine.caller import gpu_lock
 from kernel_lsp.engine.caller import sandbox as sandboxing
 from kernel_lsp.engine.caller.pool import BuildPool
 from kernel_lsp.engine.caller.process import (  # noqa: F401 - re-exported: callers import them from here
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str], Any]
+# The requests that use the GPU: each takes the GPU's machine-wide turn (caller/gpu_lock.py).
+GPU_OPS = frozenset({"evaluate", "profile", "extract"})
 
 class Engine:
     """Runs Candidates in a Worker that owns one GPU (docs/architecture.md)."""
@@ -96,6 +99,8 @@ class Engine:
         self._sandbox_resolved = False
         self._readable: list[str] = []   # task folders the Workers must read (a workspace in HOME)
         self.sandboxed = False           # whether the latest Worker ran sandboxed
+        self._gpu: str | None = None     # the GPU's uuid for its machine-wide turn ("" for none)
+        self.gpu_waited = 0.0            # seconds the latest GPU request waited for its turn
 
     # -- the Worker -------------------------------------------------------------
 
@@ -160,28 +165,48 @@ class Engine:
     ) -> tuple[Any, bool]:
         """(result, fatal): fatal when the Worker answered and then had to go."""
         deadline = self.timeout if timeout is None else timeout
+        key = await self._gpu_key(progress) if op in GPU_OPS else None
         async with self._lock:
             w = await self._ensure(progress, warm)
-            try:
-                result, fatal = await asyncio.wait_for(w.call(op, params), deadline)
-            except asyncio.TimeoutError:
-                fence = w.fence_report()
+            async with gpu_lock.gpu_turn(key, op, progress=progress) as waited:
+                self.gpu_waited = waited  # the deadline starts now: waiting is never a timeout
+                return await self._call_now(w, op, params, deadline)
+
+    async def _call_now(self, w: WorkerProcess, op: str, params: dict[str, Any] | None,
+                        deadline: float) -> tuple[Any, bool]:
+        try:
+            result, fatal = await asyncio.wait_for(w.call(op, params), deadline)
+        except asyncio.TimeoutError:
+            fence = w.fence_report()
+            self._discard(w)
+            message = f"{op} ran past its {deadline:g} s deadline; the Worker was restarted"
+            raise EngineTimeout(f"{fence}: {message}" if fence else message, fence=fence) from None
+        except WorkerDied:
+            self._discard(w)
+            raise
+        except WorkerRaised as exc:
+            if exc.fatal or not w.alive:
                 self._discard(w)
-                message = f"{op} ran past its {deadline:g} s deadline; the Worker was restarted"
-                raise EngineTimeout(f"{fence}: {message}" if fence else message, fence=fence) from None
-            except WorkerDied:
-                self._discard(w)
-                raise
-            except WorkerRaised as exc:
-                if exc.fatal or not w.alive:
-                    self._discard(w)
-                raise
-            except BaseException:  # cancelled: the Worker may be mid-kernel, end it now
-                self._discard(w)
-                raise
-            if fatal:
-                self._discard(w)
-            return result, fatal
+            raise
+        except BaseException:  # cancelled: the Worker may be mid-kernel, end it now
+            self._discard(w)
+            raise
+        if fatal:
+            self._discard(w)
+        return result, fatal
+
+    async def _gpu_key(self, progress: Progress | None = None) -> str | None:
+        """This Engine's GPU (its uuid, from the Worker) for the machine-wide turn; None on a
+        CPU, without a uuid, or with the turn turned off."""
+        if not gpu_lock.enabled():
+            return None
+        if self._gpu is None:
+            if self._device_info is None:
+                self._device_info = await self.request("device_info", timeout=self.start_timeout,
+                                                       warm=self.warm, progress=progress)
+            info = self._device_info or {}
+            self._gpu = str(info.get("uuid") or "") if info.get("cuda") else ""
+        return self._gpu or None
 
     # -- the API ------------------------------------------------------------------
 
@@ -204,8 +229,10 @@ class Engine:
         checks = list(checks)
         params = {
             "task": task.to_dict(), "candidate": candidate.to_dict(), "checks": checks,
+            # deadline_s: how long a shared-GPU out-of-memory may wait for memory to free
             "options": await kept_baselines.with_kept_async(self.baseline_store, task, checks,
-                                                            {**self.options, **(options or {})}),
+                                                            {"deadline_s": deadline, **self.options,
+                                                             **(options or {})}),
         }
 
         def failed(verdict: str, message: str, **extra: Any) -> Evaluation:
@@ -223,6 +250,8 @@ class Engine:
             await _report(progress, "evaluating")
             data, fatal = await self._call("evaluate", params, timeout=deadline, warm=self.warm, progress=progress)
             ev = Evaluation.from_dict(data)
+            if self.gpu_waited >= 0.05:  # other kernel-lsp processes had the GPU first
+                ev.evidence = {**(ev.evidence or {}), "gpu_wait_s": round(self.gpu_waited, 2)}
             ev.sandboxed = self.sandboxed  # the caller's word, not the Worker's
             if fatal and ev.verdict not in ("crashed", "oom", "timeout", sandboxing.VIOLATION):
                 # The candidate left a sticky CUDA error: the context died with it.
@@ -236,6 +265,8 @@ class Engine:
             ev = failed(verdict, _with_tail(message, exc.stderr_tail), evidence={"stderr": exc.stderr_tail[-4000:]})
         except OSError as exc:  # no interpreter, no fork: nothing could run
             ev = failed("not_run", f"cannot start the Worker ({self.python}): {exc}")
+        except gpu_lock.GPUBusy as exc:  # other kernel-lsp processes kept the GPU: not the candidate's fault
+            ev = failed("not_run", str(exc))
         except WorkerRaised as exc:
             err = exc.error
             if err.get("fence"):
@@ -279,6 +310,8 @@ class Engine:
         except WorkerRaised as exc:
             return {"verdict": "oom" if protocol.is_oom_error(exc.error) else "error",
                     "error": f"{exc.error.get('type')}: {exc.error.get('message')}"}
+        except gpu_lock.GPUBusy as exc:
+            return {"verdict": "not_run", "error": str(exc)}
         return result if isinstance(result, dict) else {"result": result}
 
     async def device_info(self, timeout: float | None = None) -> dict[str, Any]:

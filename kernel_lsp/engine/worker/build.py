@@ -144,10 +144,13 @@ def _nvcc_identity(nvcc: str) -> str:
 def _find_nvcc(options: dict[str, Any] | None) -> str:
     if options and options.get("nvcc"):
         return str(options["nvcc"])
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
     for cand in (
-        os.path.join(os.environ.get("CUDA_HOME", ""), "bin", "nvcc") if os.environ.get("CUDA_HOME") else "",
+        os.path.join(home, "bin", "nvcc") if home else "",
         shutil.which("nvcc") or "",
-        "/usr/local/cuda/bin/nvcc",
+        # Guessed only when nothing says where CUDA is: a CUDA_HOME that holds no nvcc means
+        # none here, as it does for torch's own builds.
+        "" if home else "/usr/local/cuda/bin/nvcc",
     ):
         if cand and os.path.exists(cand):
             return cand
@@ -526,7 +529,11 @@ def capture() -> Iterator[list[CompileResult]]:
     try:
         yield records
     finally:
-        _captures.remove(records)
+        # By identity: nested captures hold equal lists (list.remove would take the outer one).
+        for i, held in enumerate(_captures):
+            if held is records:
+                del _captures[i]
+                break
 
 
 def _record(result: CompileResult) -> None:

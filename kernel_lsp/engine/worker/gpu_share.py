@@ -15,9 +15,11 @@ Standard library only at import; torch is asked for the device's UUID.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
-from typing import Any
+import time
+from typing import Any, Callable
 
 
 def _norm(uuid: str) -> str:
@@ -173,5 +175,104 @@ def _device_uuid(device: Any) -> str | None:
         props = torch.cuda.get_device_properties(device)
         uuid = getattr(props, "uuid", None)
         return str(uuid) if uuid is not None else None
+    except Exception:
+        return None
+
+
+# -- out of memory on a shared GPU ---------------------------------------------------------------
+# An out-of-memory error while other processes hold the GPU's memory says nothing about the
+# candidate: it is "could not run" (not_run, exit 2), retried once if their memory frees.
+
+_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+_REQUEST = re.compile(r"Tried to allocate ([\d.]+) (B|KiB|MiB|GiB|TiB)")
+# Seconds an out-of-memory evaluation waits for other processes' memory to free before it
+# gives up (bounded further by what is left of the caller's deadline), and how often it looks.
+SHARED_OOM_WAIT_S = 60.0
+SHARED_OOM_POLL_S = 0.5
+
+
+def requested_bytes(message: str) -> int | None:
+    """The allocation torch's out-of-memory message says failed ("Tried to allocate 2.00 GiB")."""
+    m = _REQUEST.search(message or "")
+    return int(float(m.group(1)) * _UNITS[m.group(2)]) if m else None
+
+
+def others_holding(device: Any, own_pid: int | None = None) -> tuple[str, list[dict[str, Any]]] | None:
+    """(source, the other processes with memory on this GPU), or None when it cannot be asked
+    (a CPU, no NVML nor nvidia-smi). This process and the ones it started are not others."""
+    uuid = _device_uuid(device)
+    if not uuid:
+        return None
+    got = query_processes(uuid)
+    if got is None:
+        return None
+    source, procs = got
+    report = shared_report([procs], own_pid if own_pid is not None else os.getpid(), source)
+    theirs = [p for p in (report or {}).get("processes", []) if (p.get("memory_mib") or 0) > 0]
+    if report and report.get("note") and theirs:
+        # PIDs of another namespace: one of them is this Worker; drop the one whose memory is
+        # closest to what this process holds (its cached blocks plus a CUDA context).
+        own = _own_mib(device)
+        if own is not None:
+            theirs.remove(min(theirs, key=lambda p: abs((p.get("memory_mib") or 0) - own)))
+    return source, theirs
+
+
+CONTEXT_MIB = 512  # about what a CUDA context with torch's kernels loaded holds on an H200
+
+
+def _own_mib(device: Any) -> float | None:
+    try:
+        import torch
+
+        return torch.cuda.memory_reserved(device) / (1 << 20) + CONTEXT_MIB
+    except Exception:
+        return None
+
+
+def held_bytes(processes: list[dict[str, Any]]) -> int:
+    return int(sum((p.get("memory_mib") or 0) for p in processes) * (1 << 20))
+
+
+def blames_others(message: str, processes: list[dict[str, Any]], free_bytes: int | None) -> bool:
+    """Would the failed allocation have fit without the others' memory? Unknown request: yes
+    when they hold any. A request beyond free memory plus all they hold is the candidate's own."""
+    held = held_bytes(processes)
+    if held <= 0:
+        return False
+    want = requested_bytes(message)
+    if want is None or free_bytes is None:
+        return True
+    return want <= free_bytes + held
+
+
+def wait_for_memory(need: int | None, held_at_oom: int, wait_s: float,
+                    free_now: Callable[[], int | None], held_now: Callable[[], int | None],
+                    sleep: Callable[[float], None] = time.sleep,
+                    clock: Callable[[], float] = time.monotonic) -> tuple[bool, float]:
+    """(freed, seconds waited): freed once the request fits in free memory, or the others hold
+    at most half of what they held at the error (or are gone); gives up after `wait_s`."""
+    t0 = clock()
+    while True:
+        free, held = free_now(), held_now()
+        if need is not None and free is not None and free >= need * 1.05:
+            return True, clock() - t0
+        if held is not None and held <= held_at_oom // 2:
+            return True, clock() - t0
+        if clock() - t0 >= wait_s:
+            return False, clock() - t0
+        sleep(min(SHARED_OOM_POLL_S, max(0.0, wait_s - (clock() - t0))))
+
+
+def free_bytes(device: Any) -> int | None:
+    """Free memory on the GPU now, after handing this process's cached blocks back."""
+    try:
+        import gc
+
+        import torch
+
+        gc.collect()
+        torch.cuda.empty_cache()
+        return int(torch.cuda.mem_get_info(device)[0])
     except Exception:
         return None

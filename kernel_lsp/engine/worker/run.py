@@ -38,7 +38,7 @@ except Exception:  # pragma: no cover - a torch without dynamo still evaluates
     pass
 
 from kernel_lsp.engine.worker import baselines as kept_baselines
-from kernel_lsp.engine.worker import gpu_share, launch_limits
+from kernel_lsp.engine.worker import build_failure, gpu_share, launch_limits
 from kernel_lsp.engine.worker import profile as profile_mod
 from kernel_lsp.engine.worker import roofline, static_checks
 from kernel_lsp.engine.worker.options import EngineOptions, OptionsError
@@ -53,6 +53,7 @@ from kernel_lsp.model import (
     Timing,
     disqualified_by,
 )
+from kernel_lsp import verdicts
 from kernel_lsp.verdicts import NO_GPU, NO_GPU_TASK
 
 # A Candidate carrying any of these is never counted as an optimized kernel.
@@ -166,7 +167,8 @@ def _static_device_info(index: int) -> dict[str, Any]:
     info.update(cuda=True, index=index, name=p.name, capability=list(torch.cuda.get_device_capability(index)),
                 sm_count=p.multi_processor_count, memory_bytes=p.total_memory,
                 l2_bytes=int(getattr(p, "L2_cache_size", 0) or 0),
-                memory_bandwidth=roof.bandwidth, bandwidth_source=roof.source)
+                memory_bandwidth=roof.bandwidth, bandwidth_source=roof.source,
+                uuid=str(getattr(p, "uuid", "") or ""))  # the GPU's machine-wide turn (caller/gpu_lock.py)
     smi = _nvidia_smi("driver_version,clocks.max.sm,clocks.max.mem")
     if smi:
         info.update(driver=smi[0], max_sm_clock_mhz=_num(smi[1]), max_mem_clock_mhz=_num(smi[2]))
@@ -218,8 +220,82 @@ def _device(options: EngineOptions) -> torch.device:
 
 def evaluate(task: Task, candidate: Candidate | None, checks: list[str] | tuple[str, ...],
              options: dict[str, Any], builder: Any) -> Evaluation:
-    """Compile -> verify -> bench (if correct) -> profile, as `checks` asks."""
+    """Compile -> verify -> bench (if correct) -> profile, as `checks` asks. Out of memory while
+    other processes hold the GPU's memory: retried once when it frees, else not_run."""
     t0 = bench._perf_counter_ns()
+    ev = _attempt(task, candidate, checks, options, builder)
+    if ev.verdict == "oom" and (ev.device or {}).get("cuda"):
+        ev = _shared_oom(ev, options, lambda: _attempt(task, candidate, checks, options, builder), t0)
+    _release_gpu_memory()
+    ev.wall_seconds = (bench._perf_counter_ns() - t0) / 1e9
+    return ev
+
+
+def _release_gpu_memory() -> None:
+    """Hand this Worker's cached GPU blocks back once an evaluation is done: an idle warm Worker
+    must not hold memory another process's evaluation needs."""
+    try:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            import gc
+
+            gc.collect()
+            torch.cuda.empty_cache()
+    except Exception:  # a poisoned context: the client restarts this Worker anyway
+        pass
+
+
+def _shared_oom(ev: Evaluation, options: dict[str, Any], again: Any, t0: int) -> Evaluation:
+    """`ev` ran out of memory. If other processes hold the memory it needed, wait (bounded) for
+    it to free and run once more; still out of memory while they hold it: not_run, naming them."""
+    try:
+        dev = _device(EngineOptions.from_dict(options))
+    except OptionsError:
+        return ev
+    seen = gpu_share.others_holding(dev)
+    if seen is None:
+        return ev
+    source, others = seen
+    free = gpu_share.free_bytes(dev)
+    if not gpu_share.blames_others(ev.message, others, free):
+        return ev  # alone, or the request exceeds what the others hold: the candidate's own
+    elapsed = (bench._perf_counter_ns() - t0) / 1e9
+    wait_s = gpu_share.SHARED_OOM_WAIT_S
+    deadline = options.get("deadline_s") if isinstance(options, dict) else None
+    if isinstance(deadline, (int, float)) and deadline > 0:
+        # Leave time for the retry (about as long as the first run) inside the caller's deadline.
+        wait_s = max(0.0, min(wait_s, float(deadline) - 2.5 * elapsed - 5.0))
+    need = gpu_share.requested_bytes(ev.message)
+
+    def held_now() -> int | None:
+        got = gpu_share.others_holding(dev)
+        return None if got is None else gpu_share.held_bytes(got[1])
+
+    freed, waited = gpu_share.wait_for_memory(need, gpu_share.held_bytes(others), wait_s,
+                                              lambda: gpu_share.free_bytes(dev), held_now)
+    retried = False
+    first_message = ev.message
+    if freed:
+        retried = True
+        ev = again()
+        if ev.verdict != "oom":
+            ev.evidence = {**(ev.evidence or {}), "shared_oom_retry": {
+                "first": first_message, "waited_s": round(waited, 1), "processes": others, "source": source}}
+            return ev
+        seen = gpu_share.others_holding(dev)
+        others = seen[1] if seen is not None else []
+        if not gpu_share.blames_others(ev.message, others, gpu_share.free_bytes(dev)):
+            return ev  # they let go and it still does not fit: the candidate's own
+    ev.verdict, ev.correct = "not_run", None
+    ev.message = verdicts.shared_oom_reason(others, waited, retried)
+    ev.evidence = {**(ev.evidence or {}), "gpu_memory_held": {
+        "processes": others, "source": source, "error": first_message, "waited_s": round(waited, 1),
+        "retried": retried, "requested_bytes": need}}
+    return ev
+
+
+def _attempt(task: Task, candidate: Candidate | None, checks: list[str] | tuple[str, ...],
+             options: dict[str, Any], builder: Any) -> Evaluation:
+    """One evaluation, start to end."""
     if candidate is not None and candidate.origin == "reference":
         candidate = None  # the CLI's way to time the reference alone (the protocol needs a Candidate)
     ev = Evaluation(task=task.name, candidate=candidate.id if candidate else "reference")
@@ -234,8 +310,28 @@ def evaluate(task: Task, candidate: Candidate | None, checks: list[str] | tuple[
     integrity = Integrity()
     extra: dict[str, Any] = {}
     notes: list[str] = []
-    try:
+    with build_failure.watch() as builds, _evaluating(ev, integrity, extra, notes):
         _evaluate(task, candidate, set(checks), opts, builder, dev, ev, integrity, extra, notes)
+    if candidate is not None:  # a build that failed in __init__ or forward is a compile_error too
+        build_failure.settle(ev, builds, candidate.source, _candidate_file(task, candidate), notes,
+                             same_file=candidate.source == task.reference_source)
+        _explain_launch(ev, candidate, dev)
+    _finish(ev, extra, notes, candidate, accept_less_accurate=opts.accept_less_accurate)
+    return ev
+
+
+def _candidate_file(task: Task, candidate: Candidate) -> str:
+    """The file name the candidate's build reports its own lines under (a .cu under #line)."""
+    if candidate.kind == "cuda":
+        return task.cuda_path or task.reference_path.replace(".py", ".cu")
+    return ""
+
+
+@contextlib.contextmanager
+def _evaluating(ev: Evaluation, integrity: Integrity, extra: dict[str, Any], notes: list[str]) -> Any:
+    """What the candidate raised past the stages' own handling, as the Evaluation's verdict."""
+    try:
+        yield
     except HarnessError as exc:
         ev.verdict, ev.correct, ev.message = "error", None, f"harness: {exc}"
     except CandidateError as exc:
@@ -248,11 +344,6 @@ def evaluate(task: Task, candidate: Candidate | None, checks: list[str] | tuple[
     finally:
         _check_integrity(integrity, ev, extra, notes)
         integrity.restore()
-    if candidate is not None:
-        _explain_launch(ev, candidate, dev)
-    _finish(ev, extra, notes, candidate, accept_less_accurate=opts.accept_less_accurate)
-    ev.wall_seconds = (bench._perf_counter_ns() - t0) / 1e9
-    return ev
 
 
 def _check_integrity(integrity: Integrity, ev: Evaluation, extra: dict[str, Any], notes: list[str]) -> None:
@@ -524,7 +615,8 @@ def _bench_on(h: Harness, options: EngineOptions, ev: Evaluation, extra: dict[st
             break
         except bench.TimedCallError as exc:
             if candidate_too and exc.index == 0:
-                ev.verdict, ev.correct = "error", False
+                ev.verdict = "oom" if isinstance(exc.exc, torch.OutOfMemoryError) else "error"
+                ev.correct = False
                 ev.message = f"the candidate raised while timed: {type(exc.exc).__name__}: {str(exc.exc)[:200]}"
                 return
             if compiled_fn is not None and fns[exc.index] is compiled_fn:  # reported, not fatal
@@ -542,6 +634,10 @@ def _bench_on(h: Harness, options: EngineOptions, ev: Evaluation, extra: dict[st
         ev.time = res.timing
         ev.flags += res.flags
         notes += res.notes
+        if "side_stream_work" in res.flags and "side_stream" not in ev.flags:
+            # Seen running, whatever the source scan missed (a stream made in a prebuilt library):
+            # work off the caller's stream races with it, and is not credited.
+            ev.flags.append("side_stream")
         sharing.sample()
         if res.timing.spread_pct > NOISY_SPREAD_PCT:  # a warning on the number, not on the candidate
             ev.flags.append("noisy")

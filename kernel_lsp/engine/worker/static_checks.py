@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from kernel_lsp.engine.worker import stream_args
+
 # (flag, regex, why). Python and CUDA/C++ patterns; checked line by line, comments stripped.
 _PY_RULES: list[tuple[str, str, str]] = [
     ("timer_patch", r"\b(torch\.cuda\.(Event|synchronize|elapsed_time)|time\.(perf_counter(_ns)?|time(_ns)?|monotonic(_ns)?)"
@@ -49,6 +51,9 @@ _CU_RULES: list[tuple[str, str, str]] = [
      "calls an ATen/PyTorch op instead of a kernel"),
     ("torch_fallback", r"\bcublas\w*\(|\bcudnn\w*\(", "calls a vendor library"),
     ("side_stream", r"\bcudaStreamCreate\w*\b|\bstd::thread\b|\bpthread_create\b", "runs work on another stream or thread"),
+    ("side_stream", r"\b(getStreamFromPool|getStreamFromExternal|setCurrentCUDAStream|CUDAStreamGuard|"
+                    r"OptionalCUDAStreamGuard|CUDAMultiStreamGuard)\b|\bcudaStreamPerThread\b",
+     "takes or switches to a stream other than the caller's current stream"),
     ("precision_lowering", r"\b__half\b|\b__nv_bfloat16\b|\b__float2half\w*|\bhalf\b|\bat::kHalf\b|\bat::kBFloat16\b",
      "computes in lower precision"),
     ("cuda_graph", r"\bcudaGraph\w*\b|\bcudaStreamBeginCapture\b", "replays a CUDA graph the baseline lacks"),
@@ -66,11 +71,19 @@ _PY_HAS_KERNEL = re.compile(r"load_inline|cpp_extension|@triton\.jit|triton\.jit
 _LOW_PRECISION_WORDS = re.compile(r"half|float16|bfloat16|float8|__half|__nv_bfloat16")
 
 
-_C_CODE_HINT = re.compile(r"__global__|#include|;\s*$|;\s*\n|\{")
+# A string holding C/CUDA code. `<<<` and runtime calls too: a source built from one-line
+# strings ("cudaStreamCreate(&s);\\n" with an escaped newline) has no other mark.
+_C_CODE_HINT = re.compile(r"__global__|#include|;\s*$|;\s*\n|\{|<<<|\bcu(da)?[A-Z]\w*\s*\(")
 
 
 def _python_parts(source: str) -> tuple[dict[int, str], list[tuple[int, str]]]:
     """(each line with comments and string contents blanked, [(line, text) of C/CUDA code in strings])."""
+    code, c_lines, _ = _python_parts_and_blocks(source)
+    return code, c_lines
+
+
+def _python_parts_and_blocks(source: str) -> tuple[dict[int, str], list[tuple[int, str]], list[tuple[int, str]]]:
+    """_python_parts, and each string whole: [(its first line, text)]."""
     import io
     import tokenize
 
@@ -80,7 +93,10 @@ def _python_parts(source: str) -> tuple[dict[int, str], list[tuple[int, str]]]:
     try:
         tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
     except (tokenize.TokenError, IndentationError, SyntaxError):
-        return {i: ln for i, ln in enumerate(lines, start=1)}, []  # unparsable: scan it raw
+        # unparsable: scan it raw, as Python and as C (the CUDA rules must not go blind)
+        raw = {i: ln for i, ln in enumerate(lines, start=1)}
+        return raw, [(i, ln.split("//", 1)[0]) for i, ln in raw.items()], [(1, source)]
+    blocks: list[tuple[int, str]] = []
 
     def wipe(start: tuple[int, int], end: tuple[int, int]) -> None:
         for row in range(start[0], end[0] + 1):
@@ -99,8 +115,24 @@ def _python_parts(source: str) -> tuple[dict[int, str], list[tuple[int, str]]]:
             if _C_CODE_HINT.search(tok.string):
                 for k, ln in enumerate(tok.string.splitlines()):
                     c_lines.append((tok.start[0] + k, ln.split("//", 1)[0]))
+            blocks.append((tok.start[0], tok.string))  # every string: a stream may be declared in any
             wipe(tok.start, tok.end)
-    return {i: "".join(chars) for i, chars in enumerate(blank, start=1)}, c_lines
+    return {i: "".join(chars) for i, chars in enumerate(blank, start=1)}, c_lines, blocks
+
+
+def _stream_findings(blocks: list[tuple[int, str]], raw_lines: list[str]) -> list[dict[str, Any]]:
+    """side_stream for every launch or stream-taking call on a stream that is not the caller's
+    current one (engine/worker/stream_args.py), in C/CUDA text starting at the given lines."""
+    out = []
+    context = "\n".join(text for _, text in blocks)
+    for first, text in blocks:
+        for offset, stream, what in stream_args.foreign_launches(text, context):
+            number = first + offset
+            line = raw_lines[number - 1].strip() if 0 < number <= len(raw_lines) else ""
+            out.append({"flag": "side_stream", "line": number, "text": line[:160],
+                        "why": f"{what} on stream `{stream}`, not the caller's current stream "
+                               "(at::cuda::getCurrentCUDAStream()): a race with the caller's work"})
+    return out
 
 
 def scan(source: str, kind: str, reference_source: str = "") -> list[dict[str, Any]]:
@@ -133,11 +165,14 @@ def scan(source: str, kind: str, reference_source: str = "") -> list[dict[str, A
     if kind != "python":
         for number, raw in enumerate(raw_lines, start=1):
             add(_CU_RULES, number, raw.split("//", 1)[0])
+        findings += _stream_findings([(1, source)], raw_lines)
         return _dedupe(findings)
 
-    code, c_lines = _python_parts(source)
+    code, c_lines, blocks = _python_parts_and_blocks(source)
     for number, text in c_lines:
         add(_CU_RULES, number, text)
+    findings += [f for f in _stream_findings(blocks, raw_lines)
+                 if f["line"] in in_new or f["text"] not in ref_lines]
     has_kernel = bool(c_lines) or bool(_PY_HAS_KERNEL.search(source))
     in_forward, forward_indent = False, 0
     current_class = ""

@@ -1,0 +1,129 @@
+"""The engine's own concurrency never runs a GPU out of memory: kernel-lsp processes take turns
+on each GPU through a machine-wide file lock (engine/caller/gpu_lock.py). Real processes and a
+real Engine (a CPU Worker, with its GPU key set by hand: there is no GPU here)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kernel_lsp.engine.caller import gpu_lock
+
+ROOT = Path(__file__).resolve().parents[2]
+HOLD = """
+import asyncio, sys
+from kernel_lsp.engine.caller import gpu_lock
+
+async def main():
+    async with gpu_lock.gpu_turn(sys.argv[1], "evaluate"):
+        print("held", flush=True)
+        await asyncio.sleep(float(sys.argv[2]))
+
+asyncio.run(main())
+"""
+
+
+@pytest.fixture
+def lock_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNEL_LSP_GPU_LOCK_DIR", str(tmp_path / "locks"))
+    return tmp_path / "locks"
+
+
+def hold(key: str, seconds: float) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, key, str(seconds)], env=env, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_second_process_waits_for_its_turn_and_is_told_who_has_it(lock_dir):
+    other = hold("GPU-abc", 1.5)
+    told: list[str] = []
+
+    async def go() -> float:
+        t0 = time.monotonic()
+        async with gpu_lock.gpu_turn("GPU-abc", "evaluate", progress=told.append) as waited:
+            assert waited > 1.0
+        return time.monotonic() - t0
+
+    took = asyncio.run(go())
+    other.wait(10)
+    assert took >= 1.0
+    assert told and f"kernel-lsp pid {other.pid}" in told[0] and "evaluate" in told[0], told
+    # Another GPU is another lock: no wait at all.
+    other = hold("GPU-abc", 1.5)
+    t0 = time.monotonic()
+    asyncio.run(_enter("GPU-other"))
+    assert time.monotonic() - t0 < 0.5
+    other.kill()
+    other.wait(10)
+
+
+async def _enter(key: str, wait_s: float | None = None) -> None:
+    async with gpu_lock.gpu_turn(key, "evaluate", wait_s=wait_s):
+        pass
+
+
+def test_a_turn_held_too_long_is_gpu_busy_and_a_dead_holder_frees_it(lock_dir):
+    other = hold("GPU-abc", 30)
+    with pytest.raises(gpu_lock.GPUBusy) as caught:
+        asyncio.run(_enter("GPU-abc", wait_s=0.3))
+    assert f"pid {other.pid}" in str(caught.value)
+    other.kill()  # the kernel drops a dead holder's lock: nothing to clean up
+    other.wait(10)
+    t0 = time.monotonic()
+    asyncio.run(_enter("GPU-abc", wait_s=5))
+    assert time.monotonic() - t0 < 1.0
+
+
+def test_no_key_and_turned_off_take_no_lock(lock_dir, monkeypatch):
+    asyncio.run(_enter(None))  # a CPU: nothing to hold
+    assert not lock_dir.exists()
+    monkeypatch.setenv("KERNEL_LSP_GPU_LOCK", "0")
+    assert gpu_lock.enabled() is False
+
+
+@pytest.mark.slow
+def test_the_engine_waits_outside_the_deadline_and_gives_up_with_could_not_run(lock_dir, monkeypatch):
+    pytest.importorskip("torch")
+    from kernel_lsp.cli.bench import status
+    from kernel_lsp.engine import Engine
+    from kernel_lsp.model import Candidate, Task
+
+    cheats = Path(__file__).parent / "cheats"
+    task = Task(name="ref_linear", reference_path=str(cheats / "ref_linear.py"),
+                reference_source=(cheats / "ref_linear.py").read_text())
+    cand = Candidate(source=(cheats / "correct.py").read_text(), kind="python")
+
+    async def go():
+        engine = Engine(timeout=60, options={"device": "cpu", "baselines": False})
+
+        async def key(progress=None) -> str:
+            return "GPU-fake"  # as if the Worker's GPU had this uuid
+        engine._gpu_key = key  # type: ignore[method-assign]
+        try:
+            await engine.device_info()  # the Worker is up before the holder starts
+            other = hold("GPU-fake", 4.0)
+            # A deadline shorter than the wait: waiting for the turn does not count against it.
+            waited = await engine.evaluate(task, cand, ("compile", "verify"), timeout=3.5)
+            other.wait(10)
+            monkeypatch.setenv("KERNEL_LSP_GPU_WAIT_S", "0.5")
+            other = hold("GPU-fake", 30)
+            busy = await engine.evaluate(task, cand, ("compile", "verify"))
+            other.kill()
+            other.wait(10)
+            return waited, busy, other.pid
+        finally:
+            await engine.aclose()
+
+    waited, busy, pid = asyncio.run(go())
+    assert waited.verdict == "correct", waited.message
+    assert waited.evidence["gpu_wait_s"] >= 3.0
+    assert busy.verdict == "not_run" and f"kernel-lsp pid {pid}" in busy.message, busy.message
+    assert status(busy) == 2
