@@ -24,8 +24,12 @@ demo: setup
 
 test: test-python test-editors test-vscode
 
+# Two pytest processes (pytest-xdist): many tests wait on Workers, servers and clusters, so the
+# other process's builds fill that time. tests/conftest.py keeps each file in one process, and
+# tests/ray and the precompiled-header tests together. PYTEST_WORKERS=0: one process.
+PYTEST_WORKERS ?= 2
 test-python: setup
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -q -ra -n $(PYTEST_WORKERS)
 
 test-editors: setup
 	bash editors/vscode/ci.sh

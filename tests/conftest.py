@@ -1,12 +1,19 @@
 """Shared test setup: the `gpu` marker skips cleanly where no CUDA GPU is visible, unless
 KERNEL_LSP_REQUIRE_GPU=1 (what `make gpu-test` sets): then a missing GPU, or an interpreter
-without torch, fails the run at once instead of passing with everything skipped."""
+without torch, fails the run at once instead of passing with everything skipped.
+
+Under pytest-xdist (`make test-python` runs `-n 2`), tests go to the worker processes by file (a
+file's module-level servers, module fixtures and test order stay in one process), with two
+larger units: every file of tests/ray (one Ray cluster per run, not one per process) and every
+file that uses the session's precompiled torch headers (`pch_cache`, made once per run); those
+two start first, as they take longest."""
 
 from __future__ import annotations
 
 import functools
 import importlib.util
 import os
+from pathlib import Path
 
 import pytest
 
@@ -44,3 +51,45 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         skip = pytest.mark.skip(reason="needs a CUDA GPU (run `pytest -m gpu` on the device)")
         for item in gpu_items:
             item.add_marker(skip)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@functools.cache
+def shared_scope(path: str) -> str:
+    """The unit of a test file under xdist: the file itself, or the group it shares a session
+    fixture with."""
+    if path.startswith("tests/ray/"):
+        return "ray"
+    try:
+        text = (ROOT / path).read_text(errors="replace")
+    except OSError:
+        return path
+    return "pch" if "pch_cache" in text else path
+
+
+LONGEST_FIRST = ("ray", "pch")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    # xdist's own loadgroup marks do not reach its scheduler under pytest 9 (it sets item._nodeid,
+    # which pytest 9 no longer reads), so the units are made here from the test ids.
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedFixtureScheduling(LoadScopeScheduling):
+        ordered = False
+
+        def _split_scope(self, nodeid: str) -> str:
+            return shared_scope(nodeid.split("::")[0])
+
+        def _assign_work_unit(self, node) -> None:
+            if not self.ordered:
+                self.ordered = True
+                for scope in reversed(LONGEST_FIRST):
+                    if scope in self.workqueue:
+                        self.workqueue.move_to_end(scope, last=False)
+            super()._assign_work_unit(node)
+
+    return SharedFixtureScheduling(config, log)

@@ -105,12 +105,20 @@ async def test_no_implicit_headers_means_none(tmp_path) -> None:
     assert errs[0].span.start_line == line and "not a line you wrote" not in errs[0].message
 
 
+@pytest.fixture(scope="module")
+def torch_headers_dir(tmp_path_factory):
+    """One folder for the two builds against torch's headers (tens of seconds each here): their
+    CUDA source is one text at one path, so the second test's CUDA unit is the first's result
+    (the compile cache, in memory) and only its C++ unit is compiled again."""
+    return tmp_path_factory.mktemp("torch-headers")
+
+
 @needs_nvcc
 @needs_torch_headers
 @pytest.mark.slow
-async def test_cuda_sources_get_load_inlines_headers(tmp_path) -> None:
+async def test_cuda_sources_get_load_inlines_headers(torch_headers_dir) -> None:
     # The issue's file: no torch include in cuda_sources, yet it builds under load_inline.
-    doc = parse_document(str(tmp_path / "t.py"), task())
+    doc = parse_document(str(torch_headers_dir / "t.py"), task())
     [result] = await compile_document(doc, Settings(arch="sm_90"))
     assert result.ok, result.log[-2000:]
     assert [d for d in result.diagnostics if d.severity == "error"] == []
@@ -120,12 +128,12 @@ async def test_cuda_sources_get_load_inlines_headers(tmp_path) -> None:
 @needs_nvcc
 @needs_torch_headers
 @pytest.mark.slow
-async def test_cpp_sources_build_with_extension_h_and_the_bindings(tmp_path) -> None:
+async def test_cpp_sources_build_with_extension_h_and_the_bindings(torch_headers_dir) -> None:
     # torch/extension.h before the declarations; functions=[...] bound after them: a name that
     # is not declared is an error, said to come from the binding load_inline writes.
     text = task(cpp="torch::Tensor softmax_cuda_forward(torch::Tensor x);",
                 functions='["softmax_cuda_forward", "softmax_backward"]')
-    doc = parse_document(str(tmp_path / "t.py"), text)
+    doc = parse_document(str(torch_headers_dir / "t.py"), text)
     results = await compile_document(doc, Settings(arch="sm_90"))
     cpp = next(r for r, e in zip(results, doc.embedded) if e.kind == "cpp")
     errs = [d for d in cpp.diagnostics if d.severity == "error"]
