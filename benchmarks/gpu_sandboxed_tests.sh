@@ -3,7 +3,7 @@
 # Prepare here (repo root): the LSP/openai wheels for cp312 in .whl/ (pip download --no-deps ...), and
 # bubblewrap unpacked: mkdir -p .deb && cd .deb && apt-get download bubblewrap && dpkg -x bubblewrap_*.deb root.
 # Then on the GPU machine (carry .whl and .deb):  OUT=/some/dir bash benchmarks/gpu_sandboxed_tests.sh
-# Groups: sandbox engine accuracy agent examples split wholemodel raygpu cost (about 100-400 s each;
+# Groups: sandbox engine accuracy edges agent examples split wholemodel raygpu cost (about 100-400 s each;
 # split, with its full torch builds, up to 400 s on a cold machine).
 set -u
 cd "$(dirname "$0")/.."; OUT=${OUT:-$PWD/.gpu-out}; mkdir -p "$OUT"
@@ -21,6 +21,7 @@ P="python3 -m pytest -q -ra -p no:cacheprovider -m gpu"
 run sandbox 150 $P tests/engine/test_gpu_sandbox.py
 run engine 180 $P tests/engine/test_gpu_engine.py tests/engine/test_gpu_shared.py tests/engine/test_gpu_faults.py tests/engine/test_gpu_baselines.py
 run accuracy 180 $P tests/engine/test_gpu_accuracy.py
+run edges 300 $P -s tests/engine/test_gpu_edges.py
 run agent 150 $P tests/agent/test_gpu.py tests/test_server_gpu.py tests/cli/test_cli_gpu.py
 run examples 240 $P tests/test_examples.py
 # SPLIT_K narrows the split-build group (its full torch builds take minutes on a cold machine).
