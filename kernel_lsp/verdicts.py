@@ -38,7 +38,8 @@ def shared_oom_reason(processes: list[dict[str, Any]], waited_s: float, retried:
     def one(p: dict[str, Any]) -> str:
         mib = p.get("memory_mib")
         held = f"{mib / 1024:.1f} GiB" if isinstance(mib, (int, float)) else "memory"
-        return f"pid {p.get('pid')} ({p.get('name') or '?'}) {held}"
+        name = f" ({p['name']})" if p.get("name") else ""
+        return f"pid {p.get('pid')}{name} {held}"
 
     names = ", ".join(one(p) for p in processes[:6]) + (f" and {len(processes) - 6} more" if len(processes) > 6 else "")
     text = f"{GPU_MEMORY_HELD} ({names})"

@@ -227,6 +227,8 @@ def test_four_benches_at_once_take_turns_instead_of_running_out_of_memory(tmp_pa
                                       stderr=subprocess.PIPE, text=True))
     t0 = time.monotonic()
     outs = [p.communicate(timeout=1500) for p in procs]
+    for (out, err), p in zip(outs, procs):  # a bench that printed no JSON: show why
+        assert out.strip().startswith("{"), f"exit {p.returncode}: {err[-3000:]}"
     docs = [json.loads(out) for out, _ in outs]
     targets = [d["targets"][0] for d in docs]
     print(f"\n4 benches in {time.monotonic() - t0:.0f} s:",

@@ -163,3 +163,34 @@ def test_requested_bytes_and_blame():
     assert gpu_share.blames_others(OOM, held, GIB)                                    # 2 <= 1 + 10
     assert not gpu_share.blames_others(OOM.replace("2.00 GiB", "12.00 GiB"), held, GIB)  # 12 > 1 + 10
     assert not gpu_share.blames_others(OOM, [], GIB)
+
+
+# On the H200 (gVisor, a sandboxed Worker) the Worker's own process listing came back empty while
+# torch's message named the holder: "Process 807 has 131.79 GiB memory in use".
+NAMED = OOM + " Process 807 has 40.00 GiB memory in use. Of the allocated memory 16.00 MiB is allocated by PyTorch"
+
+
+def test_holders_are_read_from_torchs_message_when_the_listing_is_empty(tmp_path, fake_gpu, monkeypatch):
+    assert gpu_share.holders_in_message(NAMED) == [{"pid": 807, "name": "", "memory_mib": 40960.0}]
+    assert gpu_share.holders_in_message(OOM) == []   # alone: torch names nobody
+    fake_gpu(None)                                   # the listing: nobody
+    marker = tmp_path / "held"
+    marker.write_text("x")
+    cand = candidate(marker, NAMED)
+    ev = settle(first_attempt(cand), cand)
+    assert ev.verdict == "not_run" and "pid 807" in ev.message, ev.message
+    assert ev.evidence["gpu_memory_held"]["source"] == "torch's out-of-memory message"
+    # The holder lets go while we wait (free memory then fits the request): retried, correct.
+    asked = {"n": 0}
+
+    def free_now(device: Any) -> int:
+        asked["n"] += 1
+        if asked["n"] < 3:
+            return int(1.25 * GIB)   # at the error, and the wait's first look
+        marker.unlink(missing_ok=True)
+        return 3 * GIB
+
+    monkeypatch.setattr(gpu_share, "free_bytes", free_now)
+    marker.write_text("x")
+    ev = settle(first_attempt(cand), cand)
+    assert ev.verdict == "correct" and ev.evidence["shared_oom_retry"]["processes"][0]["pid"] == 807, ev.message

@@ -32,6 +32,18 @@ def test_the_credited_race_is_flagged_where_it_makes_and_uses_the_stream() -> No
     assert "stream `s`" in found[launch] and "current stream" in found[launch]
 
 
+def test_a_same_file_candidate_is_scanned_as_the_engine_scans_it() -> None:
+    """Model and ModelNew in one file: the engine passes the file as the reference too. Only the
+    reference's own blocks excuse lines; the CUDA text is the candidate's (on the H200 the race
+    read `side_stream` from the run only, its CUDA text excused as "the reference's")."""
+    assert "class Model(" in RACE and "class ModelNew(" in RACE  # one file, both
+    found = {f["line"] for f in static_checks.scan(RACE, "python", RACE) if f["flag"] == "side_stream"}
+    assert found == set(_lines(RACE)) and found
+    # A separate reference still excuses the lines it holds itself (an extracted op keeps them).
+    ref = "\n".join(ln for ln in RACE.splitlines() if "ModelNew" not in ln)
+    assert {f["line"] for f in static_checks.scan(RACE, "python", ref) if f["flag"] == "side_stream"} == set()
+
+
 def test_the_same_kernel_on_the_current_stream_is_not_flagged() -> None:
     assert CLEAN != RACE and "getCurrentCUDAStream" in CLEAN
     assert _lines(CLEAN) == {}

@@ -197,6 +197,20 @@ def requested_bytes(message: str) -> int | None:
     return int(float(m.group(1)) * _UNITS[m.group(2)]) if m else None
 
 
+_HOLDER = re.compile(r"Process (\d+) has ([\d.]+) (B|KiB|MiB|GiB|TiB) memory in use")
+
+
+def holders_in_message(message: str) -> list[dict[str, Any]]:
+    """The other processes torch's out-of-memory message names ("Process 807 has 131.79 GiB
+    memory in use"; torch asks NVML with the host's pids). The fallback where this Worker cannot
+    list them itself: on the H200 (gVisor, sandboxed Worker) the listing came back empty while
+    torch's message named the holder."""
+    out = []
+    for pid, amount, unit in _HOLDER.findall(message or ""):
+        out.append({"pid": int(pid), "name": "", "memory_mib": round(float(amount) * _UNITS[unit] / (1 << 20), 1)})
+    return out
+
+
 def others_holding(device: Any, own_pid: int | None = None) -> tuple[str, list[dict[str, Any]]] | None:
     """(source, the other processes with memory on this GPU), or None when it cannot be asked
     (a CPU, no NVML nor nvidia-smi). This process and the ones it started are not others."""

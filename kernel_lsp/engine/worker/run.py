@@ -252,6 +252,8 @@ def _shared_oom(ev: Evaluation, options: dict[str, Any], again: Any, t0: int) ->
     except OptionsError:
         return ev
     seen = gpu_share.others_holding(dev)
+    if not (seen and seen[1]) and gpu_share.holders_in_message(ev.message):
+        seen = ("torch's out-of-memory message", gpu_share.holders_in_message(ev.message))
     if seen is None:
         return ev
     source, others = seen
@@ -267,6 +269,8 @@ def _shared_oom(ev: Evaluation, options: dict[str, Any], again: Any, t0: int) ->
     need = gpu_share.requested_bytes(ev.message)
 
     def held_now() -> int | None:
+        if source == "torch's out-of-memory message":
+            return None  # this Worker cannot list them: free memory alone says when they let go
         got = gpu_share.others_holding(dev)
         return None if got is None else gpu_share.held_bytes(got[1])
 
@@ -282,7 +286,7 @@ def _shared_oom(ev: Evaluation, options: dict[str, Any], again: Any, t0: int) ->
                 "first": first_message, "waited_s": round(waited, 1), "processes": others, "source": source}}
             return ev
         seen = gpu_share.others_holding(dev)
-        others = seen[1] if seen is not None else []
+        others = seen[1] if seen is not None and seen[1] else gpu_share.holders_in_message(ev.message)
         if not gpu_share.blames_others(ev.message, others, gpu_share.free_bytes(dev)):
             return ev  # they let go and it still does not fit: the candidate's own
     ev.verdict, ev.correct = "not_run", None

@@ -135,6 +135,26 @@ def _stream_findings(blocks: list[tuple[int, str]], raw_lines: list[str]) -> lis
     return out
 
 
+_REFERENCE_BLOCK = re.compile(r"(class\s+Model\b|def\s+get_inputs\b|def\s+get_init_inputs\b)")
+
+
+def _reference_owned(source: str, reference_source: str) -> list[str]:
+    """The reference's lines that excuse the same line in the candidate. When Model and ModelNew
+    share one file, only the reference's own blocks (class Model, get_inputs, get_init_inputs)
+    excuse anything: the file's CUDA strings and launch code are the candidate's, and a
+    side stream made there was once excused because the whole file was "the reference"."""
+    lines = (reference_source or "").splitlines()
+    if not reference_source or reference_source != source:
+        return lines
+    owned, inside = [], False
+    for raw in lines:
+        if raw.strip() and not raw[0].isspace():
+            inside = bool(_REFERENCE_BLOCK.match(raw))
+        if inside:
+            owned.append(raw)
+    return owned
+
+
 def scan(source: str, kind: str, reference_source: str = "") -> list[dict[str, Any]]:
     """Findings for a Candidate's text. `kind` is "python" or "cuda"; the reference's text
     excuses precision words it uses itself (a half-precision task may use half), and lines it
@@ -143,7 +163,7 @@ def scan(source: str, kind: str, reference_source: str = "") -> list[dict[str, A
     findings: list[dict[str, Any]] = []
     raw_lines = source.splitlines()
     ref_low_precision = bool(_LOW_PRECISION_WORDS.search(reference_source or ""))
-    ref_lines = {ln.strip() for ln in (reference_source or "").splitlines() if ln.strip()}
+    ref_lines = {ln.strip() for ln in _reference_owned(source, reference_source) if ln.strip()}
     in_new: set[int] = set()   # the lines of class ModelNew: never excused
     inside = False
     for number, raw in enumerate(raw_lines, start=1):
