@@ -331,6 +331,26 @@ def host_flags_from_cuda(extra_cuda: list[str]) -> list[str]:
 _ERROR_LINE = re.compile(r"(?:^|[\s:)])(?:fatal |catastrophic )?error(?: #[\w-]+)?:", re.I)
 
 
+def _write_if_changed(path: Path, text: str) -> None:
+    try:
+        if not path.is_file() or path.read_text() != text:
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            tmp.write_text(text)
+            os.replace(tmp, path)
+    except OSError:  # a read-only cache: the message keeps the short name
+        pass
+
+
+def _in_folder(error: str, build_dir: Path) -> str:
+    """The error line with its file named by full path: units compile in their build folder under
+    short names (cuda.cu, main.cpp), and whoever maps the error back to the candidate's own line
+    (build_failure.candidate_line) reads that file."""
+    m = re.match(r"([^\s:()]+)([:(])", error)
+    if m and not os.path.isabs(m.group(1)) and (build_dir / m.group(1)).is_file():
+        return str(build_dir / m.group(1)) + error[len(m.group(1)):]
+    return error
+
+
 def _first_error(log: str) -> str:
     # The compiler's own error line ("f.cpp:4:12: error: ...", "f.cu(4): error: ..."), not the
     # context before it ("In function ...") nor a path that happens to hold the word.
@@ -473,7 +493,7 @@ def _build_units(units: list[Unit], args: dict[str, Any], nvcc: str, res: FastBu
         rc, text, _ = results.get(u.step, (1, "not run", 0.0))
         if rc != 0:
             res.log += f"[{u.step}]\n{text}\n"
-            return done(f"fast {u.what()} failed to compile: {_first_error(text)}")
+            return done(f"fast {u.what()} failed to compile: {_in_folder(_first_error(text), build_dir)}")
     if not link:
         return done()
     so = build_dir / f"{name}.so"
@@ -532,6 +552,10 @@ def build_inline(args: dict[str, Any], nvcc: str, link: bool = True, timeout: fl
     # Name-free file names (the build folder's name carries the candidate's hash): another
     # candidate with the same host code or main.cpp then has the same unit text (unit_cache).
     parts = inline_split.split(cuda_text, filename="cuda.cu")
+    # The units' `#line` names, as real files beside them (what load_inline writes too): a
+    # compiler error's "cuda.cu(8)" then reads back to the candidate's own line.
+    _write_if_changed(build_dir / "cuda.cu", cuda_text)
+    _write_if_changed(build_dir / "main.cpp", main_cpp(args))
     if not parts.ok:
         return done(parts.fallback_reason)
     extra_cuda = _as_list(args.get("extra_cuda_cflags"))
