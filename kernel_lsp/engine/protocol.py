@@ -22,6 +22,12 @@ from typing import Any
 SANDBOX_ENV = "KERNEL_LSP_SANDBOX"
 SANDBOX_VIOLATION = "sandbox_violation"
 
+# Set by the Engine in its GPU Worker's environment ("gpu"): the Worker initializes CUDA in a
+# thread while it imports, and imports the evaluation modules before it says ready
+# (worker/early.py). Build-pool Workers never get it.
+WORKER_ROLE_ENV = "KERNEL_LSP_WORKER_ROLE"
+GPU_ROLE = "gpu"
+
 # Errors raised inside an op that mean out of memory (the torch ones are RuntimeError subclasses).
 OOM_TYPES = {"MemoryError", "OutOfMemoryError", "torch.OutOfMemoryError", "torch.cuda.OutOfMemoryError"}
 OOM_MARKERS = ("out of memory", "outofmemoryerror", "cuda_error_out_of_memory", "memoryerror", "std::bad_alloc")

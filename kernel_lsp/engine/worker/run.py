@@ -790,6 +790,36 @@ def _profile(h: Harness, task: Task, candidate: Candidate | None, options: Engin
     return out
 
 
+def prepare_reference(task: Task, options: dict[str, Any], builder: Any) -> dict[str, Any]:
+    """The Worker's `prepare_reference` request, sent while the CPU pool builds a candidate: the
+    reference's torch.compile baseline compiled and run once on the timing inputs, then dropped.
+    The evaluation that follows makes its own (a fresh model, compiled again, nothing of this one
+    reused) but finds dynamo and inductor imported and their caches (FX graphs, Triton kernels)
+    filled. Nothing is timed, no candidate runs; skipped when a kept baseline matches."""
+    t0 = bench._perf_counter_ns()
+    opts = EngineOptions.from_dict(options)
+    if not opts.baselines:
+        return {"state": "skipped", "why": "baselines are off"}
+    dev = _device(opts)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        return {"state": "skipped", "why": NO_GPU_TASK}
+    h = Harness(task, None, builder, device=dev, seed=opts.seed, build_options=opts.raw)
+    try:
+        h.load_reference()
+        h.build_model()
+        sets = _timing_sets(h, opts)
+        plan = kept_baselines.plan(task.reference_source, h.init_inputs, sets, dev, opts)
+        if plan.match is not None:
+            return {"state": "skipped", "why": "a kept baseline matches"}
+        notes: list[str] = []
+        compiled = _compile_reference(h, sets, opts, notes, Evaluation(task=task.name, candidate="reference"))
+        state = "compiled" if compiled is not None else "failed"
+        return {"state": state, "notes": notes, "seconds": (bench._perf_counter_ns() - t0) / 1e9}
+    finally:
+        h = None  # noqa: F841 - the model and inputs go before the memory is handed back
+        _release_gpu_memory()
+
+
 def profile(task: Task, candidate: Candidate | None, options: dict[str, Any], builder: Any) -> dict[str, Any]:
     """The Worker's `profile` request: hot ops of the reference, and the candidate's kernels."""
     ev = evaluate(task, candidate, ["compile", "profile"], options, builder)
