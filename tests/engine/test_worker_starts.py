@@ -135,3 +135,30 @@ async def test_the_worker_starts_while_the_pool_builds(tmp_path):
         built = next(t for s, t in steps if s == "evaluating")
     assert ev.verdict == "correct", ev.message
     assert started and started[0] < built - 2.0, (started, steps)  # up while the build still ran
+
+
+async def test_prepare_reference_compiles_the_baseline_ahead_unless_a_kept_one_matches(tmp_path):
+    """The `prepare_reference` op (sent while the pool builds) compiles the reference's
+    torch.compile on the timing inputs; the evaluation's own compile of a fresh model then
+    finds the work done. With a kept baseline that matches, it does nothing."""
+    from kernel_lsp.engine.caller.baselines import to_keep
+    from tests.cpu_task import TASK
+
+    pytest.importorskip("torch")
+    path = tmp_path / "rowsum.py"
+    path.write_text(TASK)
+    task, cand = find_task(str(path), TASK)
+    opts = {"device": "cpu"}
+    async with Engine(timeout=240.0, sandbox="off", prebuild=False) as engine:
+        got = await engine.request("prepare_reference", {"task": task.to_dict(), "options": opts},
+                                   timeout=240.0, warm=True)
+        assert got["state"] == "compiled", got
+        ev = await engine.evaluate(task, cand, options=opts)
+        assert ev.verdict == "correct", ev.message
+        phases = ev.evidence["phases"]
+        # the first compile in the process paid the imports and the codegen; this one finds them
+        assert phases["torch_compile_s"] < got["seconds"], (phases, got)
+        record = to_keep(ev) or {**ev.baselines, "cached": None}
+        again = await engine.request("prepare_reference", {"task": task.to_dict(), "options": {
+            **opts, protocol.CACHED_BASELINES: [record]}}, timeout=240.0, warm=True)
+        assert again == {"state": "skipped", "why": "a kept baseline matches"}

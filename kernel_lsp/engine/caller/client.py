@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 Progress = Callable[[str], Any]
 # The requests that use the GPU: each takes the GPU's machine-wide turn (caller/gpu_lock.py).
-GPU_OPS = frozenset({"evaluate", "profile", "extract", "prepare_reference"})
+GPU_OPS = frozenset({"evaluate", "profile", "extract", "prepare_reference", "prepare_compile"})
 
 class Engine:
     """Runs Candidates in a Worker that owns one GPU (docs/architecture.md)."""
@@ -110,12 +110,9 @@ class Engine:
     def worker_pid(self) -> int | None:
         return self._worker.pid if self._worker and self._worker.alive else None
 
-    async def _ensure(self, progress: Progress | None, warm: bool, resume: str | None = None) -> WorkerProcess:
-        """The live Worker (started and warmed now if need be). ``resume``: the step to report
-        once a start or warm-up was reported, so a timing of the steps does not count the
-        request itself as warming."""
+    async def _ensure(self, progress: Progress | None, warm: bool) -> WorkerProcess:
+        """The live Worker (started and warmed now if need be)."""
         w = self._worker
-        said = False
         if w is not None and not w.alive:
             self._discard(w)
             w = None
@@ -123,7 +120,6 @@ class Engine:
             self._discard(w)  # a task from a folder this Worker's sandbox does not show
             w = None
         if w is None:
-            said = True
             await _report(progress, "starting worker")
             role = {protocol.WORKER_ROLE_ENV: protocol.GPU_ROLE}  # overlapped CUDA init (worker/early.py)
             w = WorkerProcess(self.python, worker_environment(self.device, {**role, **self.extra_env}), self.cwd,
@@ -136,7 +132,6 @@ class Engine:
             self._worker = w
         self.sandboxed = w.sandboxed
         if warm and w.warm is None:
-            said = True
             await _report(progress, "warming worker")
             try:
                 w.warm, _ = await asyncio.wait_for(w.call("warm"), self.start_timeout)
@@ -147,8 +142,6 @@ class Engine:
                 if not w.alive:
                     self._discard(w)
                 raise
-        if said and resume:
-            await _report(progress, resume)
         return w
 
     def _discard(self, w: WorkerProcess) -> None:
@@ -176,11 +169,20 @@ class Engine:
     ) -> tuple[Any, bool]:
         """(result, fatal): fatal when the Worker answered and then had to go."""
         deadline = self.timeout if timeout is None else timeout
+        said: list[str] = []
+        if resume and progress is not None:  # report `resume` after a start or warm-up was reported
+            outer = progress
+
+            def progress(step: str, *rest: Any) -> Any:  # type: ignore[no-redef]
+                said.append(step)
+                return outer(step, *rest)
         key = await self._gpu_key(progress) if op in GPU_OPS else None
         async with self._lock:
             if op == "evaluate":
                 self._evaluations += 1
-            w = await self._ensure(progress, warm, resume)
+            w = await self._ensure(progress, warm)
+            if said:
+                await _report(progress, resume)  # type: ignore[arg-type]
             async with gpu_lock.gpu_turn(key, op, progress=progress) as waited:
                 self.gpu_waited = waited  # the deadline starts now: waiting is never a timeout
                 return await self._call_now(w, op, params, deadline)
@@ -342,6 +344,17 @@ class Engine:
         except Exception as exc:  # noqa: BLE001 - advisory; the request that needs it says why
             log.info("the Worker did not start ahead of need: %s", exc)
             return False
+
+    async def prepare_compile(self) -> dict[str, Any]:
+        """Pay torch.compile's one-time costs in the Worker now (inductor, Triton, the compile
+        workers), before an evaluation measures a torch.compile baseline. Advisory: a failure
+        is returned as {"state": "failed", ...}."""
+        try:
+            result = await self.request("prepare_compile", {"options": dict(self.options)},
+                                        timeout=self.start_timeout, warm=self.warm)
+        except Exception as exc:  # noqa: BLE001
+            return {"state": "failed", "why": f"{type(exc).__name__}: {exc}"[:300]}
+        return result if isinstance(result, dict) else {"state": "failed", "why": repr(result)[:200]}
 
     def _ahead(self, work: Any) -> None:
         """Run ``work`` (a coroutine) in the background; closing the Engine cancels it. Not

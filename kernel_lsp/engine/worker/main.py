@@ -58,6 +58,7 @@ class Worker:
             "shutdown": self.op_shutdown,
             "extract": lambda params: importlib.import_module("kernel_lsp.engine.worker.extract").worker_op(params, build),
             "prepare_reference": self.op_prepare_reference,
+            "prepare_compile": self.op_prepare_compile,
             "prepare_build": lambda params: importlib.import_module("kernel_lsp.engine.worker.fastbuild").prepare_op(
                 params, build),
         }
@@ -135,6 +136,13 @@ class Worker:
         if _cuda_unhealthy(str(result)[:4000]):
             self.stop = self.fatal = True
         return result
+
+    def op_prepare_compile(self, params: dict[str, Any]) -> dict[str, Any]:
+        """torch.compile's one-time costs, now (run.prepare_compile)."""
+        run = _run_module()
+        if run is None or not hasattr(run, "prepare_compile"):
+            return {"state": "skipped", "why": "this Worker's run module cannot"}
+        return run.prepare_compile(dict(params.get("options") or {}))
 
     def op_profile(self, params: dict[str, Any]) -> Any:
         run = _run_module()

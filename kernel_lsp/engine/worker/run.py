@@ -790,6 +790,25 @@ def _profile(h: Harness, task: Task, candidate: Candidate | None, options: Engin
     return out
 
 
+def prepare_compile(options: dict[str, Any]) -> dict[str, Any]:
+    """torch.compile's one-time costs, paid before any save needs them (the server asks right
+    after the Worker starts): inductor and Triton imported, the compile workers started, by
+    compiling a small function of our own and running it once. Nothing of a Task is touched."""
+    t0 = bench._perf_counter_ns()
+    dev = _device(EngineOptions.from_dict(options))
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        return {"state": "skipped", "why": NO_GPU_TASK}
+    try:
+        fn = torch.compile(lambda x: torch.nn.functional.gelu(x) * 2.0 + 1.0)
+        with torch.no_grad():
+            fn(torch.randn(1024, device=dev))
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+    except Exception as exc:  # noqa: BLE001 - a baseline that cannot compile says so when it is timed
+        return {"state": "failed", "why": f"{type(exc).__name__}: {str(exc)[:200]}"}
+    return {"state": "compiled", "seconds": (bench._perf_counter_ns() - t0) / 1e9}
+
+
 def prepare_reference(task: Task, options: dict[str, Any], builder: Any) -> dict[str, Any]:
     """The Worker's `prepare_reference` request, sent while the CPU pool builds a candidate: the
     reference's torch.compile baseline compiled and run once on the timing inputs, then dropped.
