@@ -169,6 +169,36 @@ def reference_fingerprint(source: str) -> str:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return "text:" + hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+    kept = _reference_statements(tree)
+    body = [ast.dump(tree.body[i], include_attributes=False) for i in sorted(kept)]
+    return hashlib.sha256("\n".join(body).encode("utf-8")).hexdigest()[:24]
+
+
+def reference_only_source(source: str) -> str | None:
+    """The reference's own statements (those `reference_fingerprint` hashes), every other
+    statement blanked with its lines kept: a file that also holds a `ModelNew` (with its
+    load_inline builds) loses it. None for text that does not parse."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    kept = _reference_statements(tree)
+    lines = source.splitlines(keepends=True)
+    for i, node in enumerate(tree.body):
+        if i in kept:
+            continue
+        first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+        for n in range(first - 1, (node.end_lineno or node.lineno)):
+            lines[n] = "\n"
+    return "".join(lines)
+
+
+def _reference_statements(tree: Any) -> set[int]:
+    """Indexes of the module-level statements the reference needs (see reference_fingerprint)."""
+    import ast
+
     binds: dict[int, set[str]] = {}
     for i, node in enumerate(tree.body):
         binds[i] = _bound_names(node)
@@ -188,8 +218,7 @@ def reference_fingerprint(source: str) -> str:
                 kept.add(i)
                 wanted |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
                 changed = True
-    body = [ast.dump(tree.body[i], include_attributes=False) for i in sorted(kept)]
-    return hashlib.sha256("\n".join(body).encode("utf-8")).hexdigest()[:24]
+    return kept
 
 
 def _bound_names(node: Any) -> set[str]:

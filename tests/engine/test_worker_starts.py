@@ -162,3 +162,26 @@ async def test_prepare_reference_compiles_the_baseline_ahead_unless_a_kept_one_m
         again = await engine.request("prepare_reference", {"task": task.to_dict(), "options": {
             **opts, protocol.CACHED_BASELINES: [record]}}, timeout=240.0, warm=True)
         assert again == {"state": "skipped", "why": "a kept baseline matches"}
+
+
+def test_prepare_reference_loads_the_reference_without_the_modelnew_sharing_its_file(tmp_path):
+    """In a file that holds both, the ModelNew's statements (its load_inline builds) are left out,
+    lines kept; a module-level patch of a function the judgement trusts is put back after."""
+    torch = pytest.importorskip("torch")
+    from kernel_lsp.engine.worker import build, run
+    from tests.cpu_task import TASK
+
+    same_file = TASK.replace("class ModelNew(nn.Module):",
+                             "ext = (_ for _ in ()).throw(RuntimeError('the ModelNew part ran'))\n"
+                             "torch.nn.functional.gelu = lambda x: x\n\n\nclass ModelNew(nn.Module):")
+    own = protocol.reference_only_source(same_file)
+    assert own is not None and "ModelNew" not in own and "the ModelNew part ran" not in own
+    assert len(own.splitlines()) == len(same_file.splitlines())
+    assert protocol.reference_fingerprint(own) == protocol.reference_fingerprint(same_file)
+    path = tmp_path / "both.py"
+    path.write_text(same_file)
+    task, cand = find_task(str(path), same_file)
+    real = torch.nn.functional.gelu
+    got = run.prepare_reference(task, {"device": "cpu"}, build)
+    assert got["state"] == "compiled", got
+    assert torch.nn.functional.gelu is real  # the reference's own patch, put back

@@ -371,6 +371,8 @@ class Engine:
             return
         if "bench" not in checks or options.get("baselines") is False:
             return
+        if options.get(protocol.CACHED_BASELINES) and not options.get(protocol.REMEASURE_BASELINES):
+            return  # this reference's baselines are kept: the evaluation will not compile it
         params = {"task": task.to_dict(), "options": options}
         try:
             key = await self._gpu_key(None)

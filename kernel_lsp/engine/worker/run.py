@@ -814,7 +814,14 @@ def prepare_reference(task: Task, options: dict[str, Any], builder: Any) -> dict
     reference's torch.compile baseline compiled and run once on the timing inputs, then dropped.
     The evaluation that follows makes its own (a fresh model, compiled again, nothing of this one
     reused) but finds dynamo and inductor imported and their caches (FX graphs, Triton kernels)
-    filled. Nothing is timed, no candidate runs; skipped when a kept baseline matches."""
+    filled. Nothing is timed and no ModelNew is built: a file that also holds one is loaded with
+    only the reference's statements (protocol.reference_only_source), and whatever its code
+    replaced of the functions the judgement trusts is put back. Skipped when a kept baseline
+    matches."""
+    import dataclasses
+
+    from kernel_lsp.engine.protocol import reference_only_source
+
     t0 = bench._perf_counter_ns()
     opts = EngineOptions.from_dict(options)
     if not opts.baselines:
@@ -822,7 +829,12 @@ def prepare_reference(task: Task, options: dict[str, Any], builder: Any) -> dict
     dev = _device(opts)
     if dev.type == "cuda" and not torch.cuda.is_available():
         return {"state": "skipped", "why": NO_GPU_TASK}
-    h = Harness(task, None, builder, device=dev, seed=opts.seed, build_options=opts.raw)
+    own = reference_only_source(task.reference_source)
+    if own is None:
+        return {"state": "skipped", "why": "the reference does not parse"}
+    h = Harness(dataclasses.replace(task, reference_source=own), None, builder, device=dev, seed=opts.seed,
+                build_options=opts.raw)
+    integrity = Integrity()
     try:
         h.load_reference()
         h.build_model()
@@ -835,6 +847,7 @@ def prepare_reference(task: Task, options: dict[str, Any], builder: Any) -> dict
         state = "compiled" if compiled is not None else "failed"
         return {"state": state, "notes": notes, "seconds": (bench._perf_counter_ns() - t0) / 1e9}
     finally:
+        integrity.restore()
         h = None  # noqa: F841 - the model and inputs go before the memory is handed back
         _release_gpu_memory()
 
