@@ -55,6 +55,36 @@ def _init_driver() -> None:
         _state.update(state="failed", reason="could not retain the primary context")
         return
     _state.update(state="ready", seconds=time.perf_counter() - t0)
+    _state["smi_static"] = _smi(STATIC_FIELDS)  # the GPU's fixed facts, while torch still imports
+
+
+STATIC_FIELDS = "driver_version,clocks.max.sm,clocks.max.mem"
+
+
+def _smi(fields: str) -> list[str] | None:
+    import shutil
+    import subprocess
+
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        proc = subprocess.run([exe, f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode != 0 or not proc.stdout.strip():
+        return None
+    return [v.strip() for v in proc.stdout.strip().splitlines()[0].split(",")]
+
+
+def static_smi() -> list[str] | None:
+    """nvidia-smi's STATIC_FIELDS as the start's thread read them (after it ends); None when it
+    did not (no GPU role, no driver, no nvidia-smi): the caller asks nvidia-smi itself."""
+    if not _thread or _thread[0].is_alive():
+        return None
+    got = _state.get("smi_static")
+    return list(got) if isinstance(got, list) and len(got) == 3 else None
 
 
 def start() -> bool:
@@ -73,7 +103,8 @@ def wait(timeout: float | None = None) -> dict[str, Any]:
     if not _thread:
         return {}
     _thread[0].join(timeout)
-    out = {k: round(v, 3) if isinstance(v, float) else v for k, v in _state.items() if k != "started"}
+    out = {k: round(v, 3) if isinstance(v, float) else v for k, v in _state.items()
+           if k not in ("started", "smi_static")}
     if _thread[0].is_alive():
         out["state"] = "still running"
     return out

@@ -169,10 +169,19 @@ def _static_device_info(index: int) -> dict[str, Any]:
                 l2_bytes=int(getattr(p, "L2_cache_size", 0) or 0),
                 memory_bandwidth=roof.bandwidth, bandwidth_source=roof.source,
                 uuid=str(getattr(p, "uuid", "") or ""))  # the GPU's machine-wide turn (caller/gpu_lock.py)
-    smi = _nvidia_smi("driver_version,clocks.max.sm,clocks.max.mem")
+    smi = _static_smi()
     if smi:
         info.update(driver=smi[0], max_sm_clock_mhz=_num(smi[1]), max_mem_clock_mhz=_num(smi[2]))
     return info
+
+
+@functools.cache
+def _static_smi() -> list[str] | None:
+    """The driver and the maximum clocks, asked once per Worker (the GPU Worker's start already
+    asked, in its CUDA-init thread: worker/early.py)."""
+    from kernel_lsp.engine.worker import early
+
+    return early.static_smi() or _nvidia_smi(early.STATIC_FIELDS)
 
 
 def _num(text: str) -> float | str:
@@ -206,7 +215,7 @@ def versions() -> dict[str, str]:
         out["triton"] = importlib.metadata.version("triton")  # without importing triton
     except importlib.metadata.PackageNotFoundError:
         out["triton"] = "none"
-    smi = _nvidia_smi("driver_version") if torch.cuda.is_available() else None
+    smi = _static_smi() if torch.cuda.is_available() else None
     out["driver"] = smi[0] if smi else "none"
     return out
 
