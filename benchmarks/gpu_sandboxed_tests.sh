@@ -26,7 +26,7 @@ run examples 240 $P tests/test_examples.py
 # SPLIT_K narrows the split-build group (its full torch builds take minutes on a cold machine).
 run split 420 $P tests/engine/test_inline_split_gpu.py ${SPLIT_K:+-k "$SPLIT_K"}
 run wholemodel 120 $P tests/agent/test_whole_model_gpu.py
-run start 240 $P -s tests/engine/test_gpu_worker_start.py tests/engine/test_worker_starts.py
+run start 240 python3 -m pytest -q -ra -p no:cacheprovider -s tests/engine/test_gpu_worker_start.py tests/engine/test_worker_starts.py
 python3 -c "import ray" 2>/dev/null && run raygpu 420 $P -s tests/ray/test_server_ray_gpu.py
 run cost 30 python3 benchmarks/sandbox_cost.py --starts 10 --torch-starts 3 --out-dir "$OUT"
 grep -h "passed\|failed\|FAILED\|ERROR" "$OUT"/*.log | head -60
