@@ -102,6 +102,7 @@ class Engine:
         self._gpu: str | None = None     # the GPU's uuid for its machine-wide turn ("" for none)
         self._readying: set[asyncio.Task[Any]] = set()  # Worker starts and reference compiles ahead of need
         self._evaluations = 0                            # evaluate requests that took the Worker
+        self._prepared: set[str] = set()                 # references whose torch.compile was prepared
         self.gpu_waited = 0.0            # seconds the latest GPU request waited for its turn
 
     # -- the Worker -------------------------------------------------------------
@@ -373,6 +374,10 @@ class Engine:
             return
         if options.get(protocol.CACHED_BASELINES) and not options.get(protocol.REMEASURE_BASELINES):
             return  # this reference's baselines are kept: the evaluation will not compile it
+        ref = kept_baselines.reference_hash(task)
+        if ref in self._prepared:
+            return  # a Search's batch: prepared (or being prepared) once per reference
+        self._prepared.add(ref)
         params = {"task": task.to_dict(), "options": options}
         try:
             key = await self._gpu_key(None)
