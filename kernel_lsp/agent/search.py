@@ -410,6 +410,9 @@ class Search:
                 self._cannot_run = True
                 self._step("proposer", e.reason, failed=True)
                 return e.reason
+        see = getattr(self.engine, "see", None)  # before device_info starts a Worker: its sandbox shows the Task
+        if see is not None:
+            see([self.task])
         try:
             self._device = dict(await self.engine.device_info() or {})
         except asyncio.CancelledError:

@@ -111,6 +111,14 @@ def _early_prebuild(engine: Any, rows: list[tuple[str, Task | None, Candidate | 
     return asyncio.ensure_future(engine.prebuild(first[0], first[1], {"arch": arch}))
 
 
+def _see(engine: Any, rows: list[tuple[str, Task | None, Candidate | None, str]]) -> None:
+    """Name every Task before the Worker starts (device_info starts it): a sandboxed Worker then
+    shows their folders from the start instead of being replaced by one that does."""
+    see = getattr(engine, "see", None)  # a Ray cluster's Workers have their own sandboxes
+    if see is not None:
+        see([task for _, task, _, _ in rows if task is not None])
+
+
 def _baseline_store(err: TextIO) -> Any:
     """The workspace store (.kernel-lsp/ in the current folder, as `optimize` uses) where eager
     and torch.compile times are kept between runs; None (measure every time) when it cannot open."""
@@ -171,6 +179,7 @@ async def _bench_with(ns: argparse.Namespace, err: TextIO, rows: list[tuple[str,
     if phases is not None:
         phases.begin("starting the Worker (spawn, torch import, CUDA init)")
     async with await _executor(ns, timeout, baselines=store) as engine:
+        _see(engine, rows)
         prep = prepare.start(engine, [cand for _, _, cand, _ in rows], err)  # precompiled headers, meanwhile
         early = _early_prebuild(engine, rows)
         info = await engine.device_info()
@@ -399,6 +408,7 @@ async def _profile(ns: argparse.Namespace, err: TextIO) -> list[dict[str, Any]]:
     if all(task is None for _, task, _, _ in rows):  # nothing to run: no Worker to start
         return [{"target": os.path.basename(path), "error": error} for path, _, _, error in rows]
     async with await _executor(ns, timeout) as engine:
+        _see(engine, rows)
         prep = prepare.start(engine, [cand for _, _, cand, _ in rows], err)  # precompiled headers, meanwhile
         info = await engine.device_info()
         gpu = bool(info.get("cuda"))

@@ -378,6 +378,9 @@ async def _optimize(ns: argparse.Namespace, path: str, show: bool) -> tuple[Sear
     except BaseException:
         await proposer.aclose()
         raise
+    see = getattr(engine, "see", None)  # the Task's folder, before device_info starts the Worker
+    if see is not None:
+        see([task])
     budget = Budget(proposals=int(getattr(ns, "budget", None) or 8))
     opts = SearchOptions(budget=budget)
     kernels_only = getattr(ns, "kernels_only", None)

@@ -22,6 +22,12 @@ from typing import Any
 SANDBOX_ENV = "KERNEL_LSP_SANDBOX"
 SANDBOX_VIOLATION = "sandbox_violation"
 
+# Set by the Engine in its GPU Worker's environment ("gpu"): the Worker initializes CUDA in a
+# thread while it imports, and imports the evaluation modules before it says ready
+# (worker/early.py). Build-pool Workers never get it.
+WORKER_ROLE_ENV = "KERNEL_LSP_WORKER_ROLE"
+GPU_ROLE = "gpu"
+
 # Errors raised inside an op that mean out of memory (the torch ones are RuntimeError subclasses).
 OOM_TYPES = {"MemoryError", "OutOfMemoryError", "torch.OutOfMemoryError", "torch.cuda.OutOfMemoryError"}
 OOM_MARKERS = ("out of memory", "outofmemoryerror", "cuda_error_out_of_memory", "memoryerror", "std::bad_alloc")
@@ -163,6 +169,36 @@ def reference_fingerprint(source: str) -> str:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return "text:" + hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+    kept = _reference_statements(tree)
+    body = [ast.dump(tree.body[i], include_attributes=False) for i in sorted(kept)]
+    return hashlib.sha256("\n".join(body).encode("utf-8")).hexdigest()[:24]
+
+
+def reference_only_source(source: str) -> str | None:
+    """The reference's own statements (those `reference_fingerprint` hashes), every other
+    statement blanked with its lines kept: a file that also holds a `ModelNew` (with its
+    load_inline builds) loses it. None for text that does not parse."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    kept = _reference_statements(tree)
+    lines = source.splitlines(keepends=True)
+    for i, node in enumerate(tree.body):
+        if i in kept:
+            continue
+        first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+        for n in range(first - 1, (node.end_lineno or node.lineno)):
+            lines[n] = "\n"
+    return "".join(lines)
+
+
+def _reference_statements(tree: Any) -> set[int]:
+    """Indexes of the module-level statements the reference needs (see reference_fingerprint)."""
+    import ast
+
     binds: dict[int, set[str]] = {}
     for i, node in enumerate(tree.body):
         binds[i] = _bound_names(node)
@@ -182,8 +218,7 @@ def reference_fingerprint(source: str) -> str:
                 kept.add(i)
                 wanted |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
                 changed = True
-    body = [ast.dump(tree.body[i], include_attributes=False) for i in sorted(kept)]
-    return hashlib.sha256("\n".join(body).encode("utf-8")).hexdigest()[:24]
+    return kept
 
 
 def _bound_names(node: Any) -> set[str]:

@@ -34,6 +34,7 @@ from kernel_lsp.server.optimize import OptimizeFeature
 from kernel_lsp.server.positions import Positions
 from kernel_lsp.server.state import DocumentState
 from kernel_lsp.server.watch import Watcher
+from kernel_lsp.server.worker_warmup import WorkerWarmUp
 from kernel_lsp.source import Document, parse_document
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ class KernelLanguageServer(LanguageServer):
         self.optimize = OptimizeFeature(self)
         self.navigation = NavigationFeature(self)
         self.build_cache = BuildCachePreparation(self)
+        self.worker_warmup = WorkerWarmUp(self)
         self.features: list[LanguageFeature] = [self.navigation, self.compile, self.evaluation, self.optimize]
 
     # -- settings ---------------------------------------------------------------------------
@@ -193,6 +195,7 @@ class KernelLanguageServer(LanguageServer):
     async def aclose(self) -> None:
         self.watcher.stop()
         await self.build_cache.aclose()
+        await self.worker_warmup.aclose()
         await self.jobs.aclose()
         for feature in self.features:
             await feature.aclose()
@@ -223,6 +226,7 @@ def create_server() -> KernelLanguageServer:
         if ls.root:
             ls.watcher.start(ls.root)
         ls.build_cache.start()  # the precompiled torch headers, before the first save needs them
+        ls.worker_warmup.start()  # the GPU Worker, before the first save needs it
 
     @ls.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
     async def did_change_configuration(params: types.DidChangeConfigurationParams) -> None:

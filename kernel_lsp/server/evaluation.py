@@ -43,8 +43,17 @@ def reference_candidate(text: str, note: str = "") -> Candidate:
     return Candidate(source=text + shim, kind="python")
 
 
+HOT_OPS_KEPT = 64  # references whose profile (hot ops) is kept in the server, newest last
+
+
 class EvaluationFeature(LanguageFeature):
     name = "evaluation"
+
+    def __init__(self, server: Any) -> None:
+        super().__init__(server)
+        # The reference's profile depends on the reference, not on the candidate: profiled once
+        # per reference text and GPU, after the numbers are shown, never in a save's path.
+        self._profiles: dict[tuple[str, str], dict[str, Any]] = {}
 
     # -- events -----------------------------------------------------------------------------
 
@@ -153,6 +162,7 @@ class EvaluationFeature(LanguageFeature):
         progress = WorkProgress(ls, title, on_cancel=cancel)
         await progress.begin("starting the Worker")
         job = ls.jobs.get(("evaluate", state.uri))
+        steps = SaveSteps()
         try:
             task, candidate = ls.host.task_for(state.path, text)
             reference_only = candidate is None
@@ -161,8 +171,13 @@ class EvaluationFeature(LanguageFeature):
             previous = state.measurement.evaluation if state.measurement else None
             engine = await ls.host.executor(progress.report)  # the Ray cluster or this machine
             more = {"options": options} if options else {}  # (only the re-measure passes any)
-            ev = await engine.evaluate(task, candidate, checks=checks,
-                                       progress=lambda name, *rest: progress.report(str(name)), **more)
+            steps.mark("ready to evaluate")
+
+            def report(name: Any, *rest: Any) -> Any:
+                steps.mark(str(name))
+                return progress.report(str(name))
+            ev = await engine.evaluate(task, candidate, checks=checks, progress=report, **more)
+            steps.mark("evaluated")
         except (TaskError, ExecutionDisabled) as exc:
             self._settle_unmeasured(state, version)
             progress.end(str(exc))
@@ -177,22 +192,56 @@ class EvaluationFeature(LanguageFeature):
             ls.refresh_lenses()  # no longer "measuring…"
             raise
         hot: list[dict[str, Any]] = []
+        profile_key: tuple[str, str] | None = None
         if ev.correct and "bench" in checks and task.cuda_path is None:
-            try:
-                hot = hot_ops(await engine.profile(task), ls.settings.slow_share)
-            except Exception as exc:  # a profile is a bonus: its failure must not hide the result
-                log.warning("profile of %s failed: %s", task.name, exc)
+            from kernel_lsp.engine.protocol import reference_fingerprint
+
+            # The reference's code (not comments, not a ModelNew sharing its file) and the GPU.
+            profile_key = (reference_fingerprint(task.reference_source),
+                           str((ev.device or {}).get("name") if isinstance(ev.device, dict) else ev.device))
+            kept = self._profiles.get(profile_key)
+            if kept is not None:
+                hot = hot_ops(kept, ls.settings.slow_share)
+                profile_key = None
         state.measurement = Measurement(evaluation=ev, version=version, text=text,
                                         reference_only=reference_only, hot_ops=hot,
                                         sandboxed=getattr(ev, "sandboxed", None))
         self.publish(state, previous, saved=True)
         title_now = lens_title(state.measurement)
         progress.end(title_now)
+        steps.mark("shown")
+        log.info("measured %s (version %s): %s", os.path.basename(state.path), version, steps.words())
+        if profile_key is not None:  # the hot ops follow, in a job of their own
+            m = state.measurement
+            ls.jobs.start(("profile", state.uri), f"Profile {os.path.basename(state.path)}",
+                          self._profile_reference(state, m, engine, task, profile_key), uri=state.uri,
+                          visible=False)
         if visible and ev.verdict == "not_run":  # "Benchmark now" that did nothing says why
             ls.show(f"kernel-lsp: {os.path.basename(state.path)} was not run: "
                     f"{ev.message or 'nothing could run'}", types.MessageType.Warning)
         ls.send_status()
         return ev
+
+    async def _profile_reference(self, state: DocumentState, m: Measurement, engine: Any, task: Any,
+                                 key: tuple[str, str]) -> None:
+        """The reference's hot ops, once per reference and GPU, shown when they come (on the
+        measurement they were asked for, if it is still the one shown)."""
+        try:
+            profile = await engine.profile(task)
+        except Exception as exc:  # a profile is a bonus: its failure must not hide the result
+            log.warning("profile of %s failed: %s", task.name, exc)
+            return
+        if not isinstance(profile, dict) or "error" in profile or "verdict" in profile:
+            log.info("no profile of %s: %s", task.name, (profile or {}).get("error") if isinstance(profile, dict)
+                     else profile)
+            return
+        self._profiles[key] = profile
+        while len(self._profiles) > HOT_OPS_KEPT:
+            self._profiles.pop(next(iter(self._profiles)))
+        hot = hot_ops(profile, self.server.settings.slow_share)
+        if hot and state.measurement is m:
+            m.hot_ops = hot
+            self.publish(state)
 
     def _settle_unmeasured(self, state: DocumentState, version: int | None) -> None:
         """No measurement for this save: the compile that waited for it publishes now (unless
@@ -360,6 +409,28 @@ class EvaluationFeature(LanguageFeature):
                         f"{fmt_ms(ev.eager.median_ms) if ev.eager else '-'} | "
                         f"{fmt_ms(ev.compiled.median_ms) if ev.compiled else '-'} |")
         return "**History** (newest first)\n\n" + "\n".join(rows)
+
+
+class SaveSteps:
+    """When each step of a measurement was reached, from the job's start (the server's log says
+    where a save's seconds go: "measured x.py (version 3): compiling 1.52 s, evaluating 2.10 s, ...")."""
+
+    def __init__(self) -> None:
+        import time
+
+        self._clock = time.monotonic
+        self.t0 = self._last = self._clock()
+        self.rows: list[tuple[str, float]] = []
+        self._open = "starting"
+
+    def mark(self, name: str) -> None:
+        now = self._clock()
+        self.rows.append((self._open, now - self._last))
+        self._last, self._open = now, name
+
+    def words(self) -> str:
+        parts = [f"{name} {secs:.2f} s" for name, secs in self.rows if secs >= 0.005]
+        return ", ".join(parts) + f"; {self._last - self.t0:.2f} s in all"
 
 
 # -- words (one wording for lens, hover, status and progress) ------------------------------------

@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 Progress = Callable[[str], Any]
 # The requests that use the GPU: each takes the GPU's machine-wide turn (caller/gpu_lock.py).
-GPU_OPS = frozenset({"evaluate", "profile", "extract"})
+GPU_OPS = frozenset({"evaluate", "profile", "extract", "prepare_reference", "prepare_compile"})
 
 class Engine:
     """Runs Candidates in a Worker that owns one GPU (docs/architecture.md)."""
@@ -100,6 +100,9 @@ class Engine:
         self._readable: list[str] = []   # task folders the Workers must read (a workspace in HOME)
         self.sandboxed = False           # whether the latest Worker ran sandboxed
         self._gpu: str | None = None     # the GPU's uuid for its machine-wide turn ("" for none)
+        self._readying: set[asyncio.Task[Any]] = set()  # Worker starts and reference compiles ahead of need
+        self._evaluations = 0                            # evaluate requests that took the Worker
+        self._prepared: set[str] = set()                 # references whose torch.compile was prepared
         self.gpu_waited = 0.0            # seconds the latest GPU request waited for its turn
 
     # -- the Worker -------------------------------------------------------------
@@ -109,16 +112,18 @@ class Engine:
         return self._worker.pid if self._worker and self._worker.alive else None
 
     async def _ensure(self, progress: Progress | None, warm: bool) -> WorkerProcess:
+        """The live Worker (started and warmed now if need be)."""
         w = self._worker
         if w is not None and not w.alive:
             self._discard(w)
             w = None
-        if w is not None and w.sandbox is not None and not set(self._readable) <= set(w.sandbox.readable):
+        if w is not None and not sandboxing.shows(w.sandbox, w.cwd, self._readable):
             self._discard(w)  # a task from a folder this Worker's sandbox does not show
             w = None
         if w is None:
             await _report(progress, "starting worker")
-            w = WorkerProcess(self.python, worker_environment(self.device, self.extra_env), self.cwd,
+            role = {protocol.WORKER_ROLE_ENV: protocol.GPU_ROLE}  # overlapped CUDA init (worker/early.py)
+            w = WorkerProcess(self.python, worker_environment(self.device, {**role, **self.extra_env}), self.cwd,
                               sandbox=self._sandbox_spec())
             try:
                 await w.start(self.start_timeout)
@@ -161,13 +166,24 @@ class Engine:
 
     async def _call(
         self, op: str, params: dict[str, Any] | None, *, timeout: float | None,
-        warm: bool, progress: Progress | None,
+        warm: bool, progress: Progress | None, resume: str | None = None,
     ) -> tuple[Any, bool]:
         """(result, fatal): fatal when the Worker answered and then had to go."""
         deadline = self.timeout if timeout is None else timeout
+        said: list[str] = []
+        if resume and progress is not None:  # report `resume` after a start or warm-up was reported
+            outer = progress
+
+            def progress(step: str, *rest: Any) -> Any:  # type: ignore[no-redef]
+                said.append(step)
+                return outer(step, *rest)
         key = await self._gpu_key(progress) if op in GPU_OPS else None
         async with self._lock:
+            if op == "evaluate":
+                self._evaluations += 1
             w = await self._ensure(progress, warm)
+            if said:
+                await _report(progress, resume)  # type: ignore[arg-type]
             async with gpu_lock.gpu_turn(key, op, progress=progress) as waited:
                 self.gpu_waited = waited  # the deadline starts now: waiting is never a timeout
                 return await self._call_now(w, op, params, deadline)
@@ -243,12 +259,16 @@ class Engine:
         try:
             if self.auto_prebuild and needs_build(candidate):
                 await _report(progress, "compiling")
+                # Meanwhile the GPU Worker starts and compiles the reference's torch.compile
+                # baseline, when none is kept: neither waits for the build.
+                self._ahead(self._get_ready(task, checks, params["options"], deadline))
                 try:
                     await self.prebuild(task, candidate, options)
                 except Exception:  # noqa: BLE001 - advisory: the Worker builds it anyway
                     log.debug("prebuild failed", exc_info=True)
             await _report(progress, "evaluating")
-            data, fatal = await self._call("evaluate", params, timeout=deadline, warm=self.warm, progress=progress)
+            data, fatal = await self._call("evaluate", params, timeout=deadline, warm=self.warm, progress=progress,
+                                           resume="evaluating")
             ev = Evaluation.from_dict(data)
             if self.gpu_waited >= 0.05:  # other kernel-lsp processes had the GPU first
                 ev.evidence = {**(ev.evidence or {}), "gpu_wait_s": round(self.gpu_waited, 2)}
@@ -313,6 +333,63 @@ class Engine:
         except gpu_lock.GPUBusy as exc:
             return {"verdict": "not_run", "error": str(exc)}
         return result if isinstance(result, dict) else {"result": result}
+
+    async def start(self) -> bool:
+        """Start and warm the Worker now (the server does at its start, in the background), so
+        that the first evaluation finds it ready. False, and logged, when it could not start:
+        the first request then starts one and reports why."""
+        try:
+            async with self._lock:
+                await self._ensure(None, self.warm)
+            return True
+        except Exception as exc:  # noqa: BLE001 - advisory; the request that needs it says why
+            log.info("the Worker did not start ahead of need: %s", exc)
+            return False
+
+    async def prepare_compile(self) -> dict[str, Any]:
+        """Pay torch.compile's one-time costs in the Worker now (inductor, Triton, the compile
+        workers), before an evaluation measures a torch.compile baseline. Advisory: a failure
+        is returned as {"state": "failed", ...}."""
+        try:
+            result = await self.request("prepare_compile", {"options": dict(self.options)},
+                                        timeout=self.start_timeout, warm=self.warm)
+        except Exception as exc:  # noqa: BLE001
+            return {"state": "failed", "why": f"{type(exc).__name__}: {exc}"[:300]}
+        return result if isinstance(result, dict) else {"state": "failed", "why": repr(result)[:200]}
+
+    def _ahead(self, work: Any) -> None:
+        """Run ``work`` (a coroutine) in the background; closing the Engine cancels it. Not
+        cancelled with the evaluation that started it: a newer save needs the same Worker."""
+        task = asyncio.ensure_future(work)
+        self._readying.add(task)
+        task.add_done_callback(self._readying.discard)
+
+    async def _get_ready(self, task: Task, checks: list[str], options: dict[str, Any], deadline: float) -> None:
+        """Start the Worker, then (a separate turn of the lock: a prebuild's device_info may come
+        first) compile the reference's torch.compile baseline if the evaluation will time it."""
+        seen = self._evaluations
+        if not await self.start():
+            return
+        if "bench" not in checks or options.get("baselines") is False:
+            return
+        if options.get(protocol.CACHED_BASELINES) and not options.get(protocol.REMEASURE_BASELINES):
+            return  # this reference's baselines are kept: the evaluation will not compile it
+        ref = kept_baselines.reference_hash(task)
+        if ref in self._prepared:
+            return  # a Search's batch: prepared (or being prepared) once per reference
+        self._prepared.add(ref)
+        params = {"task": task.to_dict(), "options": options}
+        try:
+            key = await self._gpu_key(None)
+            async with self._lock:
+                if self._evaluations != seen:
+                    return  # the build was quicker: the evaluation compiles it itself, once
+                w = await self._ensure(None, self.warm)
+                async with gpu_lock.gpu_turn(key, "prepare_reference"):
+                    result, _ = await self._call_now(w, "prepare_reference", params, deadline)
+            log.debug("reference prepared: %s", result)
+        except Exception as exc:  # noqa: BLE001 - advisory: the evaluation compiles it anyway
+            log.info("preparing the reference of %s failed: %s", task.name, exc)
 
     async def device_info(self, timeout: float | None = None) -> dict[str, Any]:
         if self._device_info is None:
@@ -400,6 +477,12 @@ class Engine:
             return "off"
         return self._sandbox.with_readable(*self._readable)
 
+    def see(self, tasks: Iterable[Task]) -> None:
+        """Name the Tasks to come before the Worker starts: its sandbox then shows their folders
+        from the start, and the first evaluation does not start a second Worker that does."""
+        for task in tasks:
+            self._see(task)
+
     def _see(self, task: Task) -> None:
         """Remember the projects of a task's files: a sandboxed Worker gets them read-only."""
         env = {**os.environ, **self.extra_env}
@@ -415,6 +498,10 @@ class Engine:
                 self._discard(self._worker)
 
     async def aclose(self) -> None:
+        for t in list(self._readying):
+            t.cancel()
+        if self._readying:
+            await asyncio.gather(*list(self._readying), return_exceptions=True)
         w, self._worker = self._worker, None
         if w is not None:
             if self._lock.locked():  # a request is in flight on its pipes: no polite shutdown

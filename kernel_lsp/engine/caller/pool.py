@@ -71,7 +71,7 @@ class BuildPool:
     async def _acquire(self, readable: list[str]) -> WorkerProcess:
         while self._idle:
             w = self._idle.pop()
-            if w.alive and (w.sandbox is None or set(readable) <= set(w.sandbox.readable)):
+            if w.alive and sandboxing.shows(w.sandbox, w.cwd, readable):
                 return w
             w.kill()  # dead, or its sandbox does not show this task's folder
             await w.reap()

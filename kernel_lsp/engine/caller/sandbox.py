@@ -197,6 +197,15 @@ def _home(env: dict[str, str]) -> str:
     return _abs(env.get("HOME") or os.path.expanduser("~"))
 
 
+def shows(sandbox: "Sandbox | None", cwd: str | None, paths: "list[str] | tuple[str, ...]") -> bool:
+    """Does a Worker started in ``sandbox`` (bound: its readable folders and ``cwd``) see every
+    folder of ``paths``? A folder inside one of those is seen; no sandbox sees everything."""
+    if sandbox is None:
+        return True
+    bound = [_abs(p) for p in (*sandbox.readable, *([cwd] if cwd else []))]
+    return all(any(_under(_abs(p), b) for b in bound) for p in paths)
+
+
 def hidden_roots(env: dict[str, str]) -> list[str]:
     """The host folders a sandbox replaces with an empty private tmpfs."""
     home = _home(env)

@@ -21,7 +21,7 @@ import sys
 import time
 from typing import Any, BinaryIO, Callable
 
-from kernel_lsp.engine.worker import build
+from kernel_lsp.engine.worker import build, early
 from kernel_lsp.engine import protocol
 from kernel_lsp.engine.worker import fences as sandbox
 from kernel_lsp.model import Candidate, Task
@@ -57,6 +57,8 @@ class Worker:
             "build": self.op_build,
             "shutdown": self.op_shutdown,
             "extract": lambda params: importlib.import_module("kernel_lsp.engine.worker.extract").worker_op(params, build),
+            "prepare_reference": self.op_prepare_reference,
+            "prepare_compile": self.op_prepare_compile,
             "prepare_build": lambda params: importlib.import_module("kernel_lsp.engine.worker.fastbuild").prepare_op(
                 params, build),
         }
@@ -79,6 +81,9 @@ class Worker:
         """Import torch and initialize CUDA now, outside any candidate's deadline."""
         t0 = time.perf_counter()
         out: dict[str, Any] = {"torch": None, "cuda": False}
+        made = early.wait()  # the driver's init begun at the start, in a thread (worker/early.py)
+        if made:
+            out["early_cuda"] = made
         try:
             import torch  # noqa: PLC0415
         except ImportError:
@@ -119,6 +124,25 @@ class Worker:
             self.stop = self.fatal = True
             data["message"] = f"{data.get('message', '')} [the Worker restarts: {reason}]".strip()
         return data
+
+    def op_prepare_reference(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The reference's torch.compile, compiled ahead of its evaluation (run.prepare_reference)."""
+        run = _run_module()
+        if run is None or not hasattr(run, "prepare_reference"):
+            return {"state": "skipped", "why": "this Worker's run module cannot"}
+        options = dict(params.get("options") or {})
+        build.configure_fast_inline(options.get("fast_inline"))
+        result = run.prepare_reference(Task.from_dict(params["task"]), options, build)
+        if _cuda_unhealthy(str(result)[:4000]):
+            self.stop = self.fatal = True
+        return result
+
+    def op_prepare_compile(self, params: dict[str, Any]) -> dict[str, Any]:
+        """torch.compile's one-time costs, now (run.prepare_compile)."""
+        run = _run_module()
+        if run is None or not hasattr(run, "prepare_compile"):
+            return {"state": "skipped", "why": "this Worker's run module cannot"}
+        return run.prepare_compile(dict(params.get("options") or {}))
 
     def op_profile(self, params: dict[str, Any]) -> Any:
         run = _run_module()
@@ -276,6 +300,7 @@ def main() -> int:
     sandbox.apply_limits()  # before any import a candidate could have planted, before any request
     proto_in, proto_out = _take_channel()
     faulthandler.enable(file=sys.stderr)  # a segfault leaves a Python stack in the crash report
+    early.start()  # the GPU Worker: CUDA's driver and context in a thread, while we import
     # The timer must be captured before any candidate can patch it (timer patching, docs/cheats.md).
     # $KERNEL_LSP_WORKER_PRELOAD (comma-separated) replaces the list; tests with a
     # stand-in run module set it empty to skip importing torch.
@@ -289,6 +314,15 @@ def main() -> int:
             if exc.name != name:
                 print(f"kernel-lsp worker: importing {name} failed: {exc!r}", file=sys.stderr)
     build.install_hooks()
+    if early.wanted() and "KERNEL_LSP_WORKER_PRELOAD" not in os.environ:
+        # The evaluation modules (dynamo, the profiler) now, while CUDA initializes, rather
+        # than at the first request. A failure is left for that request to report.
+        try:
+            if _run_module() is not None:
+                preloaded.append("run")
+        except Exception as exc:  # noqa: BLE001
+            _run_cache.clear()
+            print(f"kernel-lsp worker: importing the run module failed: {exc!r}", file=sys.stderr)
     worker = Worker()
     worker.preloaded = preloaded
     extra = os.environ.get("KERNEL_LSP_WORKER_TEST_OPS")

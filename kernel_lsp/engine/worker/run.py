@@ -169,10 +169,19 @@ def _static_device_info(index: int) -> dict[str, Any]:
                 l2_bytes=int(getattr(p, "L2_cache_size", 0) or 0),
                 memory_bandwidth=roof.bandwidth, bandwidth_source=roof.source,
                 uuid=str(getattr(p, "uuid", "") or ""))  # the GPU's machine-wide turn (caller/gpu_lock.py)
-    smi = _nvidia_smi("driver_version,clocks.max.sm,clocks.max.mem")
+    smi = _static_smi()
     if smi:
         info.update(driver=smi[0], max_sm_clock_mhz=_num(smi[1]), max_mem_clock_mhz=_num(smi[2]))
     return info
+
+
+@functools.cache
+def _static_smi() -> list[str] | None:
+    """The driver and the maximum clocks, asked once per Worker (the GPU Worker's start already
+    asked, in its CUDA-init thread: worker/early.py)."""
+    from kernel_lsp.engine.worker import early
+
+    return early.static_smi() or _nvidia_smi(early.STATIC_FIELDS)
 
 
 def _num(text: str) -> float | str:
@@ -206,7 +215,7 @@ def versions() -> dict[str, str]:
         out["triton"] = importlib.metadata.version("triton")  # without importing triton
     except importlib.metadata.PackageNotFoundError:
         out["triton"] = "none"
-    smi = _nvidia_smi("driver_version") if torch.cuda.is_available() else None
+    smi = _static_smi() if torch.cuda.is_available() else None
     out["driver"] = smi[0] if smi else "none"
     return out
 
@@ -792,6 +801,68 @@ def _profile(h: Harness, task: Task, candidate: Candidate | None, options: Engin
         except Exception as exc:
             out["candidate"] = {"note": f"torch.profiler failed: {type(exc).__name__}: {exc}"}
     return out
+
+
+def prepare_compile(options: dict[str, Any]) -> dict[str, Any]:
+    """torch.compile's one-time costs, paid before any save needs them (the server asks right
+    after the Worker starts): inductor and Triton imported, the compile workers started, by
+    compiling a small function of our own and running it once. Nothing of a Task is touched."""
+    t0 = bench._perf_counter_ns()
+    dev = _device(EngineOptions.from_dict(options))
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        return {"state": "skipped", "why": NO_GPU_TASK}
+    try:
+        fn = torch.compile(lambda x: torch.nn.functional.gelu(x) * 2.0 + 1.0)
+        with torch.no_grad():
+            fn(torch.randn(1024, device=dev))
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+    except Exception as exc:  # noqa: BLE001 - a baseline that cannot compile says so when it is timed
+        return {"state": "failed", "why": f"{type(exc).__name__}: {str(exc)[:200]}"}
+    return {"state": "compiled", "seconds": (bench._perf_counter_ns() - t0) / 1e9}
+
+
+def prepare_reference(task: Task, options: dict[str, Any], builder: Any) -> dict[str, Any]:
+    """The Worker's `prepare_reference` request, sent while the CPU pool builds a candidate: the
+    reference's torch.compile baseline compiled and run once on the timing inputs, then dropped.
+    The evaluation that follows makes its own (a fresh model, compiled again, nothing of this one
+    reused) but finds dynamo and inductor imported and their caches (FX graphs, Triton kernels)
+    filled. Nothing is timed and no ModelNew is built: a file that also holds one is loaded with
+    only the reference's statements (protocol.reference_only_source), and whatever its code
+    replaced of the functions the judgement trusts is put back. Skipped when a kept baseline
+    matches."""
+    import dataclasses
+
+    from kernel_lsp.engine.protocol import reference_only_source
+
+    t0 = bench._perf_counter_ns()
+    opts = EngineOptions.from_dict(options)
+    if not opts.baselines:
+        return {"state": "skipped", "why": "baselines are off"}
+    dev = _device(opts)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        return {"state": "skipped", "why": NO_GPU_TASK}
+    own = reference_only_source(task.reference_source)
+    if own is None:
+        return {"state": "skipped", "why": "the reference does not parse"}
+    h = Harness(dataclasses.replace(task, reference_source=own), None, builder, device=dev, seed=opts.seed,
+                build_options=opts.raw)
+    integrity = Integrity()
+    try:
+        h.load_reference()
+        h.build_model()
+        sets = _timing_sets(h, opts)
+        plan = kept_baselines.plan(task.reference_source, h.init_inputs, sets, dev, opts)
+        if plan.match is not None:
+            return {"state": "skipped", "why": "a kept baseline matches"}
+        notes: list[str] = []
+        compiled = _compile_reference(h, sets, opts, notes, Evaluation(task=task.name, candidate="reference"))
+        state = "compiled" if compiled is not None else "failed"
+        return {"state": state, "notes": notes, "seconds": (bench._perf_counter_ns() - t0) / 1e9}
+    finally:
+        integrity.restore()
+        h = None  # noqa: F841 - the model and inputs go before the memory is handed back
+        _release_gpu_memory()
 
 
 def profile(task: Task, candidate: Candidate | None, options: dict[str, Any], builder: Any) -> dict[str, Any]:

@@ -1,0 +1,187 @@
+"""One Worker start per run, started early and overlapped (issue 21's loop in seconds).
+
+- A sandboxed Worker shows the folders of the Tasks named before it started (``Engine.see``), and
+  folders inside those or inside its working folder: the first evaluation does not replace it.
+- `kernel-lsp bench` names its Tasks before `device_info` starts the Worker: one start per run.
+- The GPU Worker overlaps CUDA's init with its imports (worker/early.py) and imports the
+  evaluation modules before it says ready; build-pool Workers do neither.
+- While the CPU pool builds, the GPU Worker starts (and compiles the reference's torch.compile
+  baseline) instead of waiting for the build.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kernel_lsp.engine import Engine
+from kernel_lsp.engine import protocol
+from kernel_lsp.engine.caller import sandbox as sb
+from kernel_lsp.engine.caller.tasks import find_task
+from kernel_lsp.engine.worker import early
+from kernel_lsp.model import Candidate, Task
+
+ROOT = Path(__file__).resolve().parents[2]
+FAKE = {"KERNEL_LSP_RUN_MODULE": "tests.engine.fake_run", "KERNEL_LSP_WORKER_PRELOAD": ""}
+HAVE_BWRAP = sb.status().available
+CAND = Candidate(source="def run():\n    return 1\n", kind="python")
+
+
+def test_a_sandbox_shows_folders_inside_its_bound_ones_and_its_working_folder():
+    box = sb.Sandbox(readable=("/work/ws",))
+    assert sb.shows(box, None, ["/work/ws"])
+    assert sb.shows(box, None, ["/work/ws/sub/deeper"])        # a task in a subfolder of the project
+    assert not sb.shows(box, None, ["/work/wsx"])              # a sibling that merely shares the prefix
+    assert not sb.shows(box, None, ["/work/other"])
+    assert sb.shows(box, "/home/me/proj", ["/home/me/proj/kernels"])  # the Worker's cwd is bound too
+    assert not sb.shows(box, "/home/me/proj", ["/home/me/elsewhere"])
+    assert sb.shows(None, None, ["/anything"])                 # no sandbox: everything is seen
+    assert sb.shows(box, None, [])
+
+
+def test_see_names_the_task_folders_before_any_worker_starts(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "sub").mkdir()
+    task = Task(name="t", reference_path=str(tmp_path / "sub" / "t.py"), reference_source="# ref\n")
+    engine = Engine(sandbox="off")
+    engine.see([task, task])
+    # tmp_path is under /tmp, which a sandbox hides: its project folder must be bound in, once.
+    assert engine._readable == [str(tmp_path)]
+
+
+@pytest.mark.skipif(not HAVE_BWRAP, reason="bubblewrap is not available here")
+async def test_a_worker_started_before_the_task_is_named_is_replaced_and_see_prevents_it(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("")
+    task = Task(name="toy", reference_path=str(tmp_path / "toy.py"), reference_source="# reference\n")
+    async with Engine(timeout=30.0, warm=False, env=FAKE, sandbox="auto") as engine:
+        await engine.device_info()
+        ev = await engine.evaluate(task, CAND)
+        assert ev.verdict == "correct" and engine.restarts == 1  # the bad case: a second start
+    async with Engine(timeout=30.0, warm=False, env=FAKE, sandbox="auto") as engine:
+        engine.see([task])
+        await engine.device_info()
+        ev = await engine.evaluate(task, CAND)
+        assert ev.verdict == "correct" and engine.restarts == 0
+
+
+def test_cli_bench_starts_one_worker(tmp_path):
+    """`kernel-lsp bench --timings`: the Worker starts before the evaluation (device_info) and
+    the evaluation finds it: no "starting worker" step inside it (on a machine with bwrap the
+    task's folder under /tmp is hidden, which made the first Worker useless)."""
+    task = tmp_path / "toy.py"
+    task.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+                    "    def forward(self, x):\n        return x + 1\n\n\n"
+                    "def get_inputs():\n    return [torch.randn(8)]\n\n\ndef get_init_inputs():\n    return []\n\n\n"
+                    "class ModelNew(Model):\n    pass\n")
+    env = {**os.environ, **FAKE, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "kernel_lsp.cli", "bench", str(task), "--json", "--timings"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    doc = json.loads(proc.stdout)
+    phases = [p["phase"] for p in doc["timings"]["phases"]]
+    assert any(p.startswith("starting the Worker") for p in phases), phases
+    assert not [p for p in phases if p.endswith(("starting worker", "warming worker"))], phases
+    assert doc["targets"][0]["verdict"] == "correct"
+
+
+def test_only_the_engines_gpu_worker_initializes_cuda_early(monkeypatch):
+    assert early.wanted({protocol.WORKER_ROLE_ENV: protocol.GPU_ROLE})
+    assert not early.wanted({protocol.WORKER_ROLE_ENV: protocol.GPU_ROLE, "CUDA_VISIBLE_DEVICES": ""})  # the pool
+    assert not early.wanted({})
+
+
+async def test_the_gpu_worker_imports_the_evaluation_modules_before_it_is_ready():
+    """The Engine's Worker (default preload) answers `ping` with the run module already imported
+    and its `warm` says what the early CUDA init did (here: no driver, or ready on a GPU)."""
+    async with Engine(timeout=120.0, warm=True, sandbox="off") as engine:
+        info = await engine.request("ping", timeout=120.0, warm=True)
+        assert "run" in info["preloaded"] and info["torch_imported"]
+        warm = engine._worker.warm
+        assert warm["early_cuda"]["state"] in ("ready", "no driver", "no device", "failed")
+    # A Worker without the GPU role (the build pool's way) imports only what it is told to.
+    async with Engine(timeout=60.0, warm=False, sandbox="off",
+                      env={protocol.WORKER_ROLE_ENV: "pool", "KERNEL_LSP_WORKER_PRELOAD": ""}) as engine:
+        info = await engine.ping(timeout=60.0)
+        assert "run" not in info["preloaded"]
+
+
+async def test_the_worker_starts_while_the_pool_builds(tmp_path):
+    """An evaluation that prebuilds starts the GPU Worker at once, not after the build: the
+    Worker is up before the (slow) build ends."""
+    (tmp_path / "pyproject.toml").write_text("")
+    slow = ("import time\n# cpp_extension: worth a prebuild\n"
+            "time.sleep(float(__import__('os').environ.get('KERNEL_LSP_TEST_BUILD_S', '0')))\n"
+            "def run():\n    return 2\n")
+    cand = Candidate(source=slow, kind="python")
+    task = Task(name="toy", reference_path=str(tmp_path / "toy.py"), reference_source="# reference\n")
+    env = {**FAKE, "KERNEL_LSP_TEST_BUILD_S": "4"}
+    async with Engine(timeout=60.0, warm=False, env=env, sandbox="off") as engine:
+        started: list[float] = []
+        real_start = engine.start
+
+        async def start() -> bool:
+            ok = await real_start()
+            started.append(time.monotonic())
+            return ok
+        engine.start = start  # type: ignore[method-assign]
+        steps: list[tuple[str, float]] = []
+        ev = await engine.evaluate(task, cand, progress=lambda s: steps.append((s, time.monotonic())))
+        built = next(t for s, t in steps if s == "evaluating")
+    assert ev.verdict == "correct", ev.message
+    assert started and started[0] < built - 2.0, (started, steps)  # up while the build still ran
+
+
+async def test_prepare_reference_compiles_the_baseline_ahead_unless_a_kept_one_matches(tmp_path):
+    """The `prepare_reference` op (sent while the pool builds) compiles the reference's
+    torch.compile on the timing inputs; the evaluation's own compile of a fresh model then
+    finds the work done. With a kept baseline that matches, it does nothing."""
+    from kernel_lsp.engine.caller.baselines import to_keep
+    from tests.cpu_task import TASK
+
+    pytest.importorskip("torch")
+    path = tmp_path / "rowsum.py"
+    path.write_text(TASK)
+    task, cand = find_task(str(path), TASK)
+    opts = {"device": "cpu"}
+    async with Engine(timeout=240.0, sandbox="off", prebuild=False) as engine:
+        got = await engine.request("prepare_reference", {"task": task.to_dict(), "options": opts},
+                                   timeout=240.0, warm=True)
+        assert got["state"] == "compiled", got
+        ev = await engine.evaluate(task, cand, options=opts)
+        assert ev.verdict == "correct", ev.message
+        phases = ev.evidence["phases"]
+        # the first compile in the process paid the imports and the codegen; this one finds them
+        assert phases["torch_compile_s"] < got["seconds"], (phases, got)
+        record = to_keep(ev) or {**ev.baselines, "cached": None}
+        again = await engine.request("prepare_reference", {"task": task.to_dict(), "options": {
+            **opts, protocol.CACHED_BASELINES: [record]}}, timeout=240.0, warm=True)
+        assert again == {"state": "skipped", "why": "a kept baseline matches"}
+
+
+def test_prepare_reference_loads_the_reference_without_the_modelnew_sharing_its_file(tmp_path):
+    """In a file that holds both, the ModelNew's statements (its load_inline builds) are left out,
+    lines kept; a module-level patch of a function the judgement trusts is put back after."""
+    torch = pytest.importorskip("torch")
+    from kernel_lsp.engine.worker import build, run
+    from tests.cpu_task import TASK
+
+    same_file = TASK.replace("class ModelNew(nn.Module):",
+                             "ext = (_ for _ in ()).throw(RuntimeError('the ModelNew part ran'))\n"
+                             "torch.nn.functional.gelu = lambda x: x\n\n\nclass ModelNew(nn.Module):")
+    own = protocol.reference_only_source(same_file)
+    assert own is not None and "ModelNew" not in own and "the ModelNew part ran" not in own
+    assert len(own.splitlines()) == len(same_file.splitlines())
+    assert protocol.reference_fingerprint(own) == protocol.reference_fingerprint(same_file)
+    path = tmp_path / "both.py"
+    path.write_text(same_file)
+    task, cand = find_task(str(path), same_file)
+    real = torch.nn.functional.gelu
+    got = run.prepare_reference(task, {"device": "cpu"}, build)
+    assert got["state"] == "compiled", got
+    assert torch.nn.functional.gelu is real  # the reference's own patch, put back
