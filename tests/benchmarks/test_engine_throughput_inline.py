@@ -30,7 +30,8 @@ def test_the_phase_runs_a_search_per_task_at_once_and_reports_the_rate():
     assert all("error" not in r for r in out["searches"]), out["searches"]
     # the start and its three variants, each evaluated once per Search (confirmation re-timings aside)
     assert all(r["evaluated"] == 4 for r in out["searches"]), out["searches"]
-    assert out["candidates"] == 40 and out["per_gpu_min"] == pytest.approx(60 * 40 / out["wall_s"], rel=0.05)
+    assert out["candidates"] == 40 and (60 * 40 / (out["wall_s"] + 0.006) <= out["per_gpu_min"]
+                                     <= 60 * 40 / max(out["wall_s"] - 0.006, 1e-3))  # wall_s is rounded to 10 ms
     starts = [o for o in engine.options if o == {"baselines": False}]
     assert len(starts) >= 40  # the start too: baselines are the Task's, measured once elsewhere
     row = inline_search.markdown_row(out)
