@@ -55,13 +55,14 @@ def _init_driver() -> None:
         _state.update(state="failed", reason="could not retain the primary context")
         return
     _state.update(state="ready", seconds=time.perf_counter() - t0)
-    _state["smi_static"] = _smi(STATIC_FIELDS)  # the GPU's fixed facts, while torch still imports
+    _state["smi_static"] = nvidia_smi(STATIC_FIELDS)  # the GPU's fixed facts, while torch still imports
 
 
 STATIC_FIELDS = "driver_version,clocks.max.sm,clocks.max.mem"
 
 
-def _smi(fields: str) -> list[str] | None:
+def nvidia_smi(fields: str) -> list[str] | None:
+    """The first GPU's values of `fields` from nvidia-smi; None where it cannot answer."""
     import shutil
     import subprocess
 

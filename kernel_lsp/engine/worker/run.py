@@ -19,8 +19,6 @@ import functools
 import importlib.metadata
 import os
 import platform
-import shutil
-import subprocess
 import sys
 import threading
 from typing import Any
@@ -142,17 +140,7 @@ def _is_timer(name: str) -> bool:
 # -- device facts ---------------------------------------------------------------------------------
 
 def _nvidia_smi(fields: str) -> list[str] | None:
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None
-    try:
-        proc = subprocess.run([exe, f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
-                              capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if proc.returncode != 0 or not proc.stdout.strip():
-        return None
-    return [v.strip() for v in proc.stdout.strip().splitlines()[0].split(",")]
+    return early.nvidia_smi(fields)
 
 
 @functools.cache
