@@ -184,8 +184,10 @@ def test_interleaved_timing_puts_a_drift_on_both_where_one_after_the_other_does_
     second = bench.time_fn(work, [[]], "cpu", **opts)
     apart = second.timing.median_ms / first.timing.median_ms
     assert a.timing.runs == b.timing.runs == 60
-    assert abs(together - 1) < 0.1, together
-    assert apart > 1.4, apart
+    # The drift makes the second block 1.5-1.7x slower apart; in turn the two stay close (0.1
+    # measured alone; a loaded 2-core machine under `-n 2` added up to 0.11 of noise).
+    assert abs(together - 1) < 0.2, together
+    assert apart > 1.4 and apart - 1 > 2 * abs(together - 1), (apart, together)
 
 
 def test_interleaved_timing_names_the_callable_that_raised():
