@@ -19,6 +19,7 @@ from kernel_lsp.agent.search import SearchResult  # noqa: E402
 from kernel_lsp.agent.whole_model import OpResult, WholeModelOptions, _end_to_end, holds_label  # noqa: E402
 from kernel_lsp.engine import Engine, find_task  # noqa: E402
 from kernel_lsp.model import Candidate  # noqa: E402
+from tests.agent.test_whole_model import NORM_FASTER  # noqa: E402
 
 BLOCK = Path(__file__).parent / "tasks" / "block.py"
 CC = shutil.which("cc") or shutil.which("gcc")
@@ -44,26 +45,7 @@ class ModelNew(nn.Module):
         _LIB.gelu(ctypes.c_void_p(x.data_ptr()), ctypes.c_void_p(y.data_ptr()), ctypes.c_long(x.numel()))
         return y
 '''
-NORM_REWRITE = '''import torch
-import torch.nn as nn
-
-
-class _Affine(nn.Module):
-    def __init__(self, dim, eps=1e-5):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.bias = nn.Parameter(torch.zeros(dim))
-
-
-class ModelNew(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.op = _Affine(dim)
-
-    def forward(self, x0):
-        return torch.nn.functional.layer_norm(x0, x0.shape[-1:], self.op.weight, self.op.bias, self.op.eps)
-'''
+NORM_REWRITE = NORM_FASTER  # the norm op rewritten in plain PyTorch
 TENSOR = [{"tensor": {"shape": [96, 128], "dtype": "torch.float32", "device": "cpu"}}]
 
 
