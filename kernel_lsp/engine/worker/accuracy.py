@@ -24,8 +24,6 @@ from typing import Any
 
 import torch
 
-from kernel_lsp.verdicts import times_phrase  # noqa: F401  (one wording for the Worker's messages)
-
 # A candidate up to 100x the reference's own error is correct. Measured on the CPU suite:
 # split-K, tree and Kahan reductions, a two-pass fused LayerNorm, algebraic rewrites and fp16 /
 # bf16 kernels that accumulate in fp32 land at 0.5-1.5x; an in-order fp32 sum of 131,072 terms

@@ -53,6 +53,7 @@ from kernel_lsp.engine.worker import accuracy, modes
 from kernel_lsp.engine.worker.options import EngineOptions
 from kernel_lsp.engine.worker.harness import Harness, InputSet, clone_inputs, flat_tensors, set_seed, tensor_bytes
 from kernel_lsp.engine.worker.oracle import Oracle
+from kernel_lsp.verdicts import times_phrase
 
 # KernelBench's current defaults (eval.get_tolerance_for_precision, after torchbench):
 # fp32 1e-4, fp16/bf16 1e-2, used as both atol and rtol. Nothing here is looser.
@@ -759,9 +760,9 @@ def _verify(h: Harness, options: EngineOptions, res: VerifyResult) -> None:
     if loose:
         w = max(loose, key=lambda m: m.ratio)
         res.flags.append("less_accurate")
-        res.message += (f"; less accurate: {accuracy.times_phrase(w.ratio)} PyTorch's error against float64 "
+        res.message += (f"; less accurate: {times_phrase(w.ratio)} PyTorch's error against float64 "
                         f"on {w.output} (correct up to {accuracy.RATIO_CORRECT:g}x)")
-        res.notes.append(f"less_accurate: {w.output} is {accuracy.times_phrase(w.ratio)} the reference's "
+        res.notes.append(f"less_accurate: {w.output} is {times_phrase(w.ratio)} the reference's "
                          f"own error against float64 (budget {accuracy.RATIO_CORRECT:g}x, within "
                          f"{accuracy.LOOSE_TOL:g}): an approximation or a weaker formula")
 
@@ -813,7 +814,7 @@ def _verify_training(h: Harness, judge: Judge, res: VerifyResult, sets: list[Inp
             if ev is not None:
                 evidence = _clean(ev)
                 if ev.get("rule") == "oracle":
-                    failure = (f"{ev['output']} is {accuracy.times_phrase(ev['ratio'])} the reference's error "
+                    failure = (f"{ev['output']} is {times_phrase(ev['ratio'])} the reference's error "
                                f"at {ev['where']} (got {ev['got']}, float64 {ev['oracle']})")
                 else:
                     failure = (f"{ev['output']} differs at {ev['where']} (got {ev['got']}, "
@@ -863,7 +864,7 @@ def _classify_mismatch(h: Harness, ev: dict[str, Any], out: Any, pristine: list[
             raise _Fail("stale_result", f"{ev['output']} equals the result for input set {k}: "
                         "results are reused across calls", {**ev, "matches_input_set": k})
     if ev.get("rule") == "oracle":
-        raise _Fail("mismatch", f"{ev['output']} is {accuracy.times_phrase(ev['ratio'])} the reference's own error "
+        raise _Fail("mismatch", f"{ev['output']} is {times_phrase(ev['ratio'])} the reference's own error "
                     f"against float64 (correct up to {accuracy.RATIO_CORRECT:g}x, less_accurate up to "
                     f"{accuracy.RATIO_LESS_ACCURATE:g}x within {accuracy.LOOSE_TOL:g}"
                     + ("" if ev.get("within_loose") else "; beyond it here") + f"): at {where} got {ev['got']}, "
