@@ -458,7 +458,11 @@ class Judge:
         self.rtol = options.rtol if options.rtol is not None else h.task.rtol
         self.oracle: Oracle | None = None
         self.why_fixed = ""
-        if self.atol is not None or self.rtol is not None:
+        # An explicit ATOL/RTOL decides; the oracle still runs, to show the accuracy.
+        self.explicit = self.atol is not None or self.rtol is not None
+        # The caller switched the oracle off: the fixed tolerance is what was asked for, no note.
+        self.off_by_option = not self.explicit and not options.oracle
+        if self.explicit:
             whose = "the options'" if options.atol is not None or options.rtol is not None else "the Task's"
             a_tol, r_tol = (self.atol if self.atol is not None else "default",
                             self.rtol if self.rtol is not None else "default")
@@ -488,7 +492,7 @@ class Judge:
               mode: str = "eval") -> dict[str, Any] | None:
         """None when `out` is right; else the evidence of the first wrong output."""
         oracle_out = None
-        if self.oracle is not None and (self.uses_oracle or self.why_fixed.startswith(("the Task's", "the options'"))):
+        if self.oracle is not None and (self.uses_oracle or self.explicit):
             oracle_out = self.oracle.outputs(seed, inputs, mode)
             if oracle_out is None and self.oracle.refused and not self.why_fixed:
                 self._refuse(self.oracle.refused)
@@ -549,8 +553,7 @@ class Judge:
     def report(self) -> dict[str, Any]:
         """Evaluation.accuracy: the rule, the worst output (its errors, their ratio, the budget),
         every output's worst measure, the modes verified and what the oracle cost."""
-        rule = "oracle" if self.uses_oracle else ("task_tolerance" if self.why_fixed.startswith(
-            ("the Task's", "the options'")) else "fixed_tolerance")
+        rule = "oracle" if self.uses_oracle else "task_tolerance" if self.explicit else "fixed_tolerance"
         out: dict[str, Any] = {"rule": rule, "rule_text": accuracy.RULE if rule == "oracle" else self.why_fixed,
                                "ratio_correct": accuracy.RATIO_CORRECT,
                                "ratio_less_accurate": accuracy.RATIO_LESS_ACCURATE, "loose_tol": accuracy.LOOSE_TOL}
@@ -616,7 +619,7 @@ def verify(h: Harness, options: EngineOptions | dict[str, Any]) -> VerifyResult:
                     res.accuracy["train_evidence"] = res.train_evidence
             except Exception as exc:  # the report must never cost the verdict
                 res.accuracy = {"rule": "unknown", "error": f"{type(exc).__name__}: {exc}"}
-            if judge.why_fixed and not judge.why_fixed.startswith("the float64 oracle is off"):
+            if judge.why_fixed and not judge.off_by_option:
                 res.notes.append(judge.why_fixed)
         if _precision_state() != STRICT_PRECISION:
             res.flags.append("precision_lowering")
