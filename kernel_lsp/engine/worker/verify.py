@@ -561,17 +561,15 @@ class Judge:
             a_tol, r_tol = tolerance_for(torch.float32, self.atol, self.rtol)
             out.update(atol=self.atol if self.atol is not None else "dtype default",
                        rtol=self.rtol if self.rtol is not None else "dtype default", fp32_atol=a_tol, fp32_rtol=r_tol)
-        rows = sorted(self.worst.values(), key=lambda m: m.ratio, reverse=True)
-        if rows:
-            w = rows[0]
+        if self.worst:
+            (mode, _), w = max(self.worst.items(), key=lambda kv: kv[1].ratio)
             out.update(outcome=self.outcome() if rule == "oracle" else None, output=w.output,
                        ratio=w.ratio, cand_err=w.cand_err, ref_err=w.ref_err, budget=w.budget,
-                       max_abs_err=w.max_abs_err, ref_max_abs_err=w.ref_max_abs_err,
-                       mode=next(k[0] for k, v in self.worst.items() if v is w))
+                       max_abs_err=w.max_abs_err, ref_max_abs_err=w.ref_max_abs_err, mode=mode)
             out["outputs"] = [{"mode": k[0], **{f: getattr(v, f) for f in (
                 "output", "dtype", "ratio", "cand_err", "ref_err", "budget", "max_abs_err", "ref_max_abs_err",
-                "scale", "within_loose", "outcome", "where", "got", "expected", "oracle", "input_set")
-                if hasattr(v, f)}, "within_loose": v.loose_ok} for k, v in self.worst.items()]
+                "scale", "outcome", "where", "got", "expected", "oracle", "input_set")},
+                "within_loose": v.loose_ok} for k, v in self.worst.items()]
         if self.modes:
             out["modes"] = dict(self.modes)
         if self.oracle is not None:
