@@ -768,13 +768,10 @@ def _verify(h: Harness, options: EngineOptions, res: VerifyResult) -> None:
                          f"{accuracy.LOOSE_TOL:g}): an approximation or a weaker formula")
 
 
-# How many input sets are verified in training mode (the eval-mode procedure runs on all of them).
-TRAINING_SETS = 2
-
-
 def _verify_training(h: Harness, judge: Judge, res: VerifyResult, sets: list[InputSet]) -> None:
     """Verify in training mode too when the reference behaves differently there. Each call starts
-    from the state both models were built in. Wrong there only: flag `eval_only`."""
+    from the state both models were built in, on the first and the last input set (the eval-mode
+    procedure ran on all of them). Wrong there only: flag `eval_only`."""
     assert h.model is not None and h.candidate_fn is not None
     ref, cand, dev = h.model, h.candidate_fn, h.device
     declared = (h.task.mode or "").lower()
@@ -784,6 +781,7 @@ def _verify_training(h: Harness, judge: Judge, res: VerifyResult, sets: list[Inp
         return
     pr = modes.probe(ref, sets[0].values, h.seed, lambda m, x: call(m, x, dev, "reference"))
     what = ", ".join(pr.modules[:4]) + (" ..." if len(pr.modules) > 4 else "")
+    which = what or "the forward reads self.training"
     if pr.error is not None:
         judge.modes = {"eval": "verified", "train": f"not verified: the reference raises in training mode ({pr.error})"}
         res.notes.append(f"the reference raises in training mode ({pr.error}): verified in eval mode only")
@@ -799,10 +797,9 @@ def _verify_training(h: Harness, judge: Judge, res: VerifyResult, sets: list[Inp
     states = modes.States(ref, cand_model)
     failure: str | None = None
     evidence: dict[str, Any] | None = None
-    picks = [sets[0], sets[-1]][:TRAINING_SETS] if len(sets) > 1 else sets[:1]
     try:
-        for k, s in enumerate(picks):
-            index = 0 if k == 0 else len(sets) - 1
+        for index in (0, len(sets) - 1):  # _verify makes at least two sets
+            s = sets[index]
             states.restore()
             modes.set_mode(True, ref, cand_model)
             set_seed(h.seed)
@@ -827,12 +824,12 @@ def _verify_training(h: Harness, judge: Judge, res: VerifyResult, sets: list[Inp
         states.restore()
         modes.set_mode(False, ref, cand_model)
     if failure is None:
-        judge.modes = {"eval": "verified", "train": f"verified ({what or 'the forward reads self.training'})"}
-        res.notes.append(f"verified in training and eval mode ({what or 'the forward reads self.training'})")
+        judge.modes = {"eval": "verified", "train": f"verified ({which})"}
+        res.notes.append(f"verified in training and eval mode ({which})")
         return
     judge.modes = {"eval": "verified", "train": f"wrong: {failure}"}
     res.flags.append("eval_only")
-    res.notes.append(f"correct in eval mode only: in training mode ({what or 'the forward reads self.training'}) "
+    res.notes.append(f"correct in eval mode only: in training mode ({which}) "
                      f"{failure}; declare MODE = \"eval\" in the reference if this Task is for inference")
     res.train_evidence = evidence
 
