@@ -91,14 +91,17 @@ class ModeProbe:
     error: str | None = None                # the reference raised in training mode
 
 
-def probe(model: nn.Module, inputs: list[Any], seed: int, call: Callable[..., Any]) -> ModeProbe:
-    """Run the reference in eval mode and twice in training mode (state put back each time)."""
+def probe(model: nn.Module, inputs: list[Any], seed: int, call: Callable[..., Any],
+          evaluated: Any = None) -> ModeProbe:
+    """Run the reference in eval mode and twice in training mode (state put back each time).
+    `evaluated`: its eval-mode output on `inputs` when the caller already has it (not run again)."""
     res = ModeProbe(modules=mode_modules(model))
     states = States(model)
     was_training = model.training
     try:
-        set_mode(False, model)
-        evaluated = call(model, clone_inputs(inputs))
+        if evaluated is None:
+            set_mode(False, model)
+            evaluated = call(model, clone_inputs(inputs))
         set_mode(True, model)
         set_seed(seed)
         first = call(model, clone_inputs(inputs))

@@ -735,7 +735,7 @@ def _verify(h: Harness, options: EngineOptions, res: VerifyResult) -> None:
         res.notes.append(f"the reference output {zero_outs} is all zeros: the test is weak")
 
     # Training mode, when the reference behaves differently in it.
-    _verify_training(h, judge, res, sets)
+    _verify_training(h, judge, res, sets, expected_by_set[0])
 
     # 5. fallback: which of the reference's compute ops does the candidate run?
     cand_rec = OpRecorder()
@@ -768,10 +768,11 @@ def _verify(h: Harness, options: EngineOptions, res: VerifyResult) -> None:
                          f"{accuracy.LOOSE_TOL:g}): an approximation or a weaker formula")
 
 
-def _verify_training(h: Harness, judge: Judge, res: VerifyResult, sets: list[InputSet]) -> None:
+def _verify_training(h: Harness, judge: Judge, res: VerifyResult, sets: list[InputSet], eval_out: Any) -> None:
     """Verify in training mode too when the reference behaves differently there. Each call starts
     from the state both models were built in, on the first and the last input set (the eval-mode
-    procedure ran on all of them). Wrong there only: flag `eval_only`."""
+    procedure ran on all of them; `eval_out` is the reference's output on the first). Wrong there
+    only: flag `eval_only`."""
     assert h.model is not None and h.candidate_fn is not None
     ref, cand, dev = h.model, h.candidate_fn, h.device
     declared = (h.task.mode or "").lower()
@@ -779,7 +780,8 @@ def _verify_training(h: Harness, judge: Judge, res: VerifyResult, sets: list[Inp
         judge.modes = {"eval": "verified", "train": 'not verified: the Task declares MODE = "eval"'}
         res.notes.append('the Task declares MODE = "eval" (an inference Task): verified in eval mode only')
         return
-    pr = modes.probe(ref, sets[0].values, h.seed, lambda m, x: call(m, x, dev, "reference"))
+    pr = modes.probe(ref, sets[0].values, h.seed, lambda m, x: call(m, x, dev, "reference"),
+                     evaluated=eval_out)
     what = ", ".join(pr.modules[:4]) + (" ..." if len(pr.modules) > 4 else "")
     which = what or "the forward reads self.training"
     if pr.error is not None:
