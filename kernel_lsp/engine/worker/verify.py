@@ -31,7 +31,7 @@ unless the Task declares `MODE = "eval"`.
 
 NaN never passes where the reference is finite. Whether a NaN was written or never written
 is decided by two fills the engine controls, never by what memory held before: the same
-call is repeated with every `torch.empty` & co. filled with a finite sentinel (`sentinel_fill`,
+call is repeated with every `torch.empty` & co. filled with a finite sentinel (`SentinelFill`,
 a dispatch mode: it sees the allocations of C++ extensions too); a NaN that turns finite
 there came from the fill, so the candidate never wrote it (`unwritten_output`); one that stays
 NaN is the candidate's own (`nan`). On CPU the allocator cannot be poisoned reliably, so the
@@ -233,7 +233,7 @@ def _mode_stacks_empty() -> bool:
     return torch._C._len_torch_function_stack() == 0 and not _get_current_dispatch_mode_stack()
 
 
-# The finite value `sentinel_fill` writes into fresh tensors (representable in every float
+# The finite value `SentinelFill` writes into fresh tensors (representable in every float
 # format down to fp8, and in every integer type).
 SENTINEL = 42
 _EMPTY_OPS = frozenset(("aten.empty", "aten.empty_like", "aten.empty_strided", "aten.new_empty",
