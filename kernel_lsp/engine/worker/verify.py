@@ -119,8 +119,6 @@ class VerifyResult:
     output_bytes: int = 0
     input_sets: int = 0
     accuracy: dict[str, Any] | None = None   # Evaluation.accuracy (Judge.report)
-    judge: Any = field(default=None, repr=False)          # the Judge, for the report even on a failure
-    train_evidence: dict[str, Any] | None = None          # where training mode went wrong (eval_only)
 
     @property
     def correct(self) -> bool:
@@ -476,6 +474,7 @@ class Judge:
                 self.why_fixed = self.why_fixed or f"no float64 oracle ({type(exc).__name__}: {exc}); fixed tolerance"
         self.worst: dict[tuple[str, str], accuracy.Measure] = {}
         self.modes: dict[str, str] = {}
+        self.train_evidence: dict[str, Any] | None = None  # where training mode went wrong (eval_only)
 
     @property
     def uses_oracle(self) -> bool:
@@ -574,6 +573,8 @@ class Judge:
             out["modes"] = dict(self.modes)
         if self.oracle is not None:
             out["oracle"] = self.oracle.summary()
+        if self.train_evidence is not None:
+            out["train_evidence"] = self.train_evidence
         return out
 
 
@@ -601,20 +602,22 @@ STRICT_PRECISION = (False, False, "highest", True, True)
 def verify(h: Harness, options: EngineOptions | dict[str, Any]) -> VerifyResult:
     """Judge h.candidate_fn against h.model. Never raises for the candidate's faults."""
     res = VerifyResult()
+    # Local to this call: its float64 model copy must not outlive verify (run.py keeps the
+    # VerifyResult through the timing).
+    judge: Judge | None = None
     saved = _precision_state()
     _set_precision(STRICT_PRECISION)
     try:
+        opts = EngineOptions.of(options)
         with torch.no_grad():
-            _verify(h, EngineOptions.of(options), res)
+            judge = Judge(h, opts)
+            _verify(h, opts, judge, res)
     except _Fail as fail:
         res.verdict, res.message, res.evidence = fail.verdict, fail.message, _clean(fail.evidence)
     finally:
-        judge = res.judge
         if judge is not None:
             try:
                 res.accuracy = judge.report()
-                if res.train_evidence is not None:
-                    res.accuracy["train_evidence"] = res.train_evidence
             except Exception as exc:  # the report must never cost the verdict
                 res.accuracy = {"rule": "unknown", "error": f"{type(exc).__name__}: {exc}"}
             if judge.why_fixed and not judge.off_by_option:
@@ -627,11 +630,9 @@ def verify(h: Harness, options: EngineOptions | dict[str, Any]) -> VerifyResult:
     return res
 
 
-def _verify(h: Harness, options: EngineOptions, res: VerifyResult) -> None:
+def _verify(h: Harness, options: EngineOptions, judge: Judge, res: VerifyResult) -> None:
     assert h.model is not None and h.candidate_fn is not None
     ref, cand, dev = h.model, h.candidate_fn, h.device
-    judge = Judge(h, options)
-    res.judge = judge
     atol, rtol = judge.atol, judge.rtol  # the fixed tolerance: stale and weak-test checks
     n_sets = max(2, options.input_sets)
     base = h.seed + 1_000_003  # fresh seeds: disjoint from the seed used for timing sets
@@ -833,7 +834,7 @@ def _verify_training(h: Harness, judge: Judge, res: VerifyResult, sets: list[Inp
     res.flags.append("eval_only")
     res.notes.append(f"correct in eval mode only: in training mode ({which}) "
                      f"{failure}; declare MODE = \"eval\" in the reference if this Task is for inference")
-    res.train_evidence = evidence
+    judge.train_evidence = evidence
 
 
 def _classify_mismatch(h: Harness, ev: dict[str, Any], out: Any, pristine: list[Any], expected: Any,
