@@ -451,7 +451,6 @@ class Judge:
     so; the `oracle` option off; float64 refused). Keeps the worst measure of every output."""
 
     def __init__(self, h: Harness, options: EngineOptions) -> None:
-        self.h = h
         self.atol = options.atol if options.atol is not None else h.task.atol
         self.rtol = options.rtol if options.rtol is not None else h.task.rtol
         self.oracle: Oracle | None = None
