@@ -101,9 +101,7 @@ class Oracle:
     def _model(self) -> torch.nn.Module:
         if self.model64 is None:
             assert self.h.model is not None
-            m = copy.deepcopy(self.h.model)
-            m.load_state_dict(self.init_state)
-            self.model64 = m.double()
+            self.model64 = copy.deepcopy(self.h.model).double()  # _run loads init_state before each call
         return self.model64
 
     def outputs(self, seed: int, inputs: list[Any], mode: str = "eval") -> Any | None:
