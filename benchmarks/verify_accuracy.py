@@ -102,14 +102,14 @@ def candidates(device: str) -> list[dict[str, Any]]:
         out.append({"name": p.stem, "group": "suite", "src": str(p), "expected": _expected(p)})
     if device == "cpu":
         return out
+    sys.path.insert(0, str(ROOT))
+    from kernel_lsp.engine.caller.tasks import TaskError, find_task
+
     seen: set[str] = set()
     for folder, group in ((ROOT / "examples", "examples"), (ROOT / "benchmarks" / "tasks", "tasks")):
         for p in sorted(list(folder.glob("*.py")) + list(folder.glob("*.cu"))):
             if p.name in ("generate.py",):
                 continue
-            sys.path.insert(0, str(ROOT))
-            from kernel_lsp.engine.caller.tasks import TaskError, find_task
-
             try:
                 task, cand = find_task(str(p))
             except (TaskError, OSError):

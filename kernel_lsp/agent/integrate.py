@@ -12,8 +12,9 @@
 * the guard calls the kernel only for inputs like those it was verified on: the same
   number and kinds of arguments, equal constants, and per tensor the same shape, dtype and
   device type, contiguous, no autograd and eval mode (kernels are verified under ``no_grad``,
-  in eval mode: the op Tasks declare ``MODE = "eval"``); anything else runs the original forward. If the kernel raises, the guard warns once
-  (``warnings.warn``) and runs the original from then on.
+  in eval mode: the op Tasks declare ``MODE = "eval"``); anything else runs the original
+  forward. If the kernel raises, the guard warns once (``warnings.warn``) and runs the
+  original from then on.
 
 The generated file imports nothing from kernel_lsp: it is the user's to keep.
 """

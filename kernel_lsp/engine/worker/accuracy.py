@@ -24,8 +24,6 @@ from typing import Any
 
 import torch
 
-from kernel_lsp.verdicts import times_phrase  # noqa: F401  (one wording for the Worker's messages)
-
 # A candidate up to 100x the reference's own error is correct. Measured on the CPU suite:
 # split-K, tree and Kahan reductions, a two-pass fused LayerNorm, algebraic rewrites and fp16 /
 # bf16 kernels that accumulate in fp32 land at 0.5-1.5x; an in-order fp32 sum of 131,072 terms
@@ -69,9 +67,6 @@ class Measure:
     numel: int
     input_set: int = 0
 
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
 
 def eps(dtype: torch.dtype) -> float:
     if dtype.is_complex:
@@ -90,16 +85,6 @@ def _num(x: Any) -> Any:
 def _f64(t: torch.Tensor, like: torch.Tensor | None = None) -> torch.Tensor:
     complex_ = t.is_complex() or (like is not None and like.is_complex())
     return t.detach().to(torch.complex128 if complex_ else torch.float64)
-
-
-def relative_errors(value: torch.Tensor, oracle: torch.Tensor) -> tuple[torch.Tensor, float]:
-    """Each element's error, divided by max(|oracle element|, mean |oracle|); and that mean.
-    Non-finite errors read 0 (NaN and Inf are verify's to judge, before this)."""
-    o = _f64(oracle)
-    mag = o.abs()
-    scale = float(mag.mean()) if mag.numel() else 0.0
-    err = (_f64(value, o) - o).abs().div_(mag.clamp_min_(max(scale, torch.finfo(torch.float64).tiny)))
-    return torch.nan_to_num_(err, nan=0.0, posinf=0.0, neginf=0.0), scale
 
 
 def measure(out: torch.Tensor, expected: torch.Tensor, oracle: torch.Tensor, name: str = "output",

@@ -18,31 +18,24 @@ from typing import Any, Callable
 
 import torch
 from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
+from torch.nn.modules.dropout import _DropoutNd
+from torch.nn.modules.instancenorm import _InstanceNorm
 
 from kernel_lsp.engine.worker.harness import clone_inputs, flat_tensors, set_seed
 
 
-def _mode_types() -> tuple[type, ...]:
-    from torch.nn.modules.batchnorm import _BatchNorm
-    from torch.nn.modules.dropout import _DropoutNd
-
-    return (_BatchNorm, _DropoutNd, nn.RReLU)
+def _depends_on_mode(m: nn.Module) -> bool:
+    if isinstance(m, _InstanceNorm):
+        return m.track_running_stats
+    if isinstance(m, _DropoutNd):
+        return m.p != 0
+    return isinstance(m, (_BatchNorm, nn.RReLU))
 
 
 def mode_modules(model: nn.Module) -> list[str]:
     """'name (Type)' of every submodule whose forward depends on `training`."""
-    from torch.nn.modules.instancenorm import _InstanceNorm
-
-    found = []
-    for name, m in model.named_modules():
-        if isinstance(m, _InstanceNorm):
-            if m.track_running_stats:
-                found.append(f"{name or 'model'} ({type(m).__name__})")
-        elif isinstance(m, _mode_types()):
-            if isinstance(m, nn.modules.dropout._DropoutNd) and m.p == 0:
-                continue
-            found.append(f"{name or 'model'} ({type(m).__name__})")
-    return found
+    return [f"{name or 'model'} ({type(m).__name__})" for name, m in model.named_modules() if _depends_on_mode(m)]
 
 
 class States:
@@ -91,14 +84,17 @@ class ModeProbe:
     error: str | None = None                # the reference raised in training mode
 
 
-def probe(model: nn.Module, inputs: list[Any], seed: int, call: Callable[..., Any]) -> ModeProbe:
-    """Run the reference in eval mode and twice in training mode (state put back each time)."""
+def probe(model: nn.Module, inputs: list[Any], seed: int, call: Callable[..., Any],
+          evaluated: Any = None) -> ModeProbe:
+    """Run the reference in eval mode and twice in training mode (state put back each time).
+    `evaluated`: its eval-mode output on `inputs` when the caller already has it (not run again)."""
     res = ModeProbe(modules=mode_modules(model))
     states = States(model)
     was_training = model.training
     try:
-        set_mode(False, model)
-        evaluated = call(model, clone_inputs(inputs))
+        if evaluated is None:
+            set_mode(False, model)
+            evaluated = call(model, clone_inputs(inputs))
         set_mode(True, model)
         set_seed(seed)
         first = call(model, clone_inputs(inputs))

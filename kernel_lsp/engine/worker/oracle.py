@@ -28,7 +28,8 @@ from kernel_lsp.engine.worker.harness import Harness, flat_tensors, set_seed
 # Outputs kept across evaluations in one Worker, on the CPU. An H200 Task's outputs at
 # KernelBench sizes are up to ~0.5 GiB in float64; four input sets of the largest fit.
 CACHE_BYTES = 2 << 30
-_CACHE: "OrderedDict[tuple[Any, ...], Any]" = OrderedDict()
+_CACHE: "OrderedDict[tuple[Any, ...], tuple[Any, int]]" = OrderedDict()  # key -> (outputs, their bytes)
+_held = 0  # the bytes _CACHE holds
 _LOW = (torch.float32, torch.float16, torch.bfloat16, torch.complex64)
 
 
@@ -66,8 +67,14 @@ def _to(value: Any, device: torch.device | str) -> Any:
     return value
 
 
+def _nbytes(value: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in flat_tensors(value))
+
+
 def clear_cache() -> None:
+    global _held
     _CACHE.clear()
+    _held = 0
 
 
 def cache_size() -> int:
@@ -94,9 +101,7 @@ class Oracle:
     def _model(self) -> torch.nn.Module:
         if self.model64 is None:
             assert self.h.model is not None
-            m = copy.deepcopy(self.h.model)
-            m.load_state_dict(self.init_state)
-            self.model64 = m.double()
+            self.model64 = copy.deepcopy(self.h.model).double()  # _run loads init_state before each call
         return self.model64
 
     def outputs(self, seed: int, inputs: list[Any], mode: str = "eval") -> Any | None:
@@ -107,7 +112,7 @@ class Oracle:
         if hit is not None:
             _CACHE.move_to_end(key)
             self.hits += 1
-            return _to(hit, self.h.device)
+            return _to(hit[0], self.h.device)
         if self.refused is not None:
             return None
         t0 = time.perf_counter()
@@ -153,14 +158,16 @@ class Oracle:
         self.model64 = None
 
     def _keep(self, key: tuple[Any, ...], out: Any) -> None:
-        nbytes = sum(t.numel() * t.element_size() for t in flat_tensors(out))
+        global _held
+        nbytes = _nbytes(out)
         if nbytes > CACHE_BYTES // 4:
             return  # too big to keep: the next evaluation runs it again
-        _CACHE[key] = _to(out, "cpu")
-        total = sum(sum(t.numel() * t.element_size() for t in flat_tensors(v)) for v in _CACHE.values())
-        while total > CACHE_BYTES and len(_CACHE) > 1:
-            _, old = _CACHE.popitem(last=False)
-            total -= sum(t.numel() * t.element_size() for t in flat_tensors(old))
+        replaced = _CACHE.pop(key, None)
+        _held += nbytes - (replaced[1] if replaced is not None else 0)
+        _CACHE[key] = (_to(out, "cpu"), nbytes)
+        while _held > CACHE_BYTES and len(_CACHE) > 1:
+            _, (_, old) = _CACHE.popitem(last=False)
+            _held -= old
 
     def summary(self) -> dict[str, Any]:
         return {"available": self.refused is None, "why_not": self.refused, "runs": self.runs,

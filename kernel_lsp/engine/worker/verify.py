@@ -31,7 +31,7 @@ unless the Task declares `MODE = "eval"`.
 
 NaN never passes where the reference is finite. Whether a NaN was written or never written
 is decided by two fills the engine controls, never by what memory held before: the same
-call is repeated with every `torch.empty` & co. filled with a finite sentinel (`sentinel_fill`,
+call is repeated with every `torch.empty` & co. filled with a finite sentinel (`SentinelFill`,
 a dispatch mode: it sees the allocations of C++ extensions too); a NaN that turns finite
 there came from the fill, so the candidate never wrote it (`unwritten_output`); one that stays
 NaN is the candidate's own (`nan`). On CPU the allocator cannot be poisoned reliably, so the
@@ -53,6 +53,7 @@ from kernel_lsp.engine.worker import accuracy, modes
 from kernel_lsp.engine.worker.options import EngineOptions
 from kernel_lsp.engine.worker.harness import Harness, InputSet, clone_inputs, flat_tensors, set_seed, tensor_bytes
 from kernel_lsp.engine.worker.oracle import Oracle
+from kernel_lsp.verdicts import times_phrase
 
 # KernelBench's current defaults (eval.get_tolerance_for_precision, after torchbench):
 # fp32 1e-4, fp16/bf16 1e-2, used as both atol and rtol. Nothing here is looser.
@@ -118,8 +119,6 @@ class VerifyResult:
     output_bytes: int = 0
     input_sets: int = 0
     accuracy: dict[str, Any] | None = None   # Evaluation.accuracy (Judge.report)
-    judge: Any = field(default=None, repr=False)          # the Judge, for the report even on a failure
-    train_evidence: dict[str, Any] | None = None          # where training mode went wrong (eval_only)
 
     @property
     def correct(self) -> bool:
@@ -232,7 +231,7 @@ def _mode_stacks_empty() -> bool:
     return torch._C._len_torch_function_stack() == 0 and not _get_current_dispatch_mode_stack()
 
 
-# The finite value `sentinel_fill` writes into fresh tensors (representable in every float
+# The finite value `SentinelFill` writes into fresh tensors (representable in every float
 # format down to fp8, and in every integer type).
 SENTINEL = 42
 _EMPTY_OPS = frozenset(("aten.empty", "aten.empty_like", "aten.empty_strided", "aten.new_empty",
@@ -452,12 +451,15 @@ class Judge:
     so; the `oracle` option off; float64 refused). Keeps the worst measure of every output."""
 
     def __init__(self, h: Harness, options: EngineOptions) -> None:
-        self.h = h
         self.atol = options.atol if options.atol is not None else h.task.atol
         self.rtol = options.rtol if options.rtol is not None else h.task.rtol
         self.oracle: Oracle | None = None
         self.why_fixed = ""
-        if self.atol is not None or self.rtol is not None:
+        # An explicit ATOL/RTOL decides; the oracle still runs, to show the accuracy.
+        self.explicit = self.atol is not None or self.rtol is not None
+        # The caller switched the oracle off: the fixed tolerance is what was asked for, no note.
+        self.off_by_option = not self.explicit and not options.oracle
+        if self.explicit:
             whose = "the options'" if options.atol is not None or options.rtol is not None else "the Task's"
             a_tol, r_tol = (self.atol if self.atol is not None else "default",
                             self.rtol if self.rtol is not None else "default")
@@ -471,6 +473,7 @@ class Judge:
                 self.why_fixed = self.why_fixed or f"no float64 oracle ({type(exc).__name__}: {exc}); fixed tolerance"
         self.worst: dict[tuple[str, str], accuracy.Measure] = {}
         self.modes: dict[str, str] = {}
+        self.train_evidence: dict[str, Any] | None = None  # where training mode went wrong (eval_only)
 
     @property
     def uses_oracle(self) -> bool:
@@ -487,7 +490,7 @@ class Judge:
               mode: str = "eval") -> dict[str, Any] | None:
         """None when `out` is right; else the evidence of the first wrong output."""
         oracle_out = None
-        if self.oracle is not None and (self.uses_oracle or self.why_fixed.startswith(("the Task's", "the options'"))):
+        if self.oracle is not None and (self.uses_oracle or self.explicit):
             oracle_out = self.oracle.outputs(seed, inputs, mode)
             if oracle_out is None and self.oracle.refused and not self.why_fixed:
                 self._refuse(self.oracle.refused)
@@ -548,8 +551,7 @@ class Judge:
     def report(self) -> dict[str, Any]:
         """Evaluation.accuracy: the rule, the worst output (its errors, their ratio, the budget),
         every output's worst measure, the modes verified and what the oracle cost."""
-        rule = "oracle" if self.uses_oracle else ("task_tolerance" if self.why_fixed.startswith(
-            ("the Task's", "the options'")) else "fixed_tolerance")
+        rule = "oracle" if self.uses_oracle else "task_tolerance" if self.explicit else "fixed_tolerance"
         out: dict[str, Any] = {"rule": rule, "rule_text": accuracy.RULE if rule == "oracle" else self.why_fixed,
                                "ratio_correct": accuracy.RATIO_CORRECT,
                                "ratio_less_accurate": accuracy.RATIO_LESS_ACCURATE, "loose_tol": accuracy.LOOSE_TOL}
@@ -557,21 +559,21 @@ class Judge:
             a_tol, r_tol = tolerance_for(torch.float32, self.atol, self.rtol)
             out.update(atol=self.atol if self.atol is not None else "dtype default",
                        rtol=self.rtol if self.rtol is not None else "dtype default", fp32_atol=a_tol, fp32_rtol=r_tol)
-        rows = sorted(self.worst.values(), key=lambda m: m.ratio, reverse=True)
-        if rows:
-            w = rows[0]
+        if self.worst:
+            (mode, _), w = max(self.worst.items(), key=lambda kv: kv[1].ratio)
             out.update(outcome=self.outcome() if rule == "oracle" else None, output=w.output,
                        ratio=w.ratio, cand_err=w.cand_err, ref_err=w.ref_err, budget=w.budget,
-                       max_abs_err=w.max_abs_err, ref_max_abs_err=w.ref_max_abs_err,
-                       mode=next(k[0] for k, v in self.worst.items() if v is w))
+                       max_abs_err=w.max_abs_err, ref_max_abs_err=w.ref_max_abs_err, mode=mode)
             out["outputs"] = [{"mode": k[0], **{f: getattr(v, f) for f in (
                 "output", "dtype", "ratio", "cand_err", "ref_err", "budget", "max_abs_err", "ref_max_abs_err",
-                "scale", "within_loose", "outcome", "where", "got", "expected", "oracle", "input_set")
-                if hasattr(v, f)}, "within_loose": v.loose_ok} for k, v in self.worst.items()]
+                "scale", "outcome", "where", "got", "expected", "oracle", "input_set")},
+                "within_loose": v.loose_ok} for k, v in self.worst.items()]
         if self.modes:
             out["modes"] = dict(self.modes)
         if self.oracle is not None:
             out["oracle"] = self.oracle.summary()
+        if self.train_evidence is not None:
+            out["train_evidence"] = self.train_evidence
         return out
 
 
@@ -599,23 +601,25 @@ STRICT_PRECISION = (False, False, "highest", True, True)
 def verify(h: Harness, options: EngineOptions | dict[str, Any]) -> VerifyResult:
     """Judge h.candidate_fn against h.model. Never raises for the candidate's faults."""
     res = VerifyResult()
+    # Local to this call: its float64 model copy must not outlive verify (run.py keeps the
+    # VerifyResult through the timing).
+    judge: Judge | None = None
     saved = _precision_state()
     _set_precision(STRICT_PRECISION)
     try:
+        opts = EngineOptions.of(options)
         with torch.no_grad():
-            _verify(h, EngineOptions.of(options), res)
+            judge = Judge(h, opts)
+            _verify(h, opts, judge, res)
     except _Fail as fail:
         res.verdict, res.message, res.evidence = fail.verdict, fail.message, _clean(fail.evidence)
     finally:
-        judge = res.judge
         if judge is not None:
             try:
                 res.accuracy = judge.report()
-                if res.train_evidence is not None:
-                    res.accuracy["train_evidence"] = res.train_evidence
             except Exception as exc:  # the report must never cost the verdict
                 res.accuracy = {"rule": "unknown", "error": f"{type(exc).__name__}: {exc}"}
-            if judge.why_fixed and not judge.why_fixed.startswith("the float64 oracle is off"):
+            if judge.why_fixed and not judge.off_by_option:
                 res.notes.append(judge.why_fixed)
         if _precision_state() != STRICT_PRECISION:
             res.flags.append("precision_lowering")
@@ -625,11 +629,9 @@ def verify(h: Harness, options: EngineOptions | dict[str, Any]) -> VerifyResult:
     return res
 
 
-def _verify(h: Harness, options: EngineOptions, res: VerifyResult) -> None:
+def _verify(h: Harness, options: EngineOptions, judge: Judge, res: VerifyResult) -> None:
     assert h.model is not None and h.candidate_fn is not None
     ref, cand, dev = h.model, h.candidate_fn, h.device
-    judge = Judge(h, options)
-    res.judge = judge
     atol, rtol = judge.atol, judge.rtol  # the fixed tolerance: stale and weak-test checks
     n_sets = max(2, options.input_sets)
     base = h.seed + 1_000_003  # fresh seeds: disjoint from the seed used for timing sets
@@ -733,7 +735,7 @@ def _verify(h: Harness, options: EngineOptions, res: VerifyResult) -> None:
         res.notes.append(f"the reference output {zero_outs} is all zeros: the test is weak")
 
     # Training mode, when the reference behaves differently in it.
-    _verify_training(h, judge, res, sets)
+    _verify_training(h, judge, res, sets, expected_by_set[0])
 
     # 5. fallback: which of the reference's compute ops does the candidate run?
     cand_rec = OpRecorder()
@@ -759,20 +761,18 @@ def _verify(h: Harness, options: EngineOptions, res: VerifyResult) -> None:
     if loose:
         w = max(loose, key=lambda m: m.ratio)
         res.flags.append("less_accurate")
-        res.message += (f"; less accurate: {accuracy.times_phrase(w.ratio)} PyTorch's error against float64 "
+        res.message += (f"; less accurate: {times_phrase(w.ratio)} PyTorch's error against float64 "
                         f"on {w.output} (correct up to {accuracy.RATIO_CORRECT:g}x)")
-        res.notes.append(f"less_accurate: {w.output} is {accuracy.times_phrase(w.ratio)} the reference's "
+        res.notes.append(f"less_accurate: {w.output} is {times_phrase(w.ratio)} the reference's "
                          f"own error against float64 (budget {accuracy.RATIO_CORRECT:g}x, within "
                          f"{accuracy.LOOSE_TOL:g}): an approximation or a weaker formula")
 
 
-# How many input sets are verified in training mode (the eval-mode procedure runs on all of them).
-TRAINING_SETS = 2
-
-
-def _verify_training(h: Harness, judge: Judge, res: VerifyResult, sets: list[InputSet]) -> None:
+def _verify_training(h: Harness, judge: Judge, res: VerifyResult, sets: list[InputSet], eval_out: Any) -> None:
     """Verify in training mode too when the reference behaves differently there. Each call starts
-    from the state both models were built in. Wrong there only: flag `eval_only`."""
+    from the state both models were built in, on the first and the last input set (the eval-mode
+    procedure ran on all of them; `eval_out` is the reference's output on the first). Wrong there
+    only: flag `eval_only`."""
     assert h.model is not None and h.candidate_fn is not None
     ref, cand, dev = h.model, h.candidate_fn, h.device
     declared = (h.task.mode or "").lower()
@@ -780,8 +780,10 @@ def _verify_training(h: Harness, judge: Judge, res: VerifyResult, sets: list[Inp
         judge.modes = {"eval": "verified", "train": 'not verified: the Task declares MODE = "eval"'}
         res.notes.append('the Task declares MODE = "eval" (an inference Task): verified in eval mode only')
         return
-    pr = modes.probe(ref, sets[0].values, h.seed, lambda m, x: call(m, x, dev, "reference"))
+    pr = modes.probe(ref, sets[0].values, h.seed, lambda m, x: call(m, x, dev, "reference"),
+                     evaluated=eval_out)
     what = ", ".join(pr.modules[:4]) + (" ..." if len(pr.modules) > 4 else "")
+    which = what or "the forward reads self.training"
     if pr.error is not None:
         judge.modes = {"eval": "verified", "train": f"not verified: the reference raises in training mode ({pr.error})"}
         res.notes.append(f"the reference raises in training mode ({pr.error}): verified in eval mode only")
@@ -797,10 +799,9 @@ def _verify_training(h: Harness, judge: Judge, res: VerifyResult, sets: list[Inp
     states = modes.States(ref, cand_model)
     failure: str | None = None
     evidence: dict[str, Any] | None = None
-    picks = [sets[0], sets[-1]][:TRAINING_SETS] if len(sets) > 1 else sets[:1]
     try:
-        for k, s in enumerate(picks):
-            index = 0 if k == 0 else len(sets) - 1
+        for index in (0, len(sets) - 1):  # _verify makes at least two sets
+            s = sets[index]
             states.restore()
             modes.set_mode(True, ref, cand_model)
             set_seed(h.seed)
@@ -813,7 +814,7 @@ def _verify_training(h: Harness, judge: Judge, res: VerifyResult, sets: list[Inp
             if ev is not None:
                 evidence = _clean(ev)
                 if ev.get("rule") == "oracle":
-                    failure = (f"{ev['output']} is {accuracy.times_phrase(ev['ratio'])} the reference's error "
+                    failure = (f"{ev['output']} is {times_phrase(ev['ratio'])} the reference's error "
                                f"at {ev['where']} (got {ev['got']}, float64 {ev['oracle']})")
                 else:
                     failure = (f"{ev['output']} differs at {ev['where']} (got {ev['got']}, "
@@ -825,14 +826,14 @@ def _verify_training(h: Harness, judge: Judge, res: VerifyResult, sets: list[Inp
         states.restore()
         modes.set_mode(False, ref, cand_model)
     if failure is None:
-        judge.modes = {"eval": "verified", "train": f"verified ({what or 'the forward reads self.training'})"}
-        res.notes.append(f"verified in training and eval mode ({what or 'the forward reads self.training'})")
+        judge.modes = {"eval": "verified", "train": f"verified ({which})"}
+        res.notes.append(f"verified in training and eval mode ({which})")
         return
     judge.modes = {"eval": "verified", "train": f"wrong: {failure}"}
     res.flags.append("eval_only")
-    res.notes.append(f"correct in eval mode only: in training mode ({what or 'the forward reads self.training'}) "
+    res.notes.append(f"correct in eval mode only: in training mode ({which}) "
                      f"{failure}; declare MODE = \"eval\" in the reference if this Task is for inference")
-    res.train_evidence = evidence
+    judge.train_evidence = evidence
 
 
 def _classify_mismatch(h: Harness, ev: dict[str, Any], out: Any, pristine: list[Any], expected: Any,
@@ -863,7 +864,7 @@ def _classify_mismatch(h: Harness, ev: dict[str, Any], out: Any, pristine: list[
             raise _Fail("stale_result", f"{ev['output']} equals the result for input set {k}: "
                         "results are reused across calls", {**ev, "matches_input_set": k})
     if ev.get("rule") == "oracle":
-        raise _Fail("mismatch", f"{ev['output']} is {accuracy.times_phrase(ev['ratio'])} the reference's own error "
+        raise _Fail("mismatch", f"{ev['output']} is {times_phrase(ev['ratio'])} the reference's own error "
                     f"against float64 (correct up to {accuracy.RATIO_CORRECT:g}x, less_accurate up to "
                     f"{accuracy.RATIO_LESS_ACCURATE:g}x within {accuracy.LOOSE_TOL:g}"
                     + ("" if ev.get("within_loose") else "; beyond it here") + f"): at {where} got {ev['got']}, "
