@@ -96,6 +96,30 @@ def test_only_the_engines_gpu_worker_initializes_cuda_early(monkeypatch):
     assert not early.wanted({})
 
 
+def test_the_device_facts_read_nvidia_smi_through_early(monkeypatch):
+    """A GPU's clocks (every device_info) and its fixed facts where the start's thread did not read
+    them (a Worker without the GPU role) come from early.nvidia_smi; the CUDA branch, on a CPU."""
+    from kernel_lsp.engine.worker import run
+
+    asked: list[str] = []
+
+    def smi(fields: str) -> list[str]:
+        asked.append(fields)
+        return ["535.1", "1980", "2619"] if fields == early.STATIC_FIELDS else ["1755", "2619", "41", "120.5"]
+
+    monkeypatch.setattr(early, "nvidia_smi", smi)
+    monkeypatch.setattr(early, "static_smi", lambda: None)
+    monkeypatch.setattr(run, "_static_device_info", lambda index: {"cuda": True, "index": index})
+    run._static_smi.cache_clear()
+    try:
+        info = run.device_info("cuda:0")
+        assert info["sm_clock_mhz"] == 1755.0 and info["power_w"] == 120.5 and info["clocks_source"] == "nvidia-smi"
+        assert run._static_smi() == ["535.1", "1980", "2619"]
+        assert asked == ["clocks.sm,clocks.mem,temperature.gpu,power.draw", early.STATIC_FIELDS]
+    finally:
+        run._static_smi.cache_clear()
+
+
 async def test_the_gpu_worker_imports_the_evaluation_modules_before_it_is_ready():
     """The Engine's Worker (default preload) answers `ping` with the run module already imported
     and its `warm` says what the early CUDA init did (here: no driver, or ready on a GPU)."""

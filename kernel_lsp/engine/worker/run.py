@@ -36,7 +36,7 @@ except Exception:  # pragma: no cover - a torch without dynamo still evaluates
     pass
 
 from kernel_lsp.engine.worker import baselines as kept_baselines
-from kernel_lsp.engine.worker import build_failure, gpu_share, launch_limits
+from kernel_lsp.engine.worker import build_failure, early, gpu_share, launch_limits
 from kernel_lsp.engine.worker import profile as profile_mod
 from kernel_lsp.engine.worker import roofline, static_checks
 from kernel_lsp.engine.worker.options import EngineOptions, OptionsError
@@ -139,10 +139,6 @@ def _is_timer(name: str) -> bool:
 
 # -- device facts ---------------------------------------------------------------------------------
 
-def _nvidia_smi(fields: str) -> list[str] | None:
-    return early.nvidia_smi(fields)
-
-
 @functools.cache
 def _static_device_info(index: int) -> dict[str, Any]:
     info: dict[str, Any] = {"host": platform.node(), "python": platform.python_version(),
@@ -167,9 +163,7 @@ def _static_device_info(index: int) -> dict[str, Any]:
 def _static_smi() -> list[str] | None:
     """The driver and the maximum clocks, asked once per Worker (the GPU Worker's start already
     asked, in its CUDA-init thread: worker/early.py)."""
-    from kernel_lsp.engine.worker import early
-
-    return early.static_smi() or _nvidia_smi(early.STATIC_FIELDS)
+    return early.static_smi() or early.nvidia_smi(early.STATIC_FIELDS)
 
 
 def _num(text: str) -> float | str:
@@ -186,7 +180,7 @@ def device_info(device: str | None = None) -> dict[str, Any]:
         index = int(device.split(":", 1)[1])
     info = dict(_static_device_info(index))
     if info.get("cuda"):
-        smi = _nvidia_smi("clocks.sm,clocks.mem,temperature.gpu,power.draw")
+        smi = early.nvidia_smi("clocks.sm,clocks.mem,temperature.gpu,power.draw")
         if smi:
             info.update(sm_clock_mhz=_num(smi[0]), mem_clock_mhz=_num(smi[1]),
                         temperature_c=_num(smi[2]), power_w=_num(smi[3]), clocks_source="nvidia-smi")
