@@ -558,12 +558,6 @@ def _timing_sets(h: Harness, options: EngineOptions) -> list[list[Any]]:
     return [first.values] + [h.make_inputs(h.seed + i).values for i in range(1, n)]
 
 
-def _time(fn: Any, sets: list[list[Any]], dev: torch.device, options: EngineOptions,
-          side_streams: bool = False) -> bench.BenchResult:
-    return bench.time_fn(fn, sets, dev, warmup=options.warmup, min_runs=options.runs,
-                         max_runs=options.max_runs, budget_s=options.bench_seconds, side_streams=side_streams)
-
-
 def _bench(h: Harness, options: EngineOptions, ev: Evaluation, extra: dict[str, Any], notes: list[str],
            candidate_too: bool, flops: int | None = None, nbytes: int = 0,
            integrity: Integrity | None = None) -> None:
@@ -597,7 +591,7 @@ def _bench_on(h: Harness, options: EngineOptions, ev: Evaluation, extra: dict[st
     phases["torch_compile_s"] = (bench._perf_counter_ns() - t_phase) / 1e9
     if integrity is not None:  # torch.compile's lazy imports are ours; the candidate ran nothing since verify
         integrity.rebase()
-    lead_us = _lead_us(h, sets, dev, plan, compiled_fn if measure else None)
+    lead_us = _lead_us(h, sets, dev, plan, compiled_fn)
     fns: list[Any] = ([h.candidate_fn] if candidate_too else []) + ([h.model] if measure else []) \
         + ([compiled_fn] if compiled_fn is not None else [])
     t_phase = bench._perf_counter_ns()
