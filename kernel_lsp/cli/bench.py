@@ -98,17 +98,22 @@ def _accept_less_accurate() -> bool:
 def _early_prebuild(engine: Any, rows: list[tuple[str, Task | None, Candidate | None, str]]) -> Any:
     """Build the first candidate that needs a build in the CPU pool while the GPU Worker starts
     (its torch import and CUDA init), when the GPU's arch is known without it (nvidia-smi): the
-    evaluation then finds the pool warm and the build cached. None where it cannot start early."""
+    evaluation then finds the pool warm and the build cached. None where it cannot start early;
+    a future that builds nothing where nvidia-smi names no arch."""
     from kernel_lsp.config import detect_arch
     from kernel_lsp.engine.caller.client import needs_build
 
     if getattr(engine, "kind", "local") != "local":  # a cluster's GPUs are not this machine's
         return None
     first = next(((t, c) for _, t, c, _ in rows if t is not None and c is not None and needs_build(c)), None)
-    arch = detect_arch() if first is not None else None
-    if first is None or arch is None or not hasattr(engine, "prebuild"):
+    if first is None or not hasattr(engine, "prebuild"):
         return None
-    return asyncio.ensure_future(engine.prebuild(first[0], first[1], {"arch": arch}))
+
+    async def build() -> None:
+        arch = await asyncio.to_thread(detect_arch)  # nvidia-smi, off the loop: the Worker's start goes on
+        if arch is not None:
+            await engine.prebuild(first[0], first[1], {"arch": arch})
+    return asyncio.ensure_future(build())
 
 
 def _see(engine: Any, rows: list[tuple[str, Task | None, Candidate | None, str]]) -> None:

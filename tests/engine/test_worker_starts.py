@@ -90,6 +90,42 @@ def test_cli_bench_starts_one_worker(tmp_path):
     assert doc["targets"][0]["verdict"] == "correct"
 
 
+async def test_the_cli_early_build_asks_nvidia_smi_off_the_event_loop(monkeypatch):
+    """`kernel-lsp bench`'s early build: the arch comes from nvidia-smi in a thread (the Worker's
+    start, begun by device_info, does not wait for it), and without one nothing is built early."""
+    import threading
+
+    from kernel_lsp import config
+    from kernel_lsp.cli import bench as cli_bench
+
+    loop_thread = threading.current_thread()
+    asked: list[threading.Thread] = []
+    built: list[dict] = []
+
+    class FakeEngine:
+        kind = "local"
+
+        async def prebuild(self, task, cand, options):
+            built.append(options)
+
+    task = Task(name="t", reference_source="x = 1\n", reference_path="/tmp/t.py")
+    cuda = Candidate(source="__global__ void k() {}\n", kind="cuda")
+    rows = [("t.py", task, cuda, "")]
+    for arch, want in (("sm_90", [{"arch": "sm_90"}]), (None, [])):
+        built.clear()
+
+        def detect(arch=arch):
+            asked.append(threading.current_thread())
+            return arch
+        monkeypatch.setattr(config, "detect_arch", detect)
+        fut = cli_bench._early_prebuild(FakeEngine(), rows)
+        assert fut is not None
+        await fut
+        assert built == want
+    assert asked and all(t is not loop_thread for t in asked)
+    assert cli_bench._early_prebuild(FakeEngine(), [("t.py", task, None, "")]) is None  # nothing to build
+
+
 def test_only_the_engines_gpu_worker_initializes_cuda_early(monkeypatch):
     assert early.wanted({protocol.WORKER_ROLE_ENV: protocol.GPU_ROLE})
     assert not early.wanted({protocol.WORKER_ROLE_ENV: protocol.GPU_ROLE, "CUDA_VISIBLE_DEVICES": ""})  # the pool
