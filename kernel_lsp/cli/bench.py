@@ -427,6 +427,7 @@ async def _profile(ns: argparse.Namespace, err: TextIO) -> list[dict[str, Any]]:
                 continue
             prof = await engine.profile(task, cand, timeout=timeout, options=opts)
             results.append({"target": task.name, "candidate": cand.id if cand else None, "profile": prof})
+        await prepare.finish(prep)
     return results
 
 
