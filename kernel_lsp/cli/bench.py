@@ -238,13 +238,11 @@ def _reference_only(ev: Evaluation) -> bool:
     return ev.verdict == "not_run" and ev.message == "the reference alone" and ev.eager is not None
 
 
-def status(ev: Evaluation, accept_less_accurate: bool | None = None) -> int:
+def status(ev: Evaluation) -> int:
     """This target's exit status: 0 correct (or a reference timed), 1 a problem, 2 could not run.
     A `less_accurate` candidate is a problem unless the accept_less_accurate setting counts it."""
     if ev.verdict == "correct":
-        if accept_less_accurate is None:
-            accept_less_accurate = _accept_less_accurate()
-        return PROBLEM if disqualified_by(ev.flags, accept_less_accurate) else OK
+        return PROBLEM if disqualified_by(ev.flags, _accept_less_accurate()) else OK
     if _reference_only(ev):
         return OK
     return CANNOT_RUN if could_not_run(ev.verdict, ev.message) else PROBLEM
