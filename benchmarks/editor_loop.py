@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 sys.path.insert(0, str(ROOT))
 
+from kernel_lsp.cli.numbers import ratio_spread  # noqa: E402  (stdlib + model only, as the store)
 from kernel_lsp.store import Store  # noqa: E402  (stdlib + model only: fine without LSP packages)
 
 # -- the tasks --------------------------------------------------------------------------------------
@@ -356,15 +357,13 @@ def fresh_env(cache: Path, smoke: bool) -> dict[str, str]:
 
 def ratios(ev: Any) -> dict[str, Any]:
     """Both ratios with their spreads (a ratio is as uncertain as the noisier of its timings)."""
-    def spread(*ts: Any) -> float | None:
-        s = [t.spread_pct for t in ts if t is not None]
-        return max(s) if s else None
     b = ev.baselines or {}
     return {"verdict": ev.verdict, "time_ms": ev.time.median_ms if ev.time else None,
             "eager_ms": ev.eager.median_ms if ev.eager else None,
             "compile_ms": ev.compiled.median_ms if ev.compiled else None,
             "speedup_eager": ev.speedup_eager, "speedup_compile": ev.speedup_compile,
-            "eager_spread_pct": spread(ev.time, ev.eager), "compile_spread_pct": spread(ev.time, ev.compiled),
+            "eager_spread_pct": ratio_spread(ev.time, ev.eager),
+            "compile_spread_pct": ratio_spread(ev.time, ev.compiled),
             "baselines_cached": b.get("cached"), "baselines_measured_at": b.get("measured_at")}
 
 

@@ -98,17 +98,22 @@ def _accept_less_accurate() -> bool:
 def _early_prebuild(engine: Any, rows: list[tuple[str, Task | None, Candidate | None, str]]) -> Any:
     """Build the first candidate that needs a build in the CPU pool while the GPU Worker starts
     (its torch import and CUDA init), when the GPU's arch is known without it (nvidia-smi): the
-    evaluation then finds the pool warm and the build cached. None where it cannot start early."""
+    evaluation then finds the pool warm and the build cached. None where it cannot start early;
+    a future that builds nothing where nvidia-smi names no arch."""
     from kernel_lsp.config import detect_arch
     from kernel_lsp.engine.caller.client import needs_build
 
     if getattr(engine, "kind", "local") != "local":  # a cluster's GPUs are not this machine's
         return None
     first = next(((t, c) for _, t, c, _ in rows if t is not None and c is not None and needs_build(c)), None)
-    arch = detect_arch() if first is not None else None
-    if first is None or arch is None or not hasattr(engine, "prebuild"):
+    if first is None or not hasattr(engine, "prebuild"):
         return None
-    return asyncio.ensure_future(engine.prebuild(first[0], first[1], {"arch": arch}))
+
+    async def build() -> None:
+        arch = await asyncio.to_thread(detect_arch)  # nvidia-smi, off the loop: the Worker's start goes on
+        if arch is not None:
+            await engine.prebuild(first[0], first[1], {"arch": arch})
+    return asyncio.ensure_future(build())
 
 
 def _see(engine: Any, rows: list[tuple[str, Task | None, Candidate | None, str]]) -> None:
@@ -233,13 +238,11 @@ def _reference_only(ev: Evaluation) -> bool:
     return ev.verdict == "not_run" and ev.message == "the reference alone" and ev.eager is not None
 
 
-def status(ev: Evaluation, accept_less_accurate: bool | None = None) -> int:
+def status(ev: Evaluation) -> int:
     """This target's exit status: 0 correct (or a reference timed), 1 a problem, 2 could not run.
     A `less_accurate` candidate is a problem unless the accept_less_accurate setting counts it."""
     if ev.verdict == "correct":
-        if accept_less_accurate is None:
-            accept_less_accurate = _accept_less_accurate()
-        return PROBLEM if disqualified_by(ev.flags, accept_less_accurate) else OK
+        return PROBLEM if disqualified_by(ev.flags, _accept_less_accurate()) else OK
     if _reference_only(ev):
         return OK
     return CANNOT_RUN if could_not_run(ev.verdict, ev.message) else PROBLEM
@@ -422,6 +425,7 @@ async def _profile(ns: argparse.Namespace, err: TextIO) -> list[dict[str, Any]]:
                 continue
             prof = await engine.profile(task, cand, timeout=timeout, options=opts)
             results.append({"target": task.name, "candidate": cand.id if cand else None, "profile": prof})
+        await prepare.finish(prep)
     return results
 
 

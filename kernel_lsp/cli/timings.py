@@ -27,7 +27,7 @@ def process_age_s() -> float | None:
 
 
 class Phases:
-    """Named spans in the order they ran; `mark(name)` closes the span that began at the last mark."""
+    """Named spans in the order they ran; `begin(name)` closes the span under way and opens `name`."""
 
     def __init__(self) -> None:
         age = process_age_s()

@@ -90,10 +90,70 @@ def test_cli_bench_starts_one_worker(tmp_path):
     assert doc["targets"][0]["verdict"] == "correct"
 
 
+async def test_the_cli_early_build_asks_nvidia_smi_off_the_event_loop(monkeypatch):
+    """`kernel-lsp bench`'s early build: the arch comes from nvidia-smi in a thread (the Worker's
+    start, begun by device_info, does not wait for it), and without one nothing is built early."""
+    import threading
+
+    from kernel_lsp import config
+    from kernel_lsp.cli import bench as cli_bench
+
+    loop_thread = threading.current_thread()
+    asked: list[threading.Thread] = []
+    built: list[dict] = []
+
+    class FakeEngine:
+        kind = "local"
+
+        async def prebuild(self, task, cand, options):
+            built.append(options)
+
+    task = Task(name="t", reference_source="x = 1\n", reference_path="/tmp/t.py")
+    cuda = Candidate(source="__global__ void k() {}\n", kind="cuda")
+    rows = [("t.py", task, cuda, "")]
+    for arch, want in (("sm_90", [{"arch": "sm_90"}]), (None, [])):
+        built.clear()
+
+        def detect(arch=arch):
+            asked.append(threading.current_thread())
+            return arch
+        monkeypatch.setattr(config, "detect_arch", detect)
+        fut = cli_bench._early_prebuild(FakeEngine(), rows)
+        assert fut is not None
+        await fut
+        assert built == want
+    assert asked and all(t is not loop_thread for t in asked)
+    assert cli_bench._early_prebuild(FakeEngine(), [("t.py", task, None, "")]) is None  # nothing to build
+
+
 def test_only_the_engines_gpu_worker_initializes_cuda_early(monkeypatch):
     assert early.wanted({protocol.WORKER_ROLE_ENV: protocol.GPU_ROLE})
     assert not early.wanted({protocol.WORKER_ROLE_ENV: protocol.GPU_ROLE, "CUDA_VISIBLE_DEVICES": ""})  # the pool
     assert not early.wanted({})
+
+
+def test_the_device_facts_read_nvidia_smi_through_early(monkeypatch):
+    """A GPU's clocks (every device_info) and its fixed facts where the start's thread did not read
+    them (a Worker without the GPU role) come from early.nvidia_smi; the CUDA branch, on a CPU."""
+    from kernel_lsp.engine.worker import run
+
+    asked: list[str] = []
+
+    def smi(fields: str) -> list[str]:
+        asked.append(fields)
+        return ["535.1", "1980", "2619"] if fields == early.STATIC_FIELDS else ["1755", "2619", "41", "120.5"]
+
+    monkeypatch.setattr(early, "nvidia_smi", smi)
+    monkeypatch.setattr(early, "static_smi", lambda: None)
+    monkeypatch.setattr(run, "_static_device_info", lambda index: {"cuda": True, "index": index})
+    run._static_smi.cache_clear()
+    try:
+        info = run.device_info("cuda:0")
+        assert info["sm_clock_mhz"] == 1755.0 and info["power_w"] == 120.5 and info["clocks_source"] == "nvidia-smi"
+        assert run._static_smi() == ["535.1", "1980", "2619"]
+        assert asked == ["clocks.sm,clocks.mem,temperature.gpu,power.draw", early.STATIC_FIELDS]
+    finally:
+        run._static_smi.cache_clear()
 
 
 async def test_the_gpu_worker_imports_the_evaluation_modules_before_it_is_ready():

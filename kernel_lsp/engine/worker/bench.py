@@ -157,41 +157,17 @@ def time_fn(fn: Callable[..., Any], input_sets: list[list[Any]], device: torch.d
     if not input_sets:
         input_sets = [[]]
     with torch.no_grad():
-        if device.type == "cuda":
-            res = _time_cuda(fn, input_sets, device, warmup, min_runs, max_runs, budget_s, flush_l2,
-                             lead_cycles(device, lead_us))
-            if side_streams:
-                _side_streams(fn, input_sets, device, res, flush_l2)
-            return res
-        return _time_cpu(fn, input_sets, warmup, min_runs, max_runs, budget_s)
+        res = _time_turns([fn], input_sets, device, warmup, min_runs, max_runs, budget_s, flush_l2, lead_us,
+                          name_raiser=False)[0]
+        if device.type == "cuda" and side_streams:
+            _side_streams(fn, input_sets, device, res, flush_l2)
+        return res
 
 
 def _runs_for(est_ms: float, min_runs: int, max_runs: int, budget_s: float) -> int:
     if est_ms <= 0:
         return max_runs
     return int(_max(min_runs, _min(max_runs, budget_s * 1000.0 / est_ms)))
-
-
-def _time_cpu(fn: Callable[..., Any], sets: list[list[Any]], warmup: int, min_runs: int,
-              max_runs: int, budget_s: float) -> BenchResult:
-    n = _len(sets)
-    warm: list[float] = []
-    for i in range(_max(1, warmup)):
-        t0 = _perf_counter_ns()
-        fn(*sets[i % n])
-        warm.append((_perf_counter_ns() - t0) / 1e6)
-    runs = _runs_for(_sorted(warm)[_len(warm) // 2], min_runs, max_runs, budget_s)
-    samples: list[float] = []
-    deadline = _perf_counter_ns() + int(budget_s * 1.5e9)
-    for r in range(runs):
-        args = sets[r % n]
-        t0 = _perf_counter_ns()
-        fn(*args)
-        samples.append((_perf_counter_ns() - t0) / 1e6)
-        if r + 1 >= min_runs and _perf_counter_ns() > deadline:
-            break
-    return BenchResult(timing=stats(samples), samples_ms=samples,
-                       notes=["CPU: perf_counter_ns per call; caches not flushed"])
 
 
 def _cuda_run(fn: Callable[..., Any], args: list[Any], flush: torch.Tensor | None,
@@ -206,25 +182,6 @@ def _cuda_run(fn: Callable[..., Any], args: list[Any], flush: torch.Tensor | Non
     _event_record(end)
     _cuda_sync()
     return _event_elapsed(start, end)
-
-
-def _time_cuda(fn: Callable[..., Any], sets: list[list[Any]], device: torch.device, warmup: int,
-               min_runs: int, max_runs: int, budget_s: float, flush_l2: bool,
-               lead: int = LEAD_CYCLES) -> BenchResult:
-    with torch.cuda.device(device):
-        flush = l2_flush_buffer(device) if flush_l2 else None
-        events = (_Event(enable_timing=True), _Event(enable_timing=True))
-        n = _len(sets)
-        warm = [_cuda_run(fn, sets[i % n], flush, events, lead) for i in range(_max(1, warmup))]
-        runs = _runs_for(_sorted(warm)[_len(warm) // 2] + 0.01, min_runs, max_runs, budget_s)
-        samples: list[float] = []
-        deadline = _perf_counter_ns() + int(budget_s * 1.5e9)
-        for r in range(runs):
-            samples.append(_cuda_run(fn, sets[r % n], flush, events, lead))
-            if r + 1 >= min_runs and _perf_counter_ns() > deadline:
-                break
-    ev_t = stats(samples)
-    return BenchResult(timing=ev_t, samples_ms=samples, event_timing=ev_t)
 
 
 class TimedCallError(Exception):
@@ -245,36 +202,50 @@ def time_interleaved(fns: list[Callable[..., Any]], input_sets: list[list[Any]],
     device = torch.device(device)
     if not input_sets:
         input_sets = [[]]
-    n, k = _len(input_sets), _len(fns)
     with torch.no_grad():
-        if device.type == "cuda":
-            with torch.cuda.device(device):
-                flush = l2_flush_buffer(device) if flush_l2 else None
-                events = (_Event(enable_timing=True), _Event(enable_timing=True))
-                lead = lead_cycles(device, lead_us)
+        return _time_turns(fns, input_sets, device, warmup, min_runs, max_runs, budget_s, flush_l2, lead_us,
+                           name_raiser=True)
 
-                def one(i: int, args: list[Any]) -> float:
-                    try:
-                        return _cuda_run(fns[i], args, flush, events, lead)
-                    except Exception as exc:
+
+def _time_turns(fns: list[Callable[..., Any]], sets: list[list[Any]], device: torch.device, warmup: int,
+                min_runs: int, max_runs: int, budget_s: float, flush_l2: bool, lead_us: float | None,
+                name_raiser: bool) -> list[BenchResult]:
+    """The one timing loop of time_fn (one callable) and time_interleaved (several, in turn).
+    `name_raiser`: a call that raises is re-raised as TimedCallError(its index)."""
+    n, k = _len(sets), _len(fns)
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            flush = l2_flush_buffer(device) if flush_l2 else None
+            events = (_Event(enable_timing=True), _Event(enable_timing=True))
+            lead = lead_cycles(device, lead_us)
+
+            def one(i: int, args: list[Any]) -> float:
+                try:
+                    return _cuda_run(fns[i], args, flush, events, lead)
+                except Exception as exc:
+                    if name_raiser:
                         raise TimedCallError(i, exc) from exc
-                return _interleave(one, k, n, input_sets, warmup, min_runs, max_runs, budget_s, 0.01)
+                    raise
+            return _interleave(one, k, n, sets, warmup, min_runs, max_runs, budget_s, 0.01)
 
-        def one_cpu(i: int, args: list[Any]) -> float:
-            t0 = _perf_counter_ns()
-            try:
-                fns[i](*args)
-            except Exception as exc:
+    def one_cpu(i: int, args: list[Any]) -> float:
+        fn = fns[i]
+        t0 = _perf_counter_ns()
+        try:
+            fn(*args)
+        except Exception as exc:
+            if name_raiser:
                 raise TimedCallError(i, exc) from exc
-            return (_perf_counter_ns() - t0) / 1e6
-        # The CPU's caches are not flushed: a call right after another callable's would find them
-        # cold, where a call timed alone (a kept baseline's candidate) finds them warm. So on the
-        # CPU the turns are blocks of CPU_BLOCK calls, the first of each not counted.
-        out = _interleave(one_cpu, k, n, input_sets, warmup, min_runs, max_runs, budget_s, 0.0,
-                          block=CPU_BLOCK if k > 1 else 1)
-        for r in out:
-            r.notes.append("CPU: perf_counter_ns per call; caches not flushed")
-        return out
+            raise
+        return (_perf_counter_ns() - t0) / 1e6
+    # The CPU's caches are not flushed: a call right after another callable's would find them
+    # cold, where a call timed alone (a kept baseline's candidate) finds them warm. So on the
+    # CPU the turns are blocks of CPU_BLOCK calls, the first of each not counted.
+    out = _interleave(one_cpu, k, n, sets, warmup, min_runs, max_runs, budget_s, 0.0,
+                      block=CPU_BLOCK if k > 1 else 1)
+    for r in out:
+        r.notes.append("CPU: perf_counter_ns per call; caches not flushed")
+    return out
 
 
 def _interleave(one: Callable[[int, list[Any]], float], k: int, n: int, sets: list[list[Any]], warmup: int,

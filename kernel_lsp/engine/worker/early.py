@@ -94,7 +94,6 @@ def start() -> bool:
         return False
     t = threading.Thread(target=_init_driver, name="kernel-lsp-cuda-init", daemon=True)
     _thread.append(t)
-    _state["started"] = time.perf_counter()
     t.start()
     return True
 
@@ -105,7 +104,7 @@ def wait(timeout: float | None = None) -> dict[str, Any]:
         return {}
     _thread[0].join(timeout)
     out = {k: round(v, 3) if isinstance(v, float) else v for k, v in _state.items()
-           if k not in ("started", "smi_static")}
+           if k != "smi_static"}
     if _thread[0].is_alive():
         out["state"] = "still running"
     return out

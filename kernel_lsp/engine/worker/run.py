@@ -36,7 +36,7 @@ except Exception:  # pragma: no cover - a torch without dynamo still evaluates
     pass
 
 from kernel_lsp.engine.worker import baselines as kept_baselines
-from kernel_lsp.engine.worker import build_failure, gpu_share, launch_limits
+from kernel_lsp.engine.worker import build_failure, early, gpu_share, launch_limits
 from kernel_lsp.engine.worker import profile as profile_mod
 from kernel_lsp.engine.worker import roofline, static_checks
 from kernel_lsp.engine.worker.options import EngineOptions, OptionsError
@@ -139,10 +139,6 @@ def _is_timer(name: str) -> bool:
 
 # -- device facts ---------------------------------------------------------------------------------
 
-def _nvidia_smi(fields: str) -> list[str] | None:
-    return early.nvidia_smi(fields)
-
-
 @functools.cache
 def _static_device_info(index: int) -> dict[str, Any]:
     info: dict[str, Any] = {"host": platform.node(), "python": platform.python_version(),
@@ -167,9 +163,7 @@ def _static_device_info(index: int) -> dict[str, Any]:
 def _static_smi() -> list[str] | None:
     """The driver and the maximum clocks, asked once per Worker (the GPU Worker's start already
     asked, in its CUDA-init thread: worker/early.py)."""
-    from kernel_lsp.engine.worker import early
-
-    return early.static_smi() or _nvidia_smi(early.STATIC_FIELDS)
+    return early.static_smi() or early.nvidia_smi(early.STATIC_FIELDS)
 
 
 def _num(text: str) -> float | str:
@@ -186,7 +180,7 @@ def device_info(device: str | None = None) -> dict[str, Any]:
         index = int(device.split(":", 1)[1])
     info = dict(_static_device_info(index))
     if info.get("cuda"):
-        smi = _nvidia_smi("clocks.sm,clocks.mem,temperature.gpu,power.draw")
+        smi = early.nvidia_smi("clocks.sm,clocks.mem,temperature.gpu,power.draw")
         if smi:
             info.update(sm_clock_mhz=_num(smi[0]), mem_clock_mhz=_num(smi[1]),
                         temperature_c=_num(smi[2]), power_w=_num(smi[3]), clocks_source="nvidia-smi")
@@ -564,12 +558,6 @@ def _timing_sets(h: Harness, options: EngineOptions) -> list[list[Any]]:
     return [first.values] + [h.make_inputs(h.seed + i).values for i in range(1, n)]
 
 
-def _time(fn: Any, sets: list[list[Any]], dev: torch.device, options: EngineOptions,
-          side_streams: bool = False) -> bench.BenchResult:
-    return bench.time_fn(fn, sets, dev, warmup=options.warmup, min_runs=options.runs,
-                         max_runs=options.max_runs, budget_s=options.bench_seconds, side_streams=side_streams)
-
-
 def _bench(h: Harness, options: EngineOptions, ev: Evaluation, extra: dict[str, Any], notes: list[str],
            candidate_too: bool, flops: int | None = None, nbytes: int = 0,
            integrity: Integrity | None = None) -> None:
@@ -603,7 +591,7 @@ def _bench_on(h: Harness, options: EngineOptions, ev: Evaluation, extra: dict[st
     phases["torch_compile_s"] = (bench._perf_counter_ns() - t_phase) / 1e9
     if integrity is not None:  # torch.compile's lazy imports are ours; the candidate ran nothing since verify
         integrity.rebase()
-    lead_us = _lead_us(h, sets, dev, plan, compiled_fn if measure else None)
+    lead_us = _lead_us(h, sets, dev, plan, compiled_fn)
     fns: list[Any] = ([h.candidate_fn] if candidate_too else []) + ([h.model] if measure else []) \
         + ([compiled_fn] if compiled_fn is not None else [])
     t_phase = bench._perf_counter_ns()
