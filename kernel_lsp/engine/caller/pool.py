@@ -123,11 +123,7 @@ class BuildPool:
                 raise
             finally:
                 if w is not None:
-                    self._busy.discard(w)
-                    if w.alive and not self._closed:
-                        self._idle.append(w)
-                    else:
-                        w.kill()
+                    self._release(w)
 
     async def prepare(self, announce: Any = None, options: dict[str, Any] | None = None,
                       timeout: float = PREPARE_TIMEOUT) -> dict[str, Any]:
@@ -167,11 +163,15 @@ class BuildPool:
                 raise
             finally:
                 if w is not None:
-                    self._busy.discard(w)
-                    if w.alive and not self._closed:
-                        self._idle.append(w)  # warm (torch imported) for the first build
-                    else:
-                        w.kill()
+                    self._release(w)  # warm (torch imported) for the first build
+
+    def _release(self, w: WorkerProcess) -> None:
+        """A slot's Worker back to the idle list, or ended when it died or the pool closed."""
+        self._busy.discard(w)
+        if w.alive and not self._closed:
+            self._idle.append(w)
+        else:
+            w.kill()
 
     def _drop(self, w: WorkerProcess | None) -> None:
         if w is None:
