@@ -414,9 +414,7 @@ class Engine:
         its later evaluate finds the build in the cache. Its result is advisory: a
         candidate that touches the GPU at import fails here but may run on the Worker."""
         self._see(task)
-        if self._pool is None:
-            self._pool = BuildPool(python=self.python, env=self.extra_env, cwd=self.cwd,
-                                   sandbox=self._sandbox_spec())
+        pool = self._build_pool()
         opts = {**self.options, **(options or {})}
         if "arch" not in opts:
             arch = self._arch()
@@ -440,8 +438,8 @@ class Engine:
         key = (candidate.kind, candidate.source, filename, repr(sorted(opts.items())))
         entry = self._prebuilds.get(key)
         if entry is None:
-            job = asyncio.ensure_future(self._pool.build(candidate.kind, candidate.source, filename, opts,
-                                                         timeout=timeout, readable=self._readable))
+            job = asyncio.ensure_future(pool.build(candidate.kind, candidate.source, filename, opts,
+                                                   timeout=timeout, readable=self._readable))
             entry = self._prebuilds[key] = [job, 0]
             job.add_done_callback(lambda j, k=key: self._prebuilds.pop(k, None)
                                   if self._prebuilds.get(k, [None])[0] is j else None)
@@ -458,11 +456,16 @@ class Engine:
     async def prepare_builds(self, announce: Any = None, timeout: float | None = None) -> dict[str, Any]:
         """Make the fast build's precompiled torch headers now, in a build-pool Worker, so that
         the first build does not (``BuildPool.prepare``)."""
+        kw = {"timeout": timeout} if timeout else {}
+        return await self._build_pool().prepare(announce, {k: v for k, v in self.options.items() if k == "nvcc"},
+                                                **kw)
+
+    def _build_pool(self) -> BuildPool:
+        """The CPU build pool (made at first need, with the Workers' sandbox)."""
         if self._pool is None:
             self._pool = BuildPool(python=self.python, env=self.extra_env, cwd=self.cwd,
                                    sandbox=self._sandbox_spec())
-        kw = {"timeout": timeout} if timeout else {}
-        return await self._pool.prepare(announce, {k: v for k, v in self.options.items() if k == "nvcc"}, **kw)
+        return self._pool
 
     # -- the sandbox --------------------------------------------------------------
 
