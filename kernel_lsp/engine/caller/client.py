@@ -217,10 +217,7 @@ class Engine:
         if not gpu_lock.enabled():
             return None
         if self._gpu is None:
-            if self._device_info is None:
-                self._device_info = await self.request("device_info", timeout=self.start_timeout,
-                                                       warm=self.warm, progress=progress)
-            info = self._device_info or {}
+            info = await self.device_info(progress=progress)
             self._gpu = str(info.get("uuid") or "") if info.get("cuda") else ""
         return self._gpu or None
 
@@ -391,10 +388,10 @@ class Engine:
         except Exception as exc:  # noqa: BLE001 - advisory: the evaluation compiles it anyway
             log.info("preparing the reference of %s failed: %s", task.name, exc)
 
-    async def device_info(self, timeout: float | None = None) -> dict[str, Any]:
+    async def device_info(self, timeout: float | None = None, progress: Progress | None = None) -> dict[str, Any]:
         if self._device_info is None:
             self._device_info = await self.request("device_info", timeout=timeout or self.start_timeout,
-                                                   warm=self.warm)
+                                                   warm=self.warm, progress=progress)
         return dict(self._device_info)
 
     def _arch(self) -> str | None:
