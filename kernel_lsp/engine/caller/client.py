@@ -446,6 +446,7 @@ class Engine:
         except asyncio.CancelledError:
             if entry[1] == 1 and not entry[0].done():
                 entry[0].cancel()  # the last one waiting: the build is moot
+                self._prebuilds.pop(key, None)  # and the next ask starts one, not joins this one
             raise
         finally:
             entry[1] -= 1
