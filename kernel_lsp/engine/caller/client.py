@@ -171,7 +171,7 @@ class Engine:
         """(result, fatal): fatal when the Worker answered and then had to go."""
         deadline = self.timeout if timeout is None else timeout
         said: list[str] = []
-        if resume and progress is not None:  # report `resume` after a start or warm-up was reported
+        if resume and progress is not None:  # report `resume` after a start, warm-up or GPU wait was reported
             outer = progress
 
             def progress(step: str, *rest: Any) -> Any:  # type: ignore[no-redef]
@@ -182,10 +182,10 @@ class Engine:
             if op == "evaluate":
                 self._evaluations += 1
             w = await self._ensure(progress, warm)
-            if said:
-                await _report(progress, resume)  # type: ignore[arg-type]
             async with gpu_lock.gpu_turn(key, op, progress=progress) as waited:
                 self.gpu_waited = waited  # the deadline starts now: waiting is never a timeout
+                if said:
+                    await _report(progress, resume)  # type: ignore[arg-type]
                 return await self._call_now(w, op, params, deadline)
 
     async def _call_now(self, w: WorkerProcess, op: str, params: dict[str, Any] | None,
