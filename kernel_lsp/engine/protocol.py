@@ -12,6 +12,7 @@ Also here: how a dead Worker's exit status and stderr become a verdict. Stdlib o
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
 import traceback
@@ -157,11 +158,14 @@ def baseline_key(parts: dict[str, Any]) -> str:
 REFERENCE_ROOTS = ("Model", "get_inputs", "get_init_inputs")
 
 
+@functools.lru_cache(maxsize=32)
 def reference_fingerprint(source: str) -> str:
     """A hash of what the reference's timing depends on: `Model`, `get_inputs`,
     `get_init_inputs` and the module-level statements they use (imports, constants, helpers),
     as syntax, so that comments, formatting and a `ModelNew` (with its CUDA strings and
-    load_inline) sharing the file do not change it. Unparsable text: the whole text."""
+    load_inline) sharing the file do not change it. Unparsable text: the whole text.
+    Kept per text: an evaluation asks for it several times (the kept baselines, the reference's
+    torch.compile ahead, the server's profile), and a Search asks for every candidate."""
     import ast
     import hashlib
 

@@ -194,9 +194,7 @@ class KernelLanguageServer(LanguageServer):
 
     async def aclose(self) -> None:
         self.watcher.stop()
-        await self.build_cache.aclose()
-        await self.worker_warmup.aclose()
-        await self.jobs.aclose()
+        await self.jobs.aclose()  # the build cache's preparation and the Worker's start among them
         for feature in self.features:
             await feature.aclose()
         await self.host.aclose()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -32,8 +31,11 @@ class BuildCachePreparation:
         self.skipped = ""                           # why nothing was started
 
     def start(self) -> None:
+        """Run in the background as one of the server's jobs (not shown; cancelled at its close)."""
         if self.task is None:
-            self.task = asyncio.get_running_loop().create_task(self._run())
+            job = self.ls.jobs.start(("prepare", "build cache"), "Prepare the CUDA build cache", self._run(),
+                                     visible=False)
+            self.task = job.task
 
     async def _run(self) -> None:
         from kernel_lsp.engine.caller.pool import PREPARE_TITLE, preparing_wanted
@@ -75,8 +77,3 @@ class BuildCachePreparation:
                 progress.end(f"not made ({self.result.get('reason', state)}); a build makes them when it "
                              "needs them")
         log.info("CUDA build cache: %s", self.result)
-
-    async def aclose(self) -> None:
-        if self.task is not None and not self.task.done():
-            self.task.cancel()
-            await asyncio.gather(self.task, return_exceptions=True)

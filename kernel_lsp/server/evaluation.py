@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
@@ -416,15 +417,12 @@ class SaveSteps:
     where a save's seconds go: "measured x.py (version 3): compiling 1.52 s, evaluating 2.10 s, ...")."""
 
     def __init__(self) -> None:
-        import time
-
-        self._clock = time.monotonic
-        self.t0 = self._last = self._clock()
+        self.t0 = self._last = time.monotonic()
         self.rows: list[tuple[str, float]] = []
         self._open = "starting"
 
     def mark(self, name: str) -> None:
-        now = self._clock()
+        now = time.monotonic()
         self.rows.append((self._open, now - self._last))
         self._last, self._open = now, name
 
@@ -571,13 +569,11 @@ def baselines_kept(ev: Evaluation) -> bool:
 def baselines_words(ev: Evaluation) -> str:
     """"baselines kept from 2026-12-03 18:27 (Re-measure baselines to time them again)" or
     "baselines measured now, interleaved with this code" (and why they were not kept)."""
-    import time as _time
-
     b = getattr(ev, "baselines", None)
     if not isinstance(b, dict):
         return ""
     when = b.get("measured_at")
-    stamp = _time.strftime("%Y-%m-%d %H:%M", _time.localtime(when)) if isinstance(when, (int, float)) else "?"
+    stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(when)) if isinstance(when, (int, float)) else "?"
     if b.get("cached"):
         return f"baselines kept from {stamp} (Re-measure baselines to time them again)"
     words = "baselines measured now" + (", interleaved with this code" if b.get("interleaved") else "")

@@ -50,8 +50,10 @@ class WorkerWarmUp:
         self.compiled: dict | None = None  # the Worker's answer to prepare_compile
 
     def start(self) -> None:
+        """Run in the background as one of the server's jobs (not shown; cancelled at its close)."""
         if self.task is None:
-            self.task = asyncio.get_running_loop().create_task(self._run())
+            job = self.ls.jobs.start(("prepare", "gpu worker"), "Start the GPU Worker", self._run(), visible=False)
+            self.task = job.task
 
     async def _run(self) -> None:
         from kernel_lsp.config import detect_arch
@@ -74,8 +76,3 @@ class WorkerWarmUp:
             # A first save's torch.compile baseline then finds inductor imported and its workers up.
             self.compiled = await engine.prepare_compile()
             log.info("torch.compile prepared: %s", self.compiled)
-
-    async def aclose(self) -> None:
-        if self.task is not None and not self.task.done():
-            self.task.cancel()
-            await asyncio.gather(self.task, return_exceptions=True)

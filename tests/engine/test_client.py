@@ -14,7 +14,7 @@ from kernel_lsp.engine import Engine
 from kernel_lsp.engine.caller.client import EngineTimeout, WorkerDied, looks_secret, worker_environment
 from kernel_lsp.engine.caller.sandbox import Sandbox
 from kernel_lsp.engine.caller.sandbox import status as sandbox_status
-from kernel_lsp.model import Candidate, Task
+from kernel_lsp.model import Candidate, CompileResult, Task
 from kernel_lsp.store import Store
 
 # The stand-in run module, and no torch preload: these Workers start in a fraction of a second.
@@ -280,3 +280,36 @@ async def test_extension_candidates_are_compiled_in_the_pool_first(engine):
     plain: list[str] = []
     await engine.evaluate(TASK, cand("def run():\n    return 7\n"), progress=plain.append)
     assert "compiling" not in plain
+
+
+async def test_an_ask_right_after_a_cancelled_lone_prebuild_gets_a_build_of_its_own():
+    """A save cancelled mid-build (its ask was the build's only one) ends that build; the next
+    save of the same text, right after, starts a new build instead of joining the cancelled one
+    (which would cancel that save's evaluation too)."""
+
+    class SlowPool:
+        def __init__(self) -> None:
+            self.started = 0
+
+        async def build(self, kind, source, filename, options, timeout=None, readable=None):
+            self.started += 1
+            await asyncio.sleep(0.2)
+            return CompileResult(ok=True)
+
+        async def aclose(self) -> None:
+            pass
+
+    engine = Engine(options={"arch": "sm_90"}, env=FAKE, sandbox="off")
+    engine._pool = pool = SlowPool()  # type: ignore[assignment]
+    source = cand("# builds with load_inline\n")
+    try:
+        first = asyncio.ensure_future(engine.prebuild(TASK, source))
+        await asyncio.sleep(0.05)
+        first.cancel()
+        await asyncio.sleep(0)  # the lone ask is cancelled, and its build with it
+        assert first.cancelled()
+        again = await asyncio.wait_for(engine.prebuild(TASK, source), 10)
+        assert again.ok and pool.started == 2
+        assert engine._prebuilds == {}
+    finally:
+        await engine.aclose()

@@ -127,3 +127,35 @@ def test_the_engine_waits_outside_the_deadline_and_gives_up_with_could_not_run(l
     assert waited.evidence["gpu_wait_s"] >= 3.0
     assert busy.verdict == "not_run" and f"kernel-lsp pid {pid}" in busy.message, busy.message
     assert status(busy) == 2
+
+
+def test_after_waiting_for_the_gpu_the_progress_says_evaluating_again(lock_dir):
+    """The wait is shown while it lasts, and the evaluation after it is shown as evaluating (not
+    as the wait, in an editor's progress or in bench --timings' spans)."""
+    from kernel_lsp.engine import Engine
+    from kernel_lsp.model import Candidate, Task
+
+    fake = {"KERNEL_LSP_RUN_MODULE": "tests.engine.fake_run", "KERNEL_LSP_WORKER_PRELOAD": ""}
+    task = Task(name="toy", reference_path="toy.py", reference_source="# reference\n")
+    cand = Candidate(source="def run():\n    return 6\n", kind="python")
+
+    async def go():
+        engine = Engine(timeout=20.0, warm=False, env=fake, sandbox="off")
+
+        async def key(progress=None) -> str:
+            return "GPU-fake"
+        engine._gpu_key = key  # type: ignore[method-assign]
+        try:
+            await engine.ping()  # the Worker is up: only the wait is reported before the evaluation
+            other = hold("GPU-fake", 1.0)
+            phases: list[str] = []
+            ev = await engine.evaluate(task, cand, progress=phases.append)
+            other.wait(10)
+            return ev, phases
+        finally:
+            await engine.aclose()
+
+    ev, phases = asyncio.run(go())
+    assert ev.verdict == "correct", ev.message
+    waiting = [i for i, p in enumerate(phases) if p.startswith("waiting for the GPU")]
+    assert waiting and phases[waiting[0] + 1:] == ["evaluating", "done"], phases

@@ -171,7 +171,7 @@ class Engine:
         """(result, fatal): fatal when the Worker answered and then had to go."""
         deadline = self.timeout if timeout is None else timeout
         said: list[str] = []
-        if resume and progress is not None:  # report `resume` after a start or warm-up was reported
+        if resume and progress is not None:  # report `resume` after a start, warm-up or GPU wait was reported
             outer = progress
 
             def progress(step: str, *rest: Any) -> Any:  # type: ignore[no-redef]
@@ -182,10 +182,10 @@ class Engine:
             if op == "evaluate":
                 self._evaluations += 1
             w = await self._ensure(progress, warm)
-            if said:
-                await _report(progress, resume)  # type: ignore[arg-type]
             async with gpu_lock.gpu_turn(key, op, progress=progress) as waited:
                 self.gpu_waited = waited  # the deadline starts now: waiting is never a timeout
+                if said:
+                    await _report(progress, resume)  # type: ignore[arg-type]
                 return await self._call_now(w, op, params, deadline)
 
     async def _call_now(self, w: WorkerProcess, op: str, params: dict[str, Any] | None,
@@ -217,10 +217,7 @@ class Engine:
         if not gpu_lock.enabled():
             return None
         if self._gpu is None:
-            if self._device_info is None:
-                self._device_info = await self.request("device_info", timeout=self.start_timeout,
-                                                       warm=self.warm, progress=progress)
-            info = self._device_info or {}
+            info = await self.device_info(progress=progress)
             self._gpu = str(info.get("uuid") or "") if info.get("cuda") else ""
         return self._gpu or None
 
@@ -391,10 +388,10 @@ class Engine:
         except Exception as exc:  # noqa: BLE001 - advisory: the evaluation compiles it anyway
             log.info("preparing the reference of %s failed: %s", task.name, exc)
 
-    async def device_info(self, timeout: float | None = None) -> dict[str, Any]:
+    async def device_info(self, timeout: float | None = None, progress: Progress | None = None) -> dict[str, Any]:
         if self._device_info is None:
             self._device_info = await self.request("device_info", timeout=timeout or self.start_timeout,
-                                                   warm=self.warm)
+                                                   warm=self.warm, progress=progress)
         return dict(self._device_info)
 
     def _arch(self) -> str | None:
@@ -414,9 +411,7 @@ class Engine:
         its later evaluate finds the build in the cache. Its result is advisory: a
         candidate that touches the GPU at import fails here but may run on the Worker."""
         self._see(task)
-        if self._pool is None:
-            self._pool = BuildPool(python=self.python, env=self.extra_env, cwd=self.cwd,
-                                   sandbox=self._sandbox_spec())
+        pool = self._build_pool()
         opts = {**self.options, **(options or {})}
         if "arch" not in opts:
             arch = self._arch()
@@ -440,8 +435,8 @@ class Engine:
         key = (candidate.kind, candidate.source, filename, repr(sorted(opts.items())))
         entry = self._prebuilds.get(key)
         if entry is None:
-            job = asyncio.ensure_future(self._pool.build(candidate.kind, candidate.source, filename, opts,
-                                                         timeout=timeout, readable=self._readable))
+            job = asyncio.ensure_future(pool.build(candidate.kind, candidate.source, filename, opts,
+                                                   timeout=timeout, readable=self._readable))
             entry = self._prebuilds[key] = [job, 0]
             job.add_done_callback(lambda j, k=key: self._prebuilds.pop(k, None)
                                   if self._prebuilds.get(k, [None])[0] is j else None)
@@ -451,6 +446,7 @@ class Engine:
         except asyncio.CancelledError:
             if entry[1] == 1 and not entry[0].done():
                 entry[0].cancel()  # the last one waiting: the build is moot
+                self._prebuilds.pop(key, None)  # and the next ask starts one, not joins this one
             raise
         finally:
             entry[1] -= 1
@@ -458,11 +454,16 @@ class Engine:
     async def prepare_builds(self, announce: Any = None, timeout: float | None = None) -> dict[str, Any]:
         """Make the fast build's precompiled torch headers now, in a build-pool Worker, so that
         the first build does not (``BuildPool.prepare``)."""
+        kw = {"timeout": timeout} if timeout else {}
+        return await self._build_pool().prepare(announce, {k: v for k, v in self.options.items() if k == "nvcc"},
+                                                **kw)
+
+    def _build_pool(self) -> BuildPool:
+        """The CPU build pool (made at first need, with the Workers' sandbox)."""
         if self._pool is None:
             self._pool = BuildPool(python=self.python, env=self.extra_env, cwd=self.cwd,
                                    sandbox=self._sandbox_spec())
-        kw = {"timeout": timeout} if timeout else {}
-        return await self._pool.prepare(announce, {k: v for k, v in self.options.items() if k == "nvcc"}, **kw)
+        return self._pool
 
     # -- the sandbox --------------------------------------------------------------
 

@@ -90,5 +90,5 @@ async def open_or_local(kind: str | None = "local", **kw: Any) -> tuple[Executor
     except ExecutorUnavailable as exc:
         if (kind or "local") == "local":
             raise
-        local_kw = {k: kw[k] for k in ("store", "python", "device", "timeout", "options") if k in kw}
+        local_kw = {k: kw[k] for k in ("store", "python", "device", "timeout", "options", "baselines") if k in kw}
         return LocalExecutor(**local_kw), f"{exc}; running on this machine instead"

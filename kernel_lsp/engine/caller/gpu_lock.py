@@ -3,11 +3,12 @@
 Several kernel-lsp processes share a GPU (a CLI bench beside the editor's server, four benches
 started at once): each Engine's own lock orders only its own requests, and two evaluations of
 large Tasks at once can run the GPU out of memory, a verdict against a candidate that alone
-fits. So the GPU phase of an evaluation (the Worker's evaluate, profile and extract requests)
-takes `gpu_turn(key)` first: an exclusive `flock` on `<lock dir>/<GPU uuid>.lock`, where the lock
-dir is `$KERNEL_LSP_GPU_LOCK_DIR`, else `<temp dir>/kernel-lsp-gpu-locks` (one per machine, not
-per cache folder, so processes with different caches still take turns). The kernel drops the
-lock when its holder dies; nothing is left to clean up.
+fits. So the GPU phase of an evaluation (the Worker's requests in client.GPU_OPS: evaluate,
+profile, extract and the torch.compile preparations) takes `gpu_turn(key)` first: an exclusive
+`flock` on `<lock dir>/<GPU uuid>.lock`, where the lock dir is `$KERNEL_LSP_GPU_LOCK_DIR`, else
+`<temp dir>/kernel-lsp-gpu-locks` (one per machine, not per cache folder, so processes with
+different caches still take turns). The kernel drops the lock when its holder dies; nothing is
+left to clean up.
 
 The wait is polled from the event loop (never a blocked thread), shown through `progress`
 with who holds the GPU, and bounded: past `wait_s` it raises GPUBusy (the evaluation could not

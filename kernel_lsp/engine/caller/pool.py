@@ -123,11 +123,7 @@ class BuildPool:
                 raise
             finally:
                 if w is not None:
-                    self._busy.discard(w)
-                    if w.alive and not self._closed:
-                        self._idle.append(w)
-                    else:
-                        w.kill()
+                    self._release(w)
 
     async def prepare(self, announce: Any = None, options: dict[str, Any] | None = None,
                       timeout: float = PREPARE_TIMEOUT) -> dict[str, Any]:
@@ -167,11 +163,15 @@ class BuildPool:
                 raise
             finally:
                 if w is not None:
-                    self._busy.discard(w)
-                    if w.alive and not self._closed:
-                        self._idle.append(w)  # warm (torch imported) for the first build
-                    else:
-                        w.kill()
+                    self._release(w)  # warm (torch imported) for the first build
+
+    def _release(self, w: WorkerProcess) -> None:
+        """A slot's Worker back to the idle list, or ended when it died or the pool closed."""
+        self._busy.discard(w)
+        if w.alive and not self._closed:
+            self._idle.append(w)
+        else:
+            w.kill()
 
     def _drop(self, w: WorkerProcess | None) -> None:
         if w is None:
@@ -193,23 +193,14 @@ def needs_torch_headers(candidate: Candidate | None) -> bool:
     return candidate is not None and any(m in candidate.source for m in _TORCH_EXTENSION)
 
 
-def nvcc_present(env: dict[str, str] | None = None) -> bool:
-    """nvcc where the Worker looks for it (CUDA_HOME, PATH, /usr/local/cuda), without starting one."""
-    import shutil  # noqa: PLC0415
-
-    env = dict(os.environ if env is None else env)
-    home = env.get("CUDA_HOME")
-    return bool((home and os.path.exists(os.path.join(home, "bin", "nvcc")))
-                or shutil.which("nvcc", path=env.get("PATH")) or os.path.exists("/usr/local/cuda/bin/nvcc"))
-
-
-def preparing_wanted(env: dict[str, str] | None = None) -> tuple[bool, str]:
+def preparing_wanted() -> tuple[bool, str]:
     """(whether to make the headers ahead, why not): $KERNEL_LSP_PREPARE_BUILDS=0 turns it off."""
-    env = dict(os.environ if env is None else env)
-    if env.get("KERNEL_LSP_PREPARE_BUILDS", "1").strip().lower() in ("0", "false", "no", "off"):
+    from kernel_lsp.toolchain.nvcc import find_nvcc  # noqa: PLC0415
+
+    if os.environ.get("KERNEL_LSP_PREPARE_BUILDS", "1").strip().lower() in ("0", "false", "no", "off"):
         return False, "KERNEL_LSP_PREPARE_BUILDS is off"
-    if env.get("KERNEL_LSP_FAST_INLINE", "1").strip().lower() in ("0", "false", "no", "off"):
+    if os.environ.get("KERNEL_LSP_FAST_INLINE", "1").strip().lower() in ("0", "false", "no", "off"):
         return False, "the fast build is off (KERNEL_LSP_FAST_INLINE=0)"
-    if not nvcc_present(env):
+    if find_nvcc() is None:  # CUDA_HOME, CUDA_PATH, PATH, /usr/local/cuda, as the Worker looks
         return False, "no nvcc (CUDA toolkit) here"
     return True, ""

@@ -20,7 +20,6 @@ docs/sandbox.md says what is fenced and what is not.
 from __future__ import annotations
 
 import dataclasses
-import errno
 import glob
 import json
 import logging
