@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from kernel_lsp.model import (
+    ACCURACY_FLAGS,
     CUSTOM_KERNEL,
     NOISY_SPREAD_PCT,
     PYTORCH_REWRITE,
@@ -227,7 +228,7 @@ def evaluation_reason(ev: Evaluation | dict[str, Any], kernels_only: bool = Fals
     kind = d.get("label") or label(d.get("custom_kernel"))
     if kind:
         parts.append(kind)
-    bad = [f for f in disqualified_by(d.get("flags") or (), accept_less_accurate) if f != "not_counted"]
+    bad = disqualified_by(d.get("flags") or (), accept_less_accurate)
     if kernels_only and d.get("custom_kernel") is False:
         bad.append("kernels_only: a PyTorch rewrite")
     if bad:
@@ -239,7 +240,7 @@ def evaluation_reason(ev: Evaluation | dict[str, Any], kernels_only: bool = Fals
         if advice:
             parts.append(advice)
     accuracy = accuracy_phrase(d.get("accuracy"))
-    if accuracy and set(d.get("flags") or ()) & {"less_accurate", "eval_only"}:
+    if accuracy and ACCURACY_FLAGS.intersection(d.get("flags") or ()):
         parts.append(accuracy)
     shared = shared_phrase(d.get("shared_gpu"))
     if shared:
