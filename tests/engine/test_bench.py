@@ -34,6 +34,33 @@ def test_slow_measured_slower_than_fast() -> None:
     assert fast.timing.runs > slow.timing.runs  # adaptive: short calls get more runs
 
 
+def test_the_medians_interval_narrows_with_samples() -> None:
+    assert bench.median_interval_pct([1.0] * 5) == float("inf")  # too few to say
+    assert bench.median_interval_pct([1.0] * 50) == 0.0
+    spread = [1.0 + 0.01 * ((i * 37) % 21 - 10) / 10 for i in range(400)]   # +-1 % around 1.0
+    assert 0.0 < bench.median_interval_pct(spread) < bench.median_interval_pct(spread[:40]) <= 1.0
+
+
+def test_a_steady_timing_settles_before_its_budget_and_a_noisy_one_does_not() -> None:
+    """bench.Settle: a call that takes the same time every run stops once its median is known
+    (after the minimum time); one whose time jumps by 2x at random keeps going to its budget."""
+    import random
+
+    rng = random.Random(7)
+    settle = bench.Settle(min_s=0.1, precision_pct=0.5, min_runs=50, every=5)
+    t0 = time.perf_counter()
+    steady = bench.time_interleaved([lambda: time.sleep(0.0005)], [[]], "cpu", min_runs=20, max_runs=5000,
+                                    budget_s=3.0, settle=settle)[0]
+    steady_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    noisy = bench.time_interleaved([lambda: time.sleep(0.0005 * rng.choice((1, 2)))], [[]], "cpu", min_runs=20,
+                                   max_runs=5000, budget_s=0.6, settle=settle)[0]
+    noisy_s = time.perf_counter() - t0
+    assert steady_s < 2.0 and steady.timing.runs >= 50, (steady_s, steady.timing)
+    assert bench.median_interval_pct(steady.samples_ms) <= 0.5
+    assert noisy_s >= 0.55, (noisy_s, noisy.timing)   # its median stayed uncertain: the whole budget
+
+
 def test_runs_cycle_through_input_sets() -> None:
     seen: list[int] = []
     sets = [[i] for i in range(3)]
@@ -323,3 +350,26 @@ def test_noisy_timing_is_a_warning_flag_not_a_disqualification(one_thread: None)
     assert ev.time.spread_pct > 10 and ev.noisy
     assert "noisy" in ev.flags and "not_counted" not in ev.flags
     assert any("not a reliable number" in n for n in ev.evidence["notes"])
+
+
+def test_in_the_worker_the_memory_goes_back_after_the_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """run.evaluate hands the GPU memory back at once when called in-process; in the Worker's
+    loop (answer_first) only once the answer is written (after_answer): gc.collect costs ~0.3 s."""
+    from kernel_lsp.engine.worker import build
+
+    released: list[int] = []
+    monkeypatch.setattr(run, "_release_gpu_memory", lambda: released.append(1))
+    monkeypatch.setattr(run, "_answer_first", [])
+    monkeypatch.setattr(run, "_release_pending", [])
+    ref = (CHEATS / "ref_linear.py").read_text()
+    task = Task(name="lin", reference_path=str(CHEATS / "ref_linear.py"), reference_source=ref)
+    cand = Candidate(source=(CHEATS / "correct.py").read_text(), kind="python")
+    opts = {"device": "cpu", "baselines": False, "bench_seconds": 0.1}
+    run.evaluate(task, cand, ["compile", "verify"], opts, build)
+    assert released == [1]
+    run.answer_first()
+    run.evaluate(task, cand, ["compile", "verify"], opts, build)
+    assert released == [1] and run._release_pending == [True]
+    run.after_answer()
+    run.after_answer()   # once per evaluation
+    assert released == [1, 1] and run._release_pending == []

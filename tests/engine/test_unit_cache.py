@@ -246,3 +246,47 @@ def test_two_processes_at_once_share_the_cache_without_corrupting_it(unit_env):
     (entry / unit_cache.META).unlink()
     again = fastbuild.build_inline(inline_args(tmp_path, "relu_p2", RELU), nvcc, link=False)
     assert again.compiled == ["device"] and sorted(again.reused) == ["host", "main"]
+
+
+# -- the device unit's light prelude (inline_split.device_prelude) -----------------------------------
+
+# Names __half through token pasting, which the light prelude's look at the code cannot see.
+HIDDEN_HALF = RELU.replace(BODY, "T(__, ha, lf) h = T(__flo, at2ha, lf)(v); y[i] = v > 0.0f ? T(_, _ha, lf2float)(h) : 0.0f;") \
+    .replace("__global__", "#define T(a, b, c) a##b##c\n__global__", 1)
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_a_plain_float_kernel_builds_with_the_light_prelude_in_one_run(unit_env):
+    tmp_path, nvcc, calls = unit_env
+    got = fastbuild.build_inline(inline_args(tmp_path, "light", RELU), nvcc, link=False)
+    assert got.reason == "" and got.full_prelude == [], got.reason
+    text = (tmp_path / "b" / "light" / "fast_device.cu").read_text()
+    assert "cuda_fp16.h" not in text and "<algorithm>" not in text
+    assert nvcc_runs(calls) == 1
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_a_kernel_the_light_prelude_misjudges_builds_with_the_full_one(unit_env):
+    tmp_path, nvcc, calls = unit_env
+    got = fastbuild.build_inline(inline_args(tmp_path, "hidden_half", HIDDEN_HALF), nvcc, link=False)
+    assert got.reason == "" and got.full_prelude == ["device"], got.reason
+    assert "device_full_prelude" in got.steps
+    assert "cuda_fp16.h" in (tmp_path / "b" / "hidden_half" / "fast_device.cu").read_text()
+    assert nvcc_runs(calls) == 2
+    # A real error in a light unit is reported from the first run: no second compile.
+    bad = fastbuild.build_inline(inline_args(tmp_path, "bad_light", RELU.replace(BODY, "y[i] = nowhere;")),
+                                 nvcc, link=False)
+    assert bad.reason.startswith("fast device unit failed to compile:") and "nowhere" in bad.reason
+    assert bad.full_prelude == [] and nvcc_runs(calls) == 3
+
+
+def test_half_and_bfloat16_code_gets_the_full_prelude():
+    from kernel_lsp.engine.worker import inline_split
+
+    for code in ("__half x;", "half2 y;", "__nv_bfloat16 z;", "__hadd(a, b)", "__float2half_rn(v)", "hexp2(x)",
+                 "h2exp(x)", "std::max(a, b)", "at::Half"):
+        assert inline_split.device_prelude(code) == inline_split.DEVICE_PRELUDE, code
+    for code in ("__host__ __device__ float f(float v) { return tanhf(v); }", "y[i] = blockIdx.x;"):
+        assert inline_split.device_prelude(code) == inline_split.DEVICE_PRELUDE_LIGHT, code

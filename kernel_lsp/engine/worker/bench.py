@@ -194,22 +194,24 @@ class TimedCallError(Exception):
 
 def time_interleaved(fns: list[Callable[..., Any]], input_sets: list[list[Any]], device: torch.device | str, *,
                      warmup: int = 5, min_runs: int = 20, max_runs: int = 2000, budget_s: float = 2.0,
-                     flush_l2: bool = True, lead_us: float | None = None) -> list[BenchResult]:
+                     flush_l2: bool = True, lead_us: float | None = None,
+                     settle: "Settle | None" = None) -> list[BenchResult]:
     """Time several callables call by call in turn (a, b, c, a, b, c, ...), so that a drift of
     the machine (clocks, heat, another process) lands on all of them alike. Each gets at least
     `min_runs` calls and its own share of `budget_s`; the fast ones get more calls while the
-    slow ones have reached theirs. Raises TimedCallError naming the callable that raised."""
+    slow ones have reached theirs. `settle`: stop early once every median is that precise.
+    Raises TimedCallError naming the callable that raised."""
     device = torch.device(device)
     if not input_sets:
         input_sets = [[]]
     with torch.no_grad():
         return _time_turns(fns, input_sets, device, warmup, min_runs, max_runs, budget_s, flush_l2, lead_us,
-                           name_raiser=True)
+                           name_raiser=True, settle=settle)
 
 
 def _time_turns(fns: list[Callable[..., Any]], sets: list[list[Any]], device: torch.device, warmup: int,
                 min_runs: int, max_runs: int, budget_s: float, flush_l2: bool, lead_us: float | None,
-                name_raiser: bool) -> list[BenchResult]:
+                name_raiser: bool, settle: "Settle | None" = None) -> list[BenchResult]:
     """The one timing loop of time_fn (one callable) and time_interleaved (several, in turn).
     `name_raiser`: a call that raises is re-raised as TimedCallError(its index)."""
     n, k = _len(sets), _len(fns)
@@ -226,7 +228,7 @@ def _time_turns(fns: list[Callable[..., Any]], sets: list[list[Any]], device: to
                     if name_raiser:
                         raise TimedCallError(i, exc) from exc
                     raise
-            return _interleave(one, k, n, sets, warmup, min_runs, max_runs, budget_s, 0.01)
+            return _interleave(one, k, n, sets, warmup, min_runs, max_runs, budget_s, 0.01, settle=settle)
 
     def one_cpu(i: int, args: list[Any]) -> float:
         fn = fns[i]
@@ -242,23 +244,63 @@ def _time_turns(fns: list[Callable[..., Any]], sets: list[list[Any]], device: to
     # cold, where a call timed alone (a kept baseline's candidate) finds them warm. So on the
     # CPU the turns are blocks of CPU_BLOCK calls, the first of each not counted.
     out = _interleave(one_cpu, k, n, sets, warmup, min_runs, max_runs, budget_s, 0.0,
-                      block=CPU_BLOCK if k > 1 else 1)
+                      block=CPU_BLOCK if k > 1 else 1, settle=settle)
     for r in out:
         r.notes.append("CPU: perf_counter_ns per call; caches not flushed")
     return out
 
 
+@dataclass(frozen=True)
+class Settle:
+    """When a timing may stop before its budget: after `min_s` of timed calls and `min_runs` calls
+    of each callable, once every median's 95 % interval is within `precision_pct` of it. More
+    calls would only narrow an interval already far inside the number's shown spread
+    (docs/baselines.md: what this saves and what it changes)."""
+
+    min_s: float = 0.25
+    precision_pct: float = 0.5
+    min_runs: int = 100
+    every: int = 25          # turns between two looks
+
+
+def median_interval_pct(samples_ms: list[float]) -> float:
+    """Half the width of the median's distribution-free 95 % interval (order statistics n/2 +-
+    0.98 sqrt(n)), as a percent of the median; inf for fewer than 10 samples."""
+    n = _len(samples_ms)
+    if n < 10:
+        return float("inf")
+    s = _sorted(samples_ms)
+    half = 0.98 * math.sqrt(n)
+    lo, hi = s[_max(0, int(math.floor(n / 2 - half)))], s[_min(n - 1, int(math.ceil(n / 2 + half)))]
+    median = _quantile(s, 0.5)
+    return 100.0 * (hi - lo) / 2.0 / median if median > 0 else float("inf")
+
+
+def _settled(samples: list[list[float]], settle: Settle, started_ns: int) -> bool:
+    if (_perf_counter_ns() - started_ns) / 1e9 < settle.min_s:
+        return False
+    if _min(_len(x) for x in samples) < settle.min_runs:
+        return False
+    return all(median_interval_pct(x) <= settle.precision_pct for x in samples)
+
+
 def _interleave(one: Callable[[int, list[Any]], float], k: int, n: int, sets: list[list[Any]], warmup: int,
-                min_runs: int, max_runs: int, budget_s: float, pad_ms: float, block: int = 1) -> list[BenchResult]:
+                min_runs: int, max_runs: int, budget_s: float, pad_ms: float, block: int = 1,
+                settle: Settle | None = None) -> list[BenchResult]:
     warm: list[list[float]] = [[] for _ in range(k)]
     for w in range(_max(1, warmup)):
         for i in range(k):
             warm[i].append(one(i, sets[w % n]))
     runs = [_runs_for(_sorted(ws)[_len(ws) // 2] + pad_ms, min_runs, max_runs, budget_s) for ws in warm]
     samples: list[list[float]] = [[] for _ in range(k)]
-    deadline = _perf_counter_ns() + int(budget_s * k * 1.5e9)
+    started = _perf_counter_ns()
+    deadline = started + int(budget_s * k * 1.5e9)
     r = 0
+    turns = 0
     while _max(runs[i] - _len(samples[i]) for i in range(k)) > 0:
+        turns += 1
+        if settle is not None and turns % settle.every == 0 and _settled(samples, settle, started):
+            break
         for i in range(k):
             if _len(samples[i]) >= runs[i]:
                 continue

@@ -591,6 +591,8 @@ def _try_fast(a: dict[str, Any], name: str, build_dir: Path, is_module: bool, no
     note["steps"] = {k: round(v, 3) for k, v in fb.steps.items()}
     if fb.full_header:
         note["full_header"] = list(fb.full_header)
+    if fb.full_prelude:
+        note["full_prelude"] = list(fb.full_prelude)
     if fb.so:
         try:
             lib = _import_built(name, build_dir, Path(fb.so), is_module)

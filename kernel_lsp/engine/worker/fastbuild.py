@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import inspect
@@ -94,6 +95,7 @@ class FastBuild:
     log: str = ""
     commands: list[list[str]] = field(default_factory=list)
     full_header: list[str] = field(default_factory=list)  # units that needed torch/extension.h in full
+    full_prelude: list[str] = field(default_factory=list)  # device units the light prelude did not build
     compiled: list[str] = field(default_factory=list)     # steps a compiler ran for in this build
     reused: list[str] = field(default_factory=list)       # steps whose object came from the unit cache
 
@@ -374,6 +376,7 @@ class Unit:
     flags: list[str] = field(default_factory=list)       # the user's flags that reach this unit
     quote_dirs: list[str] = field(default_factory=list)  # where its user file's "x.h" includes resolve
     label: str = ""            # how a failure names it ("device unit", 'unit of "ops.cpp"')
+    full_text: str = ""        # device: the text with the full prelude, if `text` has the light one
 
     def what(self) -> str:
         return self.label or f"{self.step} unit"
@@ -477,6 +480,18 @@ def _build_units(units: list[Unit], args: dict[str, Any], nvcc: str, res: FastBu
         res.steps[step] = secs
         if text.strip() and rc == 0:
             res.log += f"[{step}]\n{text}\n"
+    light_failed = [u for u in units if u.kind == "device" and u.full_text and results[u.step][0] != 0
+                    and _full_prelude_may_help(results[u.step][1], nvcc)]
+    if light_failed:
+        # A device unit built with the light prelude (inline_split.device_prelude) that names
+        # something only the full one declares: the same unit with the full one. Any other
+        # error is the code's own and is reported at once (no second compile).
+        swapped = {u.step: dataclasses.replace(u, text=u.full_text, full_text="") for u in light_failed}
+        retry = compile_units({step: device_cmd(u) for step, u in swapped.items()})
+        for step, got in retry.items():
+            res.steps[f"{step}_full_prelude"] = got[2]
+            results[step] = got
+        res.full_prelude = sorted(swapped)
     again = [u for u in hosts if u.step not in full_now and results[u.step][0] != 0]
     if again and all(results[u.step][0] == 0 for u in units if u.kind == "device"):
         # Code that uses more of torch than the light header has: the same unit, the full header.
@@ -515,6 +530,35 @@ def _build_units(units: list[Unit], args: dict[str, Any], nvcc: str, res: FastBu
     os.replace(tmp, so)
     res.so = str(so)
     return done()
+
+
+_UNDECLARED = re.compile(r'identifier "(\w+)" is undefined|has no member "(\w+)"|"(\w+)" is not a|'
+                         r"'(\w+)' was not declared|'(\w+)' does not name a type")
+
+
+def _full_prelude_may_help(log: str, nvcc: str) -> bool:
+    """Does the compiler's log name something the full prelude's extra headers declare?"""
+    declared = _full_prelude_names(nvcc)
+    if not declared:
+        return True  # the headers are not where nvcc's are: try, rather than blame the code
+    names = {n for m in _UNDECLARED.finditer(log) for n in m.groups() if n}
+    return bool(names & declared)
+
+
+@functools.cache
+def _full_prelude_names(nvcc: str) -> frozenset[str]:
+    """Every word of cuda_fp16.h and cuda_bf16.h (and their .hpp): what the light prelude leaves out
+    (std:: names, <algorithm>'s, always get the full prelude)."""
+    words: set[str] = set()
+    inc = Path(_cuda_home(nvcc)) / "include"
+    for name in ("cuda_fp16.h", "cuda_fp16.hpp", "cuda_bf16.h", "cuda_bf16.hpp"):
+        with contextlib.suppress(OSError):
+            words.update(re.findall(r"\w+", (inc / name).read_text(errors="replace")))
+    return frozenset(words)
+
+
+def _full_if_light(parts: inline_split.Split) -> str:
+    return parts.device_full if parts.device_full != parts.device else ""
 
 
 def _start() -> tuple[FastBuild, Callable[..., FastBuild]]:
@@ -560,7 +604,7 @@ def build_inline(args: dict[str, Any], nvcc: str, link: bool = True, timeout: fl
         return done(parts.fallback_reason)
     extra_cuda = _as_list(args.get("extra_cuda_cflags"))
     name_def = f"#define TORCH_EXTENSION_NAME {name}\n"
-    units = [Unit("device", "device", parts.device, extra_cuda),
+    units = [Unit("device", "device", parts.device, extra_cuda, full_text=_full_if_light(parts)),
              Unit("host", "host", name_def + parts.host, _pch_safe(host_flags_from_cuda(extra_cuda))),
              Unit("main", "main", name_def + '#line 1 "main.cpp"\n' + main_cpp(args),
                   _pch_safe(_as_list(args.get("extra_cflags"))))]
@@ -680,7 +724,7 @@ def build_load(args: dict[str, Any], nvcc: str, link: bool = True, timeout: floa
                     # their launchers would share a name (template ones would merge silently)
                     return done(f"kernel {k.name} is defined in {kernel_file[k.name]} and {g}")
             units.append(Unit(f"device_{step}", "device", parts.device, extra_cuda, folder,
-                              f'device unit of "{g}"'))
+                              f'device unit of "{g}"', _full_if_light(parts)))
             host = name_def + parts.host
             hosts.append(Unit(f"host_{step}", "main" if "PYBIND11_MODULE" in host else "host", host, host_cuda,
                               folder, f'host unit of "{g}"'))

@@ -258,11 +258,24 @@ def _run_module() -> Any:
         name = os.environ.get("KERNEL_LSP_RUN_MODULE") or "kernel_lsp.engine.worker.run"
         try:
             _run_cache.append(importlib.import_module(name))
+            getattr(_run_cache[0], "answer_first", lambda: None)()  # this loop calls after_answer
         except ImportError as exc:
             if exc.name != name:
                 raise
             _run_cache.append(None)
     return _run_cache[0]
+
+
+def _after_answer() -> None:
+    """What the run module leaves until its answer is out (the GPU memory's release)."""
+    run = _run_cache[0] if _run_cache else None
+    hook = getattr(run, "after_answer", None)
+    if hook is None:
+        return
+    try:
+        hook()
+    except Exception as exc:  # noqa: BLE001 - the next request reports a broken context
+        print(f"kernel-lsp worker: after the answer: {exc!r}", file=sys.stderr)
 
 
 def _fallback_device_info() -> dict[str, Any]:
@@ -348,6 +361,7 @@ def main() -> int:
             data = protocol.encode({"id": response.get("id"), "error": protocol.error_payload(exc)})
         proto_out.write(data)
         proto_out.flush()
+        _after_answer()
     try:
         sys.stdout.flush()
         sys.stderr.flush()

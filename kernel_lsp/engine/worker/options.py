@@ -32,6 +32,8 @@ class EngineOptions:
     warmup: int = 5
     max_runs: int = 2000
     bench_seconds: float = 1.0           # time budget per timed callable
+    bench_min_seconds: float = 0.25      # ... of which at least this much (bench.Settle)
+    bench_precision_pct: float = 0.5     # stop once every median's 95 % interval is this close; 0: never
     rotate_sets: int = 4                 # input sets the timed calls cycle through
     rotate_bytes: int = 512 << 20        # ... within this many bytes of inputs
     cache_probe: bool = True             # calls on never-seen inputs against repeated ones

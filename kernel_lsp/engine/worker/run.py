@@ -217,9 +217,35 @@ def evaluate(task: Task, candidate: Candidate | None, checks: list[str] | tuple[
     ev = _attempt(task, candidate, checks, options, builder)
     if ev.verdict == "oom" and (ev.device or {}).get("cuda"):
         ev = _shared_oom(ev, options, lambda: _attempt(task, candidate, checks, options, builder), t0)
-    _release_gpu_memory()
+    _release_after_answer()
     ev.wall_seconds = (bench._perf_counter_ns() - t0) / 1e9
     return ev
+
+
+_release_pending: list[bool] = []
+_answer_first: list[bool] = []   # set by the Worker's loop (answer_first): it calls after_answer
+
+
+def answer_first() -> None:
+    """The Worker's loop calls after_answer once each answer is written: releases wait for it."""
+    _answer_first[:] = [True]
+
+
+def _release_after_answer() -> None:
+    """In the Worker, the GPU memory goes back once the answer is out (after_answer): its
+    gc.collect costs about 0.3 s with torch and dynamo loaded, which the user would otherwise
+    wait for on every save. Called in-process (tests, the CLI's CPU paths): now."""
+    if _answer_first:
+        _release_pending[:] = [True]
+    else:
+        _release_gpu_memory()
+
+
+def after_answer() -> None:
+    """The Worker calls this after each answer is written: what an evaluation left to do."""
+    if _release_pending:
+        _release_pending.clear()
+        _release_gpu_memory()
 
 
 def _release_gpu_memory() -> None:
@@ -573,6 +599,15 @@ def _bench(h: Harness, options: EngineOptions, ev: Evaluation, extra: dict[str, 
         torch.set_num_threads(before)
 
 
+def _settle(options: EngineOptions, baselines_too: bool) -> bench.Settle | None:
+    """When the timing may stop early (bench.Settle); baselines that will be kept get twice the
+    minimum time. None: the whole budget (bench_precision_pct = 0)."""
+    if options.bench_precision_pct <= 0:
+        return None
+    return bench.Settle(min_s=options.bench_min_seconds * (2.0 if baselines_too else 1.0),
+                        precision_pct=options.bench_precision_pct)
+
+
 def _bench_on(h: Harness, options: EngineOptions, ev: Evaluation, extra: dict[str, Any], notes: list[str],
               candidate_too: bool, flops: int | None = None, nbytes: int = 0,
               integrity: Integrity | None = None) -> None:
@@ -600,7 +635,7 @@ def _bench_on(h: Harness, options: EngineOptions, ev: Evaluation, extra: dict[st
         try:
             results = list(bench.time_interleaved(
                 fns, sets, dev, warmup=options.warmup, min_runs=options.runs, max_runs=options.max_runs,
-                budget_s=options.bench_seconds, lead_us=lead_us))
+                budget_s=options.bench_seconds, lead_us=lead_us, settle=_settle(options, measure)))
             break
         except bench.TimedCallError as exc:
             if candidate_too and exc.index == 0:
@@ -838,7 +873,7 @@ def prepare_reference(task: Task, options: dict[str, Any], builder: Any) -> dict
     finally:
         integrity.restore()
         h = None  # noqa: F841 - the model and inputs go before the memory is handed back
-        _release_gpu_memory()
+        _release_after_answer()
 
 
 def profile(task: Task, candidate: Candidate | None, options: dict[str, Any], builder: Any) -> dict[str, Any]:
