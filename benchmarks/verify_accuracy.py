@@ -235,12 +235,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--only", default="", help="comma-separated substrings of candidate names")
     ap.add_argument("--bench", action="store_true", help="time too (default: on for cuda)")
+    ap.add_argument("--no-bench", action="store_true", help="verdicts only, also on cuda")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="candidates at once (verdicts do not depend on it; with --bench their timings would)")
     ap.add_argument("--budget-s", type=float, default=540.0, help="start no new candidate after this")
     ap.add_argument("--timeout", type=float, default=400.0, help="per candidate")
     ap.add_argument("--out", default="", help="result stem (default verify_accuracy, _cpu on the CPU)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    bench = args.bench or args.device == "cuda"
+    bench = (args.bench or args.device == "cuda") and not args.no_bench
     if args.one:
         print(json.dumps(_one(json.loads(args.one), args.device, bench), default=str))
         return 0
@@ -249,11 +252,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.only:
         keys = [k for k in args.only.split(",") if k]
         todo = [c for c in todo if any(k in c["name"] for k in keys)]
-    rows = []
-    for spec in todo:
+
+    def one(spec: dict[str, Any]) -> dict[str, Any]:
         if time.time() - t0 > args.budget_s:
-            rows.append({**spec, "error": "not run: the time budget ran out"})
-            continue
+            return {**spec, "error": "not run: the time budget ran out", "problems": []}
         cmd = [sys.executable, __file__, "--device", args.device, "--one", json.dumps(spec)] + (["--bench"] if bench else [])
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, cwd=ROOT,
@@ -264,11 +266,16 @@ def main(argv: list[str] | None = None) -> int:
         except subprocess.TimeoutExpired:
             row = {**spec, "error": f"timed out after {args.timeout:.0f} s"}
         row["problems"] = check(row) if not row.get("error") else []
-        rows.append(row)
         print(f"{row['name']}: {row.get('old', '-')} -> {row.get('new', row.get('error'))} "
               f"{','.join(row.get('flags', []))} ratio {_fmt(row.get('ratio'))} "
               f"oracle {_fmt(row.get('oracle_s'))} s of {_fmt(row.get('cold_wall_s'))} s"
               + (f"  PROBLEMS: {row['problems']}" if row["problems"] else ""), flush=True)
+        return row
+
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as ex:
+        rows = list(ex.map(one, todo))   # in the candidates' order, whatever order they end in
     import torch
 
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
