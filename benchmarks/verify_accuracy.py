@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         cmd = [sys.executable, __file__, "--device", args.device, "--one", json.dumps(spec)] + (["--bench"] if bench else [])
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, cwd=ROOT,
-                                  env={**os.environ, "PYTHONPATH": str(ROOT)})
+                                  env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
             last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
             row = {**spec, **json.loads(last)} if proc.returncode == 0 and last.startswith("{") else \
                 {**spec, "error": f"exit {proc.returncode}: {(proc.stderr.strip().splitlines() or [''])[-1][:300]}"}

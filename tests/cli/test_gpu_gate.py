@@ -15,7 +15,7 @@ pytestmark = pytest.mark.skipif(cuda_available(), reason="checks the behaviour w
 
 
 def test_required_gpu_fails_loudly_without_one():
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "KERNEL_LSP_REQUIRE_GPU": "1"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])), "KERNEL_LSP_REQUIRE_GPU": "1"}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
                            "tests/engine/test_gpu_engine.py"], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=300)

@@ -72,7 +72,9 @@ def test_the_same_kernel_benched_three_times_gives_the_same_ratios(tmp_path):
     assert comment.baselines["cached"] is True and cli.baselines["cached"] is True
     assert comment.eager == cli.eager == first.eager  # the kept numbers
     assert comment.evidence["phases"]["torch_compile_s"] < 0.05
-    assert first.evidence["phases"]["torch_compile_s"] > 0.5  # what the kept baselines save
+    # What the kept baselines save: the first compiled (fast when inductor's caches are warm from
+    # an earlier test of this process: 0.05 s seen on the H200), the kept ones did not.
+    assert first.evidence["phases"]["torch_compile_s"] > comment.evidence["phases"]["torch_compile_s"]
     print(f"ratios vs eager: {first.speedup_eager:.3f} {comment.speedup_eager:.3f} {cli.speedup_eager:.3f}; "
           f"vs torch.compile: {first.speedup_compile:.3f} {comment.speedup_compile:.3f} {cli.speedup_compile:.3f}; "
           f"spreads {first.time.spread_pct:.1f} {comment.time.spread_pct:.1f} {cli.time.spread_pct:.1f} %; "

@@ -216,7 +216,7 @@ def get_init_inputs():
 
 
 def test_four_benches_at_once_take_turns_instead_of_running_out_of_memory(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "KERNEL_LSP_GPU_LOCK_DIR": str(tmp_path / "locks")}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])), "KERNEL_LSP_GPU_LOCK_DIR": str(tmp_path / "locks")}
     procs = []
     for i in range(4):
         folder = tmp_path / f"b{i}"
