@@ -21,6 +21,9 @@ import pytest
 # (caller/pool.py): a pool Worker that imports torch and may build headers for a minute. Tests
 # start many servers; the one that checks the preparation turns it on for itself.
 os.environ.setdefault("KERNEL_LSP_PREPARE_BUILDS", "0")
+# `kernel-lsp bench` keeps its GPU Worker for the next command (caller/keeper.py): no test leaves
+# one behind unless it asks (tests/engine/test_keeper.py, and cleans up).
+os.environ.setdefault("KERNEL_LSP_KEEP_WORKER", "0")
 
 
 @functools.cache

@@ -136,9 +136,10 @@ def _baseline_store(err: TextIO) -> Any:
         return None
 
 
-async def _executor(ns: argparse.Namespace, timeout: float, baselines: Any = None) -> Any:
+async def _executor(ns: argparse.Namespace, timeout: float, baselines: Any = None, keep: bool = False) -> Any:
     """The Executor the settings and --executor / --ray-address ask for (ExecutorUnavailable:
-    could not run, exit 2 in main)."""
+    could not run, exit 2 in main). ``keep``: the GPU Worker stays for the next command for
+    --keep-worker seconds (caller/keeper.py)."""
     from kernel_lsp.engine.caller.executor import executor_settings, open_executor
 
     try:
@@ -147,7 +148,12 @@ async def _executor(ns: argparse.Namespace, timeout: float, baselines: Any = Non
         settings = load_settings(os.getcwd())
     except Exception:  # settings are optional for the CLI; defaults apply
         settings = None
-    return await open_executor(timeout=timeout, baselines=baselines, **executor_settings(settings, ns))
+    more: dict[str, Any] = {}
+    if keep:
+        from kernel_lsp.engine.caller.keeper import keep_setting
+
+        more["keep_worker"] = keep_setting(getattr(ns, "keep_worker", None)) or None
+    return await open_executor(timeout=timeout, baselines=baselines, **executor_settings(settings, ns), **more)
 
 
 async def _bench(ns: argparse.Namespace, err: TextIO
@@ -183,11 +189,13 @@ async def _bench_with(ns: argparse.Namespace, err: TextIO, rows: list[tuple[str,
     phases = getattr(ns, "_phases", None)
     if phases is not None:
         phases.begin("starting the Worker (spawn, torch import, CUDA init)")
-    async with await _executor(ns, timeout, baselines=store) as engine:
+    async with await _executor(ns, timeout, baselines=store, keep=True) as engine:
         _see(engine, rows)
         prep = prepare.start(engine, [cand for _, _, cand, _ in rows], err)  # precompiled headers, meanwhile
         early = _early_prebuild(engine, rows)
-        info = await engine.device_info()
+        stamper = _start_stamper(phases) if getattr(engine, "kind", "local") == "local" else None
+        info = await (engine.device_info(progress=stamper) if stamper is not None else engine.device_info())
+        _say_kept(ns, engine, err)
         if early is not None:  # the evaluation's own prebuild then finds the pool warm, the build cached
             if phases is not None:
                 phases.begin("waiting for the early build")
@@ -232,6 +240,28 @@ async def _bench_with(ns: argparse.Namespace, err: TextIO, rows: list[tuple[str,
     customs = [getattr(ev, "custom_kernel", None) if getattr(ev, "custom_kernel", None) is not None else k
                for ev, k in zip(evs, kernels)]
     return evs, info, names, customs
+
+
+def _start_stamper(phases: Any) -> Any:
+    """--timings: the Worker's start phase says when it was a kept Worker, reused."""
+    if phases is None:
+        return None
+
+    def stamp(step: str, *rest: Any) -> None:
+        if step.startswith("reusing the kept worker"):
+            phases.rename(step)
+    return stamp
+
+
+def _say_kept(ns: argparse.Namespace, engine: Any, err: TextIO) -> None:
+    """Whether the GPU Worker is kept (for `worker` in --json), and once on stderr that it stays."""
+    keeping = getattr(engine, "worker_keeping", None)
+    ns._worker = dict(keeping) if isinstance(keeping, dict) else None
+    if keeping and keeping.get("kept"):
+        idle = keeping.get("idle_s") or 0
+        reused = f"reused the kept GPU Worker (pid {keeping.get('pid')}); " if keeping.get("reused") else ""
+        print(f"kernel-lsp: {reused}the GPU Worker stays for {idle:g} s for the next run "
+              "(--keep-worker 0 to stop it)", file=err)
 
 
 def _reference_only(ev: Evaluation) -> bool:
@@ -325,6 +355,7 @@ def bench_main(ns: argparse.Namespace) -> int:
     if getattr(ns, "json", False):
         doc = {"targets": [_summary(ev, info, c) for ev, c in zip(evs, customs)], "device": info, "status": code,
                "hint": hint}
+        doc["worker"] = getattr(ns, "_worker", None) or {"kept": False, "reused": False, "idle_s": None}
         if phases is not None:
             doc["timings"] = phases.to_dict()
         json.dump(doc, out, indent=2, default=str)

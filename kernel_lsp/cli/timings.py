@@ -45,6 +45,10 @@ class Phases:
             self.rows.append((self._open or "other", now - self._last))
         self._last, self._open = now, name
 
+    def rename(self, name: str) -> None:
+        """Name the span under way ``name`` (what it turned out to be)."""
+        self._open = name
+
     def end(self) -> None:
         self.begin(None)
 

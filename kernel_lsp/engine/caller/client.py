@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 from kernel_lsp.engine import protocol
 from kernel_lsp.engine.caller import baselines as kept_baselines
 from kernel_lsp.engine.caller import gpu_lock
+from kernel_lsp.engine.caller import keeper as keeping
 from kernel_lsp.engine.caller import sandbox as sandboxing
 from kernel_lsp.engine.caller.pool import BuildPool
 from kernel_lsp.engine.caller.process import (  # noqa: F401 - re-exported: callers import them from here
@@ -67,6 +68,7 @@ class Engine:
         prebuild: bool = True,
         sandbox: "str | sandboxing.Sandbox | None" = None,
         baselines: "Store | None" = None,
+        keep_worker: float | None = None,
     ) -> None:
         self.store = store
         # Where eager and torch.compile times are kept between evaluations (caller/baselines.py):
@@ -85,7 +87,7 @@ class Engine:
         # Compile in the CPU pool before taking the GPU: the build is off the deadline and
         # off the GPU queue, so concurrent evaluations overlap compiling with timing.
         self.auto_prebuild = prebuild
-        self._worker: WorkerProcess | None = None
+        self._worker: "WorkerProcess | keeping.KeptWorker | None" = None
         self._lock = asyncio.Lock()  # one GPU, one request at a time; waiters queue here
         self._reaping: set[asyncio.Task[None]] = set()
         self._device_info: dict[str, Any] | None = None
@@ -104,6 +106,10 @@ class Engine:
         self._evaluations = 0                            # evaluate requests that took the Worker
         self._prepared: set[str] = set()                 # references whose torch.compile was prepared
         self.gpu_waited = 0.0            # seconds the latest GPU request waited for its turn
+        # Seconds the GPU Worker outlives this Engine for the next command (caller/keeper.py);
+        # None or 0: a Worker of its own, ended at aclose. The CLI's bench asks for it.
+        self.keep_worker = keep_worker if keep_worker and keep_worker > 0 else None
+        self.worker_keeping: dict[str, Any] | None = None  # the latest GPU Worker: kept? reused?
 
     # -- the Worker -------------------------------------------------------------
 
@@ -111,25 +117,21 @@ class Engine:
     def worker_pid(self) -> int | None:
         return self._worker.pid if self._worker and self._worker.alive else None
 
-    async def _ensure(self, progress: Progress | None, warm: bool) -> WorkerProcess:
+    async def _ensure(self, progress: Progress | None, warm: bool) -> "WorkerProcess | keeping.KeptWorker":
         """The live Worker (started and warmed now if need be)."""
         w = self._worker
         if w is not None and not w.alive:
             self._discard(w)
             w = None
         if w is not None and not sandboxing.shows(w.sandbox, w.cwd, self._readable):
-            self._discard(w)  # a task from a folder this Worker's sandbox does not show
+            if isinstance(w, keeping.KeptWorker):  # still good for its own folders: leave it kept
+                self._worker = None
+                await w.close()
+            else:
+                self._discard(w)  # a task from a folder this Worker's sandbox does not show
             w = None
         if w is None:
-            await _report(progress, "starting worker")
-            role = {protocol.WORKER_ROLE_ENV: protocol.GPU_ROLE}  # overlapped CUDA init (worker/early.py)
-            w = WorkerProcess(self.python, worker_environment(self.device, {**role, **self.extra_env}), self.cwd,
-                              sandbox=self._sandbox_spec())
-            try:
-                await w.start(self.start_timeout)
-            except WorkerDied as exc:
-                self.last_stderr = exc.stderr_tail
-                raise
+            w = await self._start_worker(progress)
             self._worker = w
         self.sandboxed = w.sandboxed
         if warm and w.warm is None:
@@ -143,6 +145,45 @@ class Engine:
                 if not w.alive:
                     self._discard(w)
                 raise
+        return w
+
+    async def _start_worker(self, progress: Progress | None) -> "WorkerProcess | keeping.KeptWorker":
+        """A new GPU Worker, or this configuration's kept one (``keep_worker``), started."""
+        role = {protocol.WORKER_ROLE_ENV: protocol.GPU_ROLE}  # overlapped CUDA init (worker/early.py)
+        env = worker_environment(self.device, {**role, **self.extra_env})
+        spec = self._sandbox_spec()
+        if self.keep_worker:
+            kept = keeping.KeptWorker(self.python, env, self.cwd, sandbox=spec, idle=self.keep_worker)
+            try:
+                info = await kept.attach(self.start_timeout)
+            except keeping.KeeperUnavailable as exc:
+                log.info("no kept Worker: %s", exc)
+                self.worker_keeping = {"kept": False, "reused": False, "idle_s": None, "why": str(exc)}
+            else:
+                if kept.reused:
+                    idle = f", idle {kept.idle_for:.0f} s" if kept.idle_for is not None else ""
+                    await _report(progress, f"reusing the kept worker (pid {info.get('worker_pid')}{idle})")
+                else:
+                    await _report(progress, "starting worker")
+                try:
+                    await kept.finish_start(self.start_timeout)
+                except WorkerDied as exc:
+                    self.last_stderr = exc.stderr_tail
+                    raise
+                except BaseException:  # cancelled (or timed out) while it started: end it
+                    kept.kill()
+                    raise
+                self.worker_keeping = kept.describe()
+                return kept
+        else:
+            self.worker_keeping = {"kept": False, "reused": False, "idle_s": None}
+        await _report(progress, "starting worker")
+        w = WorkerProcess(self.python, env, self.cwd, sandbox=spec)
+        try:
+            await w.start(self.start_timeout)
+        except WorkerDied as exc:
+            self.last_stderr = exc.stderr_tail
+            raise
         return w
 
     def _discard(self, w: WorkerProcess) -> None:

@@ -53,13 +53,15 @@ async def open_executor(
     on_status: StatusCallback | None = None,
     connect_timeout: float = 30.0,
     baselines: Any = None,
+    keep_worker: float | None = None,
 ) -> Executor:
     """The Executor for settings (``executor``, ``ray_address``, ``gpu``, ``max_gpus``).
-    Raises ExecutorUnavailable when a Ray cluster cannot be used."""
+    Raises ExecutorUnavailable when a Ray cluster cannot be used. ``keep_worker``: seconds the local
+    GPU Worker stays for the next command (caller/keeper.py; the CLI's bench), ignored by Ray."""
     kind = (kind or "local").lower()
     if kind == "local":
         return LocalExecutor(store=store, python=python, device=device, timeout=timeout, options=options,
-                             baselines=baselines)
+                             baselines=baselines, keep_worker=keep_worker)
     if kind != "ray":
         raise ExecutorUnavailable(f"unknown executor {kind!r} (use one of: {', '.join(EXECUTORS)})")
     from kernel_lsp.engine.caller.ray_executor import RayExecutor  # noqa: PLC0415 - ray only when asked for
