@@ -49,7 +49,7 @@ def test_the_smoke_mode_times_every_step_and_keeps_the_baselines(tmp_path):
     assert proc.returncode in (0, 1), proc.stderr[-3000:]  # 1: the ratios disagreed on this noisy CPU
     doc = json.loads((tmp_path / "editor_loop_smoke.json").read_text())
     steps = {s["step"]: s for s in doc["steps"]}
-    assert list(steps) == ["fresh", "comment", "body", "new file", "second", "cli", "fresh+1s"]
+    assert list(steps) == ["fresh", "comment", "body", "new file", "second", "cli", "cli kept", "fresh+1s"]
     assert all(s["seconds"] > 0 for s in doc["steps"])
     for name in ("fresh", "comment", "body", "new file", "fresh+1s"):
         assert steps[name]["lens"].startswith("correct"), steps[name]
@@ -57,6 +57,11 @@ def test_the_smoke_mode_times_every_step_and_keeps_the_baselines(tmp_path):
     assert steps["cli"]["baselines_cached"] is True
     phases = {p["phase"]: p["seconds"] for p in steps["cli"]["timings"]["phases"]}
     assert phases["torch compile"] < 0.05 and "starting the Worker (spawn, torch import, CUDA init)" in phases
+    # The second command reuses the Worker the first kept (--keep-worker), and says so.
+    assert steps["cli"]["worker"]["reused"] is False and steps["cli kept"]["worker"]["reused"] is True
+    kept = [p["phase"] for p in steps["cli kept"]["timings"]["phases"]]
+    assert any(p.startswith("reusing the kept worker") for p in kept), kept
+    assert "starting the Worker (spawn, torch import, CUDA init)" not in kept
     runs = doc["three_ratios"]["runs"]
     assert [r["baselines_cached"] for r in runs.values()] == [False, True, True]
     assert all(r["verdict"] == "correct" and r["speedup_eager"] and r["compile_spread_pct"] for r in runs.values())
