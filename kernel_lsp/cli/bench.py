@@ -196,6 +196,15 @@ async def _bench_with(ns: argparse.Namespace, err: TextIO, rows: list[tuple[str,
         stamper = _start_stamper(phases) if getattr(engine, "kind", "local") == "local" else None
         info = await (engine.device_info(progress=stamper) if stamper is not None else engine.device_info())
         _say_kept(ns, engine, err)
+        if early is not None and (getattr(engine, "worker_keeping", None) or {}).get("reused") and not early.done():
+            # The kept GPU Worker was up at once: it builds each candidate itself (a cached build
+            # is found in its cache at once) rather than wait for the CPU pool's start, which is
+            # what this run's time would be (3.8 s of 4.8 s measured on the H200).
+            early.cancel()
+            await asyncio.gather(early, return_exceptions=True)
+            early = None
+            if hasattr(engine, "auto_prebuild"):
+                engine.auto_prebuild = False
         if early is not None:  # the evaluation's own prebuild then finds the pool warm, the build cached
             if phases is not None:
                 phases.begin("waiting for the early build")
