@@ -182,20 +182,32 @@ class WorkerProcess:
                 await asyncio.wait_for(self._fence_processes(), timeout)
             message = await asyncio.wait_for(self._read_message(), timeout)
         except asyncio.TimeoutError:
-            self.kill()
+            self._abandon()
             raise EngineTimeout(f"the Worker did not start within {timeout:.0f} s") from None
         except WorkerDied as exc:
-            self.kill()
+            self._abandon()
             failed = [ln for ln in exc.stderr_tail.splitlines() if ln.startswith("bwrap:")]
             if self.sandbox is not None and failed:
                 # Nothing ran and it is not the candidate's fault: the Engine reports "not_run".
                 raise OSError(f"the sandbox could not start: {failed[-1]}") from None
             raise
-        except BaseException:
-            self.kill()
+        except BaseException:  # cancelled mid-start (an early build given up), or a bug
+            self._abandon()
             raise
         self.ready = message.get("ready") or {}
         return self.ready
+
+    def _abandon(self) -> None:
+        """A start that failed or was cancelled: nobody will reap this Worker, so kill it and
+        let go of its pipes now. Left to the garbage collector after the event loop closed, the
+        transport prints "Exception ignored ... Event loop is closed" on the user's terminal."""
+        self.kill()
+        if self._stderr_task is not None:
+            self._stderr_task.cancel()
+        transport = getattr(self.proc, "_transport", None) if self.proc is not None else None
+        if transport is not None:
+            with contextlib.suppress(Exception):
+                transport.close()
 
     async def _fence_processes(self) -> None:
         """Cap the pids in the sandbox's pid namespace before any candidate code runs (the
