@@ -295,6 +295,13 @@ def test_a_module_builds_its_extensions_at_once_and_they_are_cached_by_content_a
 
     m, result, records = load_at_once(TWO_EXTENSIONS, "/tmp/two.py")
     assert result.ok and not result.cached, result.log
+    # They ran in the engine's build pool, idle now: run.evaluate does not take its threads for
+    # threads the candidate left running (tests/engine/test_build_threads.py).
+    for _ in range(100):
+        if build.idle_own_threads():
+            break
+        time.sleep(0.01)
+    assert build.idle_own_threads() and all(t.name.startswith("klsp-ext-build") for t in build.idle_own_threads())
     assert len(records) == 2 and not any(r.cached for r in records)
     assert isinstance(m.ext_a, types.ModuleType) and isinstance(m.ext_b, types.ModuleType)
     assert torch.equal(m.ext_a.twice_at_once(torch.ones(2)), torch.full((2,), 2.0))

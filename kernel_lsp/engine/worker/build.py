@@ -499,6 +499,21 @@ def _threads() -> concurrent.futures.ThreadPoolExecutor:
     return _build_threads
 
 
+def idle_own_threads() -> set[threading.Thread]:
+    """The extension-build pool's threads when the pool is idle (nothing queued, every thread
+    waiting for work): the engine's, not a candidate's. While any work is queued or running they
+    are not vouched for, since a candidate could hand its own work to the pool; empty then."""
+    ex = _build_threads
+    if ex is None:
+        return set()
+    threads = set(getattr(ex, "_threads", ()) or ())
+    idle = getattr(ex, "_idle_semaphore", None)   # ThreadPoolExecutor's count of idle threads
+    queue = getattr(ex, "_work_queue", None)
+    if idle is None or queue is None or queue.qsize() or getattr(idle, "_value", -1) < len(threads):
+        return set()
+    return threads
+
+
 def _import_built(name: str, build_dir: Path, so: Path, is_module: bool) -> object:
     import importlib.util  # noqa: PLC0415
 

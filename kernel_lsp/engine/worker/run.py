@@ -475,9 +475,11 @@ def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options
         vr = verify(h, options)
     _phase(extra, "verify_s", t_phase)
     # Python threads the candidate left running (the baselines' own compile threads come later;
-    # threads torch starts for itself, like torch.compile's compile pool, are not the candidate's).
+    # threads torch starts for itself, like torch.compile's compile pool, are not the candidate's,
+    # nor the engine's own extension-build pool once idle).
+    ours = _idle_build_threads(builder)
     started = [t for t in threading.enumerate() if t not in threads_before and t.is_alive()
-               and not _started_by_torch(t)]
+               and not _started_by_torch(t) and t not in ours]
     if started:
         ev.flags.append("thread_started")
         notes.append("the candidate left threads running: work may escape the timers ("
@@ -552,6 +554,14 @@ def _thread_origins() -> Any:
         yield
     finally:
         threading.Thread.start = real  # type: ignore[method-assign]
+
+
+def _idle_build_threads(builder: Any) -> set[threading.Thread]:
+    """The builder's own extension-build threads (build.idle_own_threads): a load_inline built
+    during the candidate's load starts them, and they stay, idle. Every corpus candidate built
+    in-process was flagged thread_started (not counted) before this, on the H200."""
+    own = getattr(builder, "idle_own_threads", None)
+    return set(own()) if own is not None else set()
 
 
 def _started_by_torch(t: threading.Thread) -> bool:
