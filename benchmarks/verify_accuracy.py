@@ -78,6 +78,7 @@ def _one(spec: dict[str, Any], device: str, bench: bool) -> dict[str, Any]:
         "oracle_available": oc.get("available"), "oracle_why_not": oc.get("why_not"),
         "oracle_runs": oc.get("runs"), "oracle_s": oc.get("seconds"), "cold_wall_s": round(cold_wall, 3),
         "cached_oracle_runs": ((again.accuracy or {}).get("oracle") or {}).get("runs"),
+        "oracle_not_kept": oc.get("not_kept", 0),   # outputs above the cache's bound (oracle.py)
         "cached_oracle_s": ((again.accuracy or {}).get("oracle") or {}).get("seconds"),
         "again": again.verdict, "notes": (new.evidence or {}).get("notes", []),
         "evidence": {k: v for k, v in (new.evidence or {}).items() if k not in ("notes",)} if new.verdict != "correct"
@@ -145,7 +146,7 @@ def check(row: dict[str, Any]) -> list[str]:
                "less_accurate" if "less_accurate" in row.get("flags", []) else row.get("new"))
         if got != exp:
             bad.append(f"expected {exp}, got {got}")
-    if row.get("cached_oracle_runs") not in (0, None):
+    if row.get("cached_oracle_runs") not in (0, None) and not row.get("oracle_not_kept"):
         bad.append("the cached evaluation ran the oracle again")
     return bad
 
@@ -209,6 +210,14 @@ def write(rows: list[dict[str, Any]], meta: dict[str, Any], stem: str) -> None:
     if notes:
         lines += ["", "## Notes the Evaluations carry (accuracy and modes)", ""]
         lines += [f"- {n}: {t}" for n, t in notes]
+    pool = [r["name"] for r in rows if any("klsp-ext-build" in n for n in r.get("notes", []))]
+    if pool:
+        lines += ["", "## A false flag in these rows", "",
+                  f"{len(pool)} rows carry `thread_started` (and so `not_counted`) for the engine's own "
+                  "extension-build pool (threads `klsp-ext-build_*`, started when a load_inline is built during "
+                  "the candidate's load), not for a thread of the candidate. Fixed after these runs "
+                  "(`build.idle_own_threads`, tests/engine/test_build_threads.py); their verdicts and ratios "
+                  "stand: " + ", ".join(pool)]
     errors = [r for r in rows if r.get("error")]
     if errors:
         lines += ["", "## Could not run", ""] + [f"- {r['name']}: {r['error']}" for r in errors]
@@ -230,6 +239,23 @@ def _counts(rows: list[dict[str, Any]]) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
+def merge(files: list[Path], stem: str) -> int:
+    """One result from runs that each covered part of the candidates (one device call each)."""
+    rows: dict[str, dict[str, Any]] = {}
+    metas = []
+    for f in files:
+        doc = json.loads(f.read_text())
+        metas.append(doc["meta"])
+        for r in doc["rows"]:
+            if r["name"] not in rows or rows[r["name"]].get("error"):
+                rows[r["name"]] = {**r, "problems": check(r) if not r.get("error") else []}
+    meta = {**metas[-1], "command": " ; ".join(m["command"] for m in metas),
+            "seconds": sum(m["seconds"] for m in metas)}
+    write(list(rows.values()), meta, stem)
+    print(f"wrote {RESULTS / stem}.json and .md from {len(files)} runs, {len(rows)} candidates")
+    return 1 if any(r["problems"] for r in rows.values()) else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
@@ -241,8 +267,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget-s", type=float, default=540.0, help="start no new candidate after this")
     ap.add_argument("--timeout", type=float, default=400.0, help="per candidate")
     ap.add_argument("--out", default="", help="result stem (default verify_accuracy, _cpu on the CPU)")
+    ap.add_argument("--merge", nargs="+", metavar="JSON",
+                    help="combine results of several runs (a row that ran replaces one that did not)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.merge:
+        return merge([Path(f) for f in args.merge], args.out or "verify_accuracy")
     bench = (args.bench or args.device == "cuda") and not args.no_bench
     if args.one:
         print(json.dumps(_one(json.loads(args.one), args.device, bench), default=str))

@@ -242,7 +242,11 @@ class EvaluationFeature(LanguageFeature):
         hot = hot_ops(profile, self.server.settings.slow_share)
         if hot and state.measurement is m:
             m.hot_ops = hot
-            self.publish(state)
+            measuring = self.server.jobs.get(("evaluate", state.uri))
+            if measuring is None or measuring.task.done():
+                self.publish(state)
+            # else a newer save is being measured: it publishes once, carrying these hot ops if
+            # it does not replace this measurement (an older version's set would only flash).
 
     def _settle_unmeasured(self, state: DocumentState, version: int | None) -> None:
         """No measurement for this save: the compile that waited for it publishes now (unless

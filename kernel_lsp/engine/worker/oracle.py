@@ -97,6 +97,7 @@ class Oracle:
         self.runs = 0            # float64 forward calls made here
         self.hits = 0            # answers from the Worker's cache
         self.seconds = 0.0       # wall time of the float64 runs (and the model's copy)
+        self.not_kept = 0        # outputs above the cache's per-entry bound: the next evaluation runs again
 
     def _model(self) -> torch.nn.Module:
         if self.model64 is None:
@@ -161,7 +162,8 @@ class Oracle:
         global _held
         nbytes = _nbytes(out)
         if nbytes > CACHE_BYTES // 4:
-            return  # too big to keep: the next evaluation runs it again
+            self.not_kept += 1  # too big to keep: the next evaluation runs it again (summary says so)
+            return
         replaced = _CACHE.pop(key, None)
         _held += nbytes - (replaced[1] if replaced is not None else 0)
         _CACHE[key] = (_to(out, "cpu"), nbytes)
@@ -170,5 +172,10 @@ class Oracle:
             _held -= old
 
     def summary(self) -> dict[str, Any]:
-        return {"available": self.refused is None, "why_not": self.refused, "runs": self.runs,
-                "cached": self.hits, "seconds": round(self.seconds, 4)}
+        out = {"available": self.refused is None, "why_not": self.refused, "runs": self.runs,
+               "cached": self.hits, "seconds": round(self.seconds, 4)}
+        if self.not_kept:
+            out["not_kept"] = self.not_kept
+            out["not_kept_why"] = (f"float64 outputs above {CACHE_BYTES // 4 >> 20} MiB each are not kept: "
+                                   "every evaluation runs them again")
+        return out
