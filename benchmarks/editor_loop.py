@@ -8,6 +8,7 @@ times, from `didSave` to the lens that shows the numbers of that version:
   comment    a save that only adds a comment (the same kernel: kept baselines)
   body       a save after editing the kernel's body
   new file   the first save of a second file of a known kind (new baselines)
+  known task the first save of a new kernel for the first file's Task (its baselines kept)
   second     "Benchmark" of the same candidate again (the lens command)
   cli        `kernel-lsp bench --json --timings` of the cached candidate (cached build, kept
              baselines), with its phase breakdown: it starts its GPU Worker and keeps it
@@ -196,6 +197,15 @@ ROWSUM_BODY = ("        return torch.mv(x, ones)", "        out = torch.mv(x, on
 ROWMAX = ROWSUM.replace("return x.sum(dim=1)", "return x.amax(dim=1)").replace(
     "        ones = torch.ones(x.shape[1], dtype=x.dtype)\n        return torch.mv(x, ones)",
     "        return torch.max(x, dim=1).values")
+
+# A new file for a Task already measured (the same reference as GELU, so its baselines are kept):
+# another kernel, a grid-stride loop, built from nothing.
+GELU_B = GELU.replace("editor_loop_gelu", "editor_loop_gelu_b").replace(
+    "    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) {",
+    "    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {"
+).replace("gelu_kernel<<<(n + 255) / 256, 256>>>", "gelu_kernel<<<1056, 256>>>")
+ROWSUM_B = ROWSUM.replace("        ones = torch.ones(x.shape[1], dtype=x.dtype)\n        return torch.mv(x, ones)",
+                          "        return torch.einsum('ij->i', x)")
 
 COMMENT = ("class ModelNew(nn.Module):", "# kernel-lsp editor loop: a comment-only edit\nclass ModelNew(nn.Module):")
 
@@ -421,6 +431,7 @@ async def cli_bench(env: dict[str, str], root: Path, name: str) -> tuple[float, 
 async def run(smoke: bool, wait_s: float, timeout: float) -> dict[str, Any]:
     first_text, body, second_text = (ROWSUM, ROWSUM_BODY, ROWMAX) if smoke else (GELU, GELU_BODY, RELU)
     name, second_name = ("rowsum.py", "rowmax.py") if smoke else ("gelu.py", "relu.py")
+    known_text, known_name = (ROWSUM_B, "rowsum_b.py") if smoke else (GELU_B, "gelu_b.py")
     steps: list[dict[str, Any]] = []
     three: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="kernel-lsp-loop-") as tmp:
@@ -448,6 +459,11 @@ async def run(smoke: bool, wait_s: float, timeout: float) -> dict[str, Any]:
             t, lens = await save(client, root / second_name, second_text, 1, timeout, first=True)
             steps.append({"step": "new file", "what": "first save of a second file of a known kind", "seconds": t,
                           "lens": lens["title"], "server": server_steps(log_a, second_name, 1)})
+            t, lens = await save(client, root / known_name, known_text, 1, timeout, first=True)
+            steps.append({"step": "known task", "what": "first save of a new kernel for a Task already measured "
+                          "(kept baselines)", "seconds": t, "lens": lens["title"],
+                          "baselines_cached": latest(root, known_name)["baselines_cached"],
+                          "server": server_steps(log_a, known_name, 1)})
             t0 = time.monotonic()
             result = await client.request("workspace/executeCommand", {
                 "command": "kernel-lsp.benchmark", "arguments": [{"uri": task.as_uri()}]}, timeout=timeout)
