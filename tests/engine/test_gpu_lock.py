@@ -108,7 +108,11 @@ def test_the_engine_waits_outside_the_deadline_and_gives_up_with_could_not_run(l
             return "GPU-fake"  # as if the Worker's GPU had this uuid
         engine._gpu_key = key  # type: ignore[method-assign]
         try:
-            await engine.device_info()  # the Worker is up before the holder starts
+            # The Worker is up, and sees the task's folder, before the holder starts: a Worker
+            # replaced for the folder (sandboxed) would start inside the holder's turn and
+            # shorten the wait this test measures.
+            first = await engine.evaluate(task, cand, ("compile", "verify"))
+            assert first.verdict == "correct", first.message
             other = hold("GPU-fake", 4.0)
             # A deadline shorter than the wait: waiting for the turn does not count against it.
             waited = await engine.evaluate(task, cand, ("compile", "verify"), timeout=3.5)
