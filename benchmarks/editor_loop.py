@@ -6,7 +6,8 @@ times, from `didSave` to the lens that shows the numbers of that version:
 
   fresh      the first save on a fresh machine (every cache folder new and empty)
   comment    a save that only adds a comment (the same kernel: kept baselines)
-  body       a save after editing the kernel's body
+  body       a save after editing the kernel's body (saved at once: the build starts with the save)
+  body, paused  another body edit, saved 1 s after the last keystroke (built while typing)
   new file   the first save of a second file of a known kind (new baselines)
   known task the first save of a new kernel for the first file's Task (its baselines kept)
   second     "Benchmark" of the same candidate again (the lens command)
@@ -194,6 +195,7 @@ class ModelNew(nn.Module):
         return torch.mv(x, ones)
 '''
 ROWSUM_BODY = ("        return torch.mv(x, ones)", "        out = torch.mv(x, ones)\n        return out")
+ROWSUM_BODY_2 = ("        return out", "        return out.contiguous()")
 ROWMAX = ROWSUM.replace("return x.sum(dim=1)", "return x.amax(dim=1)").replace(
     "        ones = torch.ones(x.shape[1], dtype=x.dtype)\n        return torch.mv(x, ones)",
     "        return torch.max(x, dim=1).values")
@@ -206,6 +208,11 @@ GELU_B = GELU.replace("editor_loop_gelu", "editor_loop_gelu_b").replace(
 ).replace("gelu_kernel<<<(n + 255) / 256, 256>>>", "gelu_kernel<<<1056, 256>>>")
 ROWSUM_B = ROWSUM.replace("        ones = torch.ones(x.shape[1], dtype=x.dtype)\n        return torch.mv(x, ones)",
                           "        return torch.einsum('ij->i', x)")
+GELU_BODY_2 = ("        y[i] = 0.5f * v * (1.0f + tanhf(u));",
+               "        float t = tanhf(u);\n        y[i] = 0.5f * v * (1.0f + t);")
+# A user who stops typing and then saves: the server builds the text during this pause
+# (build_while_typing), so the save finds its build done or under way.
+PAUSE_S = 1.0
 
 COMMENT = ("class ModelNew(nn.Module):", "# kernel-lsp editor loop: a comment-only edit\nclass ModelNew(nn.Module):")
 
@@ -321,8 +328,10 @@ async def lens_for(client: Client, uri: str, version: int, timeout: float) -> di
     raise TimeoutError(f"no measured lens for version {version} of {uri} within {timeout:.0f} s")
 
 
-async def save(client: Client, path: Path, text: str, version: int, timeout: float, first: bool) -> tuple[float, dict]:
-    """Write, (open or change), save; seconds from didSave to the measured lens."""
+async def save(client: Client, path: Path, text: str, version: int, timeout: float, first: bool,
+               pause: float = 0.0) -> tuple[float, dict]:
+    """Write, (open or change), wait `pause` seconds (the user stops typing, then saves), save;
+    seconds from didSave to the measured lens."""
     path.write_text(text)
     uri = path.as_uri()
     if first:
@@ -331,6 +340,7 @@ async def save(client: Client, path: Path, text: str, version: int, timeout: flo
     else:
         await client.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": version},
                                                        "contentChanges": [{"text": text}]})
+        await asyncio.sleep(pause)
     t0 = time.monotonic()
     await client.notify("textDocument/didSave", {"textDocument": {"uri": uri}})
     lens = await lens_for(client, uri, version, timeout)
@@ -342,11 +352,20 @@ async def save(client: Client, path: Path, text: str, version: int, timeout: flo
 def server_steps(log: Path, name: str, version: int) -> str | None:
     """Where the server says that save's seconds went ("measured gelu.py (version 3): compiling
     1.52 s, evaluating 2.10 s, ...; 3.70 s in all"), from its log; None when it says nothing."""
+    return _logged(log, f"measured {name} (version {version}): ")
+
+
+def ahead_words(log: Path, name: str, version: int) -> str | None:
+    """What the server built while the user paused ("in 1.52 s: ok"), from its log."""
+    return _logged(log, f"built ahead {name} (version {version}) ")
+
+
+def _logged(log: Path, mark: str) -> str | None:
+    """The rest of the server log's last line holding `mark`."""
     try:
         lines = log.read_text(errors="replace").splitlines()
     except OSError:
         return None
-    mark = f"measured {name} (version {version}): "
     found = [ln.split(mark, 1)[1] for ln in lines if mark in ln]
     return found[-1] if found else None
 
@@ -430,6 +449,7 @@ async def cli_bench(env: dict[str, str], root: Path, name: str) -> tuple[float, 
 
 async def run(smoke: bool, wait_s: float, timeout: float) -> dict[str, Any]:
     first_text, body, second_text = (ROWSUM, ROWSUM_BODY, ROWMAX) if smoke else (GELU, GELU_BODY, RELU)
+    body_2 = ROWSUM_BODY_2 if smoke else GELU_BODY_2
     name, second_name = ("rowsum.py", "rowmax.py") if smoke else ("gelu.py", "relu.py")
     known_text, known_name = (ROWSUM_B, "rowsum_b.py") if smoke else (GELU_B, "gelu_b.py")
     steps: list[dict[str, Any]] = []
@@ -456,6 +476,12 @@ async def run(smoke: bool, wait_s: float, timeout: float) -> dict[str, Any]:
             steps.append({"step": "body", "what": "save after editing the kernel's body", "seconds": t,
                           "lens": lens["title"], "baselines_cached": latest(root, name)["baselines_cached"],
                           "server": server_steps(log_a, name, 3)})
+            t, lens = await save(client, task, commented.replace(*body).replace(*body_2), 4, timeout, first=False,
+                                 pause=PAUSE_S)
+            steps.append({"step": "body, paused", "what": f"save {PAUSE_S:g} s after the last keystroke of another "
+                          "body edit (built while typing)", "seconds": t, "lens": lens["title"],
+                          "baselines_cached": latest(root, name)["baselines_cached"],
+                          "server": server_steps(log_a, name, 4), "built_ahead": ahead_words(log_a, name, 4)})
             t, lens = await save(client, root / second_name, second_text, 1, timeout, first=True)
             steps.append({"step": "new file", "what": "first save of a second file of a known kind", "seconds": t,
                           "lens": lens["title"], "server": server_steps(log_a, second_name, 1)})
@@ -536,7 +562,8 @@ def markdown(doc: dict[str, Any]) -> str:
     if said:
         lines += ["", "Where each save's seconds went, as the server logged them (from the job's start):", "",
                   "| step | server |", "| --- | --- |"]
-        lines += [f"| {s['what']} | {s['server']} |" for s in said]
+        lines += [f"| {s['what']} | {s['server']}"
+                  + (f"; built while typing {s['built_ahead']}" if s.get("built_ahead") else "") + " |" for s in said]
     clis = [s for s in doc["steps"] if s["step"].startswith("cli") and s.get("timings")]
     if clis:
         lines += ["", "Where `kernel-lsp bench` of the cached candidate spends its time (the first run starts "

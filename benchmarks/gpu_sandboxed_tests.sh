@@ -19,7 +19,7 @@ python3 -c 'from kernel_lsp.engine import sandbox as s; print("sandbox:", s.stat
 run() { local name=$1; shift; [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]] && return; local t0=$SECONDS; timeout "$@" > "$OUT/$name.log" 2>&1; echo "$name rc=$? $((SECONDS-t0))s: $(tail -1 $OUT/$name.log)"; }
 P="python3 -m pytest -q -ra -p no:cacheprovider -m gpu"
 run sandbox 150 $P tests/engine/test_gpu_sandbox.py
-run engine 180 $P tests/engine/test_gpu_engine.py tests/engine/test_gpu_shared.py tests/engine/test_gpu_faults.py tests/engine/test_gpu_baselines.py
+run engine 300 $P tests/engine/test_gpu_engine.py tests/engine/test_gpu_shared.py tests/engine/test_gpu_faults.py tests/engine/test_gpu_baselines.py
 run accuracy 180 $P tests/engine/test_gpu_accuracy.py
 run edges 300 $P -s tests/engine/test_gpu_edges.py
 run agent 330 $P tests/agent/test_gpu.py tests/test_server_gpu.py tests/cli/test_cli_gpu.py

@@ -32,6 +32,7 @@ class Settings:
     extra_flags: list[str] = field(default_factory=list)
     include_paths: list[str] = field(default_factory=list)
     on_save: list[str] = field(default_factory=lambda: ["compile"])
+    build_while_typing: bool = True         # a measured file's edits are built after a pause, before the save
     occupancy_threshold: float = 0.25       # warn below this theoretical occupancy
     execution_enabled: bool = True          # run harness and candidate code (off: compile only)
     python: str | None = None               # interpreter for engine Workers (needs torch)

@@ -149,6 +149,7 @@ class CompileResult(_Record):
     command: list[str] = field(default_factory=list)
     fast_path: bool = False     # a load_inline extension built by the split fast path
     fallback_reason: str = ""   # why an extension took the full build instead ("" when it did not)
+    steps: dict[str, float] = field(default_factory=dict)  # the fast build's seconds: device, host, link, load
 
 
 class TargetKind(str, enum.Enum):

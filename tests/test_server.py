@@ -157,15 +157,21 @@ async def test_one_publish_per_save_with_its_version(client: EditorClient):
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
+async def measured_cu_session(client: EditorClient, editor: str, tmp_path: Path, **options) -> None:
+    """A workspace with a .cu and its harness, whose saves are measured."""
+    for name in ("softmax.cu", "softmax.py"):
+        (tmp_path / name).write_text((EXAMPLES / name).read_text())
+    await client.initialize_session(types.InitializeParams(
+        capabilities=client_capabilities(editor), root_uri=tmp_path.as_uri(),
+        workspace_folders=[types.WorkspaceFolder(uri=tmp_path.as_uri(), name="ws")],
+        initialization_options={"arch": "sm_90", "onSave": ["compile", "verify", "bench"], "timeout": 120,
+                                **options}))
+    client.workspace_root = tmp_path
+
+
 @pytest_lsp.fixture(config=config(env=dict(os.environ)), params=["visual-studio-code", "neovim"])
 async def bench_client(lsp_client: EditorClient, request: pytest.FixtureRequest, tmp_path: Path):
-    for name in ("softmax.cu", "softmax.py"):  # a .cu with its harness: saves are measured
-        (tmp_path / name).write_text((EXAMPLES / name).read_text())
-    await lsp_client.initialize_session(types.InitializeParams(
-        capabilities=client_capabilities(request.param), root_uri=tmp_path.as_uri(),
-        workspace_folders=[types.WorkspaceFolder(uri=tmp_path.as_uri(), name="ws")],
-        initialization_options={"arch": "sm_90", "onSave": ["compile", "verify", "bench"], "timeout": 120}))
-    lsp_client.workspace_root = tmp_path
+    await measured_cu_session(lsp_client, request.param, tmp_path)
     yield
     await lsp_client.shutdown_session()
 
@@ -208,3 +214,69 @@ async def test_a_measured_cu_save_publishes_once_with_its_version(bench_client: 
     await asyncio.sleep(2.0)
     saved = [p for p in client.publishes if p.uri == uri and p.version == 3]
     assert len(saved) == 1 and any("undefined_name" in d.message for d in saved[0].diagnostics), saved
+
+
+async def _open_measured(client: EditorClient) -> tuple[Path, str, str]:
+    """softmax.cu opened and saved once: measured (on the CPU: a measurement that says why not)."""
+    path = client.workspace_root / "softmax.cu"
+    text = path.read_text()
+    uri = open_doc(client, path, text)
+    client.text_document_did_save(types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)))
+    await wait_for(_measured(client, uri), timeout=180, interval=0.3, what="the first save's measurement")
+    return path, text, uri
+
+
+def _built_ahead(client: EditorClient, uri: str, version: int):
+    def found() -> dict | None:
+        for status in reversed(client.statuses):
+            doc = next((d for d in status.get("documents", []) if d["uri"] == uri), None)
+            got = (doc or {}).get("builtAhead")
+            if got and got.get("version") == version:
+                return got
+        return None
+    return found
+
+
+async def test_edits_of_a_measured_file_are_built_while_typing(bench_client: EditorClient):
+    """After a pause in typing, a measured file's new text is built in the background (the status
+    says so, per version); a text that does not build says failed; the save that follows is
+    measured as before."""
+    client = bench_client
+    path, text, uri = await _open_measured(client)
+    assert _built_ahead(client, uri, 1)() is None  # the save built it, nothing ahead
+
+    edited = text.replace("__global__", "// typed, not saved\n__global__", 1)
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        content_changes=[types.TextDocumentContentChangeWholeDocument(text=edited)]))
+    got = await wait_for(_built_ahead(client, uri, 2), timeout=120, interval=0.2, what="the build ahead of version 2")
+    assert got["state"] == "built" and got["seconds"] > 0, got
+
+    broken = edited.replace("__global__", "__global__ int oops = undefined_name;\n__global__", 1)
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=3),
+        content_changes=[types.TextDocumentContentChangeWholeDocument(text=broken)]))
+    got = await wait_for(_built_ahead(client, uri, 3), timeout=120, interval=0.2, what="the build ahead of version 3")
+    assert got["state"] == "failed", got
+
+    # Saving the built text: measured as any save is (the build is the one made ahead).
+    save_doc(client, uri, path, edited, version=4)
+    lens = await wait_for(_measured(client, uri), timeout=180, interval=0.3, what="the save's measurement")
+    assert lens
+
+
+@pytest_lsp.fixture(config=config(env=dict(os.environ)))
+async def quiet_client(lsp_client: EditorClient, tmp_path: Path):
+    await measured_cu_session(lsp_client, "visual-studio-code", tmp_path, buildWhileTyping=False)
+    yield
+    await lsp_client.shutdown_session()
+
+
+async def test_build_while_typing_off_builds_nothing_ahead(quiet_client: EditorClient):
+    client = quiet_client
+    _, text, uri = await _open_measured(client)
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        content_changes=[types.TextDocumentContentChangeWholeDocument(text=text + "\n// typed\n")]))
+    await asyncio.sleep(3.0)  # the pause (0.4 s) and a build (about 1-2 s here) would be over
+    assert _built_ahead(client, uri, 2)() is None

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from lsprotocol import types
 
 from kernel_lsp.model import Candidate, Evaluation, Span, Target, TargetKind
+from kernel_lsp.server.build_ahead import BuildAhead
 from kernel_lsp.server.commands import DocumentArgs, parse_args
 from kernel_lsp.server.engine_host import ExecutionDisabled
 from kernel_lsp.server.feature import LanguageFeature
@@ -55,6 +56,7 @@ class EvaluationFeature(LanguageFeature):
         # The reference's profile depends on the reference, not on the candidate: profiled once
         # per reference text and GPU, after the numbers are shown, never in a save's path.
         self._profiles: dict[tuple[str, str], dict[str, Any]] = {}
+        self.ahead = BuildAhead(server)  # a measured file's edits are built before the save
 
     # -- events -----------------------------------------------------------------------------
 
@@ -66,6 +68,7 @@ class EvaluationFeature(LanguageFeature):
             state.remeasure_text = None  # the applied candidate is in the buffer: measure it
             self.schedule(state, ("compile", "verify", "bench"), visible=True, why="Re-measure")
             return
+        self.ahead.changed(state)
         m = state.measurement
         if m is None:
             return
@@ -91,6 +94,7 @@ class EvaluationFeature(LanguageFeature):
         self.schedule(state, ("compile", *checks), visible=False)
 
     def did_close(self, state: DocumentState) -> None:
+        self.ahead.closed(state.uri)
         job = self.server.jobs.get(("evaluate", state.uri))
         if job is not None:
             job.task.cancel()
@@ -211,7 +215,8 @@ class EvaluationFeature(LanguageFeature):
         title_now = lens_title(state.measurement)
         progress.end(title_now)
         steps.mark("shown")
-        log.info("measured %s (version %s): %s", os.path.basename(state.path), version, steps.words())
+        log.info("measured %s (version %s): %s%s", os.path.basename(state.path), version, steps.words(),
+                 inside_words(ev))
         if profile_key is not None:  # the hot ops follow, in a job of their own
             m = state.measurement
             ls.jobs.start(("profile", state.uri), f"Profile {os.path.basename(state.path)}",
@@ -435,6 +440,21 @@ class SaveSteps:
         return ", ".join(parts) + f"; {self._last - self.t0:.2f} s in all"
 
 
+def inside_words(ev: Evaluation) -> str:
+    """" (build: device 1.02, link 0.18; worker: verify 0.14, timing 0.26)": the build's and the
+    Worker's own steps, for the log line that says where a save's seconds went."""
+    evidence = ev.evidence or {}
+    parts = []
+    for label, key in (("build", "build_steps"), ("worker", "phases")):
+        got = evidence.get(key)
+        if isinstance(got, dict):
+            steps = [f"{k.removesuffix('_s')} {v:.2f}" for k, v in got.items()
+                     if isinstance(v, (int, float)) and v >= 0.005]
+            if steps:
+                parts.append(f"{label}: " + ", ".join(steps))
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
 # -- words (one wording for lens, hover, status and progress) ------------------------------------
 
 def version_words(m: Measurement) -> str:
@@ -597,7 +617,7 @@ def status_entry(state: DocumentState) -> dict[str, Any] | None:
             "verdict": ev.verdict, "speedupEager": None if m.reference_only else ev.speedup_eager,
             "speedupCompile": None if m.reference_only else ev.speedup_compile,
             "spreadPct": ev.time.spread_pct if ev.time else None, "rewrite": is_rewrite(ev),
-            "referenceOnly": m.reference_only, "where": where_words(m)}
+            "referenceOnly": m.reference_only, "where": where_words(m), "builtAhead": state.built_ahead}
 
 
 def verdict_words(ev: Evaluation) -> str:

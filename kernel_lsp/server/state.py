@@ -77,6 +77,8 @@ class DocumentState:
     store_read: bool = False  # the store's last Evaluation was looked up (once per open)
     # Set by a save that measures: its compile waits for the measurement, one publish for both.
     save_publish: SavePublish | None = None
+    # What the latest build while typing did (server/build_ahead.py): version, state, seconds.
+    built_ahead: dict[str, Any] | None = None
     _parsing: asyncio.Future[None] | None = field(default=None, repr=False)
     _positions: tuple[str, Positions] | None = field(default=None, repr=False)
     _symbols: tuple[Document, list[dict[str, Any]]] | None = field(default=None, repr=False)

@@ -260,7 +260,9 @@ EDITS = textwrap.dedent('''
         torch.cuda.synchronize()
         out[name] = {"seconds": secs, "fast_path": result.fast_path, "fallback_reason": result.fallback_reason,
                      "ok": bool(torch.equal(y, torch.relu(x))), "ext": module.relu_ext.__name__,
-                     "objects": len(list(unit_cache.units_root().glob("*/unit.o")))}
+                     # objects by their text's key (not the copies kept by preprocessed tokens)
+                     "objects": sum(json.loads((o.parent / "meta.json").read_text()).get("by") != "tokens"
+                                    for o in unit_cache.units_root().glob("*/unit.o"))}
     print(json.dumps(out))
 ''')
 

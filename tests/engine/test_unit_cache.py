@@ -50,8 +50,10 @@ def inline_args(tmp_path: Path, name: str, cuda: str, **kw) -> dict:
 
 
 def entries() -> dict[str, float]:
-    """The unit cache's objects and their mtimes."""
-    return {p.parent.name: p.stat().st_mtime_ns for p in unit_cache.units_root().glob(f"*/{unit_cache.OBJECT}")}
+    """The unit cache's objects by their text's key (not the copies kept by preprocessed tokens), and
+    their mtimes."""
+    return {p.parent.name: p.stat().st_mtime_ns for p in unit_cache.units_root().glob(f"*/{unit_cache.OBJECT}")
+            if json.loads((p.parent / unit_cache.META).read_text()).get("by") != "tokens"}
 
 
 def nvcc_runs(calls: Path) -> int:
@@ -92,6 +94,32 @@ def test_a_kernel_body_edit_recompiles_the_device_unit_only(unit_env):
                                nvcc, link=False)
     assert c.reason == "" and c.compiled == ["host"] and sorted(c.reused) == ["device", "main"]
     assert nvcc_runs(calls) == 2
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_a_body_edit_that_adds_lines_reuses_the_host_unit_only_when_its_tokens_are_the_same(unit_env):
+    """The host unit keeps the file's line numbers, so a kernel body one line longer moves its text;
+    its preprocessed tokens decide: the same without a __LINE__ after the kernel (reused), not the
+    same with TORCH_CHECK there (its line is in the tokens: compiled again)."""
+    tmp_path, nvcc, calls = unit_env
+    longer = "const float w = v;\n    y[i] = w > 0.0f ? w : 0.0f;"
+    plain = "\n".join(ln for ln in RELU.splitlines() if "TORCH_CHECK" not in ln)
+    a = fastbuild.build_inline(inline_args(tmp_path, "plain_a", plain), nvcc, link=False)
+    assert a.reason == "" and sorted(a.compiled) == ["device", "host", "main"], a.log[-3000:]
+    b = fastbuild.build_inline(inline_args(tmp_path, "plain_b", plain.replace(BODY, longer)), nvcc, link=False)
+    assert b.reason == "", b.log[-3000:]
+    assert b.compiled == ["device"] and sorted(b.reused) == ["host", "main"] and "host_preprocess" in b.steps
+    # The reused object is the one the new text compiles to (no __LINE__ of the file in it).
+    fresh = tmp_path / "fresh.o"
+    cmd = next(c for c in b.commands if c[-1] == "fast_host.o")
+    subprocess.run([*cmd[:-1], str(fresh)], cwd=tmp_path / "b" / "plain_b", check=True, capture_output=True)
+    assert defined(fresh) == defined(tmp_path / "b" / "plain_b" / "fast_host.o")
+
+    c = fastbuild.build_inline(inline_args(tmp_path, "checked_a", RELU), nvcc, link=False)
+    assert c.reason == "" and "host" in c.compiled, c.log[-3000:]
+    d = fastbuild.build_inline(inline_args(tmp_path, "checked_b", RELU.replace(BODY, longer)), nvcc, link=False)
+    assert d.reason == "" and sorted(d.compiled) == ["device", "host"] and d.reused == ["main"], d.log[-3000:]
 
 
 @needs_nvcc
@@ -290,3 +318,29 @@ def test_half_and_bfloat16_code_gets_the_full_prelude():
         assert inline_split.device_prelude(code) == inline_split.DEVICE_PRELUDE, code
     for code in ("__host__ __device__ float f(float v) { return tanhf(v); }", "y[i] = blockIdx.x;"):
         assert inline_split.device_prelude(code) == inline_split.DEVICE_PRELUDE_LIGHT, code
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_a_faster_linker_that_fails_gives_way_to_the_default_and_is_not_tried_again(unit_env, monkeypatch):
+    tmp_path, nvcc, _ = unit_env
+    import torch
+
+    if not torch.version.cuda:  # a CPU torch has no CUDA libraries to link against: empty stand-ins
+        stubs = tmp_path / "stubs"
+        stubs.mkdir()
+        (stubs / "e.c").write_text("int klsp_stub;\n")
+        for lib in ("c10_cuda", "torch_cuda"):
+            subprocess.run(["gcc", "-shared", "-o", str(stubs / f"lib{lib}.so"), str(stubs / "e.c")], check=True)
+        monkeypatch.setenv("LIBRARY_PATH", str(stubs))
+    monkeypatch.setenv("KERNEL_LSP_LINKER", "klspbroken")  # no such linker: -fuse-ld fails
+    monkeypatch.setattr(fastbuild, "_linker_works", lambda cxx, name: True)
+    a = fastbuild.build_inline(inline_args(tmp_path, "link_a", RELU), nvcc)
+    assert a.reason == "" and a.so and os.path.exists(a.so), a.log[-3000:]
+    assert a.linker.startswith("default (klspbroken failed"), a.linker
+    assert "-fuse-ld=klspbroken" in a.commands[-2] and "-fuse-ld=klspbroken" not in a.commands[-1]
+    monkeypatch.setattr(fastbuild, "_linker_refused", set())  # a new process: the note in the cache says it
+    b = fastbuild.build_inline(inline_args(tmp_path, "link_b", RELU.replace(BODY, "y[i] = fmaxf(v, 0.0f);")), nvcc)
+    assert b.reason == "" and b.linker == "default", b.linker
+    notes = list((unit_cache.units_root().parent / "linkers").glob("klspbroken-*.failed"))
+    assert len(notes) == 1 and notes[0].read_text().strip()

@@ -32,6 +32,7 @@ test("every setting the server reads is contributed", () => {
     "kernelLsp.agent.budget",
     "kernelLsp.agent.model",
     "kernelLsp.arch",
+    "kernelLsp.buildWhileTyping",
     "kernelLsp.device",
     "kernelLsp.execution.enabled",
     "kernelLsp.executor",

@@ -294,6 +294,7 @@ class Engine:
                               message=message, device=dict(self._device_info) if self._device_info else None,
                               sandboxed=self.sandboxed, **extra)
 
+        build_steps: dict[str, float] | None = None
         try:
             if self.auto_prebuild and needs_build(candidate):
                 await _report(progress, "compiling")
@@ -301,13 +302,16 @@ class Engine:
                 # baseline, when none is kept: neither waits for the build.
                 self._ahead(self._get_ready(task, checks, params["options"], deadline))
                 try:
-                    await self.prebuild(task, candidate, options)
+                    built = await self.prebuild(task, candidate, options)
+                    build_steps = {**built.steps, "pool_s": round(built.seconds, 3)} if built.steps else None
                 except Exception:  # noqa: BLE001 - advisory: the Worker builds it anyway
                     log.debug("prebuild failed", exc_info=True)
             await _report(progress, "evaluating")
             data, fatal = await self._call("evaluate", params, timeout=deadline, warm=self.warm, progress=progress,
                                            resume="evaluating")
             ev = Evaluation.from_dict(data)
+            if build_steps:  # where the CPU pool's build of this save went (device, host, link, load)
+                ev.evidence = {**(ev.evidence or {}), "build_steps": build_steps}
             if self.gpu_waited >= 0.05:  # other kernel-lsp processes had the GPU first
                 ev.evidence = {**(ev.evidence or {}), "gpu_wait_s": round(self.gpu_waited, 2)}
             ev.sandboxed = self.sandboxed  # the caller's word, not the Worker's
@@ -507,6 +511,13 @@ class Engine:
         return self._pool
 
     # -- the sandbox --------------------------------------------------------------
+
+    def builds_sandboxed(self) -> bool:
+        """Whether the build pool's processes (which run a .py's module code) are fenced."""
+        try:
+            return self._sandbox_spec() != "off"
+        except sandboxing.SandboxUnavailable:
+            return False
 
     def _sandbox_spec(self) -> "sandboxing.Sandbox | str":
         """The resolved sandbox with the task folders Workers must read; "off" for none.

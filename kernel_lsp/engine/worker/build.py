@@ -609,6 +609,7 @@ def _try_fast(a: dict[str, Any], name: str, build_dir: Path, is_module: bool, no
     if fb.full_prelude:
         note["full_prelude"] = list(fb.full_prelude)
     if fb.so:
+        t0 = time.perf_counter()
         try:
             lib = _import_built(name, build_dir, Path(fb.so), is_module)
         except Exception as exc:  # noqa: BLE001 - e.g. an undefined symbol: build it the normal way
@@ -617,6 +618,7 @@ def _try_fast(a: dict[str, Any], name: str, build_dir: Path, is_module: bool, no
                 os.unlink(fb.so)
             return None
         note["fast_path"] = True
+        note["steps"]["load"] = round(time.perf_counter() - t0, 3)
         return lib
     note["fallback_reason"] = fb.reason
     return None
@@ -687,6 +689,8 @@ def _apply_note(result: CompileResult, note: dict[str, Any], build_dir: Path, wi
             (build_dir / _FAST_NOTE).write_text(json.dumps(note))
     result.fast_path = bool(note.get("fast_path"))
     result.fallback_reason = str(note.get("fallback_reason") or "")
+    if not result.cached:  # a cache hit built nothing: no steps to tell
+        result.steps = {str(k): float(v) for k, v in (note.get("steps") or {}).items()}
 
 
 def _finish(lib: object, result: CompileResult, note: dict[str, Any], build_dir: Path, with_cuda: bool) -> object:
@@ -756,7 +760,17 @@ def _merge(records: list[CompileResult], seconds: float, ok: bool = True) -> Com
         command=records[-1].command if records else [],
         fast_path=bool(records) and all(r.fast_path for r in records),
         fallback_reason="; ".join(r.fallback_reason for r in records if r.fallback_reason),
+        steps=_sum_steps(records),
     )
+
+
+def _sum_steps(records: list[CompileResult]) -> dict[str, float]:
+    # Several extensions build at once: their steps side by side, summed per step.
+    out: dict[str, float] = {}
+    for r in records:
+        for k, v in r.steps.items():
+            out[k] = round(out.get(k, 0.0) + v, 3)
+    return out
 
 
 def _python_diagnostic(exc: BaseException, filename: str) -> Diagnostic:

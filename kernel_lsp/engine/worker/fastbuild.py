@@ -98,6 +98,7 @@ class FastBuild:
     full_prelude: list[str] = field(default_factory=list)  # device units the light prelude did not build
     compiled: list[str] = field(default_factory=list)     # steps a compiler ran for in this build
     reused: list[str] = field(default_factory=list)       # steps whose object came from the unit cache
+    linker: str = ""                       # what linked it: "gold", "lld", "default" (+ why not the faster one)
 
 
 def pch_root() -> Path:
@@ -513,12 +514,23 @@ def _build_units(units: list[Unit], args: dict[str, Any], nvcc: str, res: FastBu
         return done()
     so = build_dir / f"{name}.so"
     tmp = build_dir / f"{name}.so.{os.getpid()}.tmp"
-    cmd = [flags.cxx, "-shared", *(f"fast_{u.step}.o" for u in reversed(units)), *flags.ldflags,
-           *_as_list(args.get("extra_ldflags")), "-o", str(tmp)]
+    base = [flags.cxx, "-shared", *(f"fast_{u.step}.o" for u in reversed(units)), *flags.ldflags,
+            *_as_list(args.get("extra_ldflags")), "-o", str(tmp)]
+    linker = fast_linker(flags.cxx, flags.identity)
+    cmd = [*base[:2], *linker, *base[2:]]
     res.commands.append(cmd)
     t1 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, cwd=build_dir, capture_output=True, text=True, timeout=timeout)
+        res.linker = linker[0].removeprefix("-fuse-ld=") if linker else "default"
+        if proc.returncode != 0 and linker:
+            # The faster linker refused what the default one may take: the default decides.
+            said = (proc.stdout + proc.stderr).strip()
+            _linker_failed(flags.cxx, flags.identity, linker[0].removeprefix("-fuse-ld="), said)
+            res.log += f"[link {' '.join(linker)}]\n{said}\n"
+            res.linker = f"default ({res.linker} failed: {(said.splitlines() or [''])[0][:200]})"
+            res.commands.append(base)
+            proc = subprocess.run(base, cwd=build_dir, capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return done(f"fast link: {exc}")
     res.steps["link"] = time.perf_counter() - t1
@@ -530,6 +542,55 @@ def _build_units(units: list[Unit], args: dict[str, Any], nvcc: str, res: FastBu
     os.replace(tmp, so)
     res.so = str(so)
     return done()
+
+
+# Linkers faster than the default GNU ld for a shared object of three units against torch's
+# libraries, best first: the link of a kernel-body edit took 0.50 s with ld.bfd and 0.18 s with gold
+# on 2 cores here (benchmarks/link_time.py; the H200's: benchmarks/results/link_time.md).
+# KERNEL_LSP_LINKER=default keeps the compiler's.
+# A linker that failed a real link here (gold cannot read every library a newer toolchain makes)
+# is not tried again: in this process, nor in later ones (a note in the build cache, per compiler
+# and torch build).
+_LINKERS = ("lld", "gold")
+_linker_refused: set[tuple[str, str]] = set()
+
+
+def fast_linker(cxx: str, identity: str = "") -> list[str]:
+    """``-fuse-ld=X`` for the first faster linker the compiler can drive here, else []."""
+    want = os.environ.get("KERNEL_LSP_LINKER", "").strip()
+    if want == "default":
+        return []
+    for name in ((want,) if want else _LINKERS):
+        if (cxx, name) in _linker_refused or _refusal_note(cxx, identity, name).exists():
+            continue
+        if _linker_works(cxx, name):
+            return [f"-fuse-ld={name}"]
+    return []
+
+
+def _refusal_note(cxx: str, identity: str, name: str) -> Path:
+    key = hashlib.sha256(f"{_tool_id(cxx)}\n{identity}".encode()).hexdigest()[:16]
+    return cache_root() / "linkers" / f"{name}-{key}.failed"
+
+
+@functools.lru_cache(maxsize=16)
+def _linker_works(cxx: str, name: str) -> bool:
+    if shutil.which(f"ld.{name}") is None:
+        return False
+    try:  # the compiler must accept the flag and find that linker (about 20 ms, once)
+        proc = subprocess.run([cxx, f"-fuse-ld={name}", "-Wl,--version"], capture_output=True, text=True,
+                              timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0
+
+
+def _linker_failed(cxx: str, identity: str, name: str, said: str) -> None:
+    _linker_refused.add((cxx, name))
+    note = _refusal_note(cxx, identity, name)
+    with contextlib.suppress(OSError):
+        note.parent.mkdir(parents=True, exist_ok=True)
+        note.write_text(said[-4000:])
 
 
 _UNDECLARED = re.compile(r'identifier "(\w+)" is undefined|has no member "(\w+)"|"(\w+)" is not a|'

@@ -219,6 +219,9 @@ def evaluate(task: Task, candidate: Candidate | None, checks: list[str] | tuple[
         ev = _shared_oom(ev, options, lambda: _attempt(task, candidate, checks, options, builder), t0)
     _release_after_answer()
     ev.wall_seconds = (bench._perf_counter_ns() - t0) / 1e9
+    phases = (ev.evidence or {}).get("phases")
+    if isinstance(phases, dict):  # the Worker's whole share of the evaluation, beside its steps
+        phases["worker_total_s"] = ev.wall_seconds
     return ev
 
 

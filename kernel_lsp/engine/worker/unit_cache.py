@@ -12,6 +12,13 @@ candidate's object then serves, its ``PyInit_<name>`` renamed (objcopy). pybind1
 module with multi-phase init, which names the module from the import spec, so a renamed object is
 the module torch would have built; with an older pybind11 the name stays in the key.
 
+A host unit whose text changed only in its layout (a kernel's body grew by a line: the host unit
+keeps the file's line numbers, so its blank lines moved) is also found by its preprocessed text:
+g++ -E against the same precompiled header (about 0.1 s) gives the tokens the compiler sees, with
+every ``__LINE__`` (``TORCH_CHECK`` has one) already a number, so two texts with the same
+preprocessed tokens make the same object. Only objects compiled without a word from the compiler
+are taken this way (a kept warning would name the old lines).
+
 Safe across processes (build pool slots, several editors): one lock per key, held while that unit
 compiles; objects enter the cache by rename, complete or not at all. A compiler error (g++ exits 1,
 nvcc 2) is kept too: the same text fails the same way, and replaying it sends a unit that needs more
@@ -106,6 +113,27 @@ def unit_key(text: str, cmd: list[str], identity: str, ctx: UnitContext, pybind_
     return hashlib.sha256(material.encode()).hexdigest()[:32], mode
 
 
+def preprocessed_key(cmd: list[str], build_dir: Path, base: str, ctx: UnitContext, mode: str,
+                     timeout: float = 60.0) -> str | None:
+    """The key of a g++ unit by its preprocessed tokens (blank lines dropped), or None where there is
+    none: not a g++ compile against a precompiled header, or the preprocessor failed."""
+    if "-include" not in cmd or "-c" not in cmd or cmd[-2] != "-o" or "nvcc" in os.path.basename(cmd[0]):
+        return None
+    pp = [("-E" if a == "-c" else a) for a in cmd[:-2]]
+    pp[1:1] = ["-P", "-fpch-preprocess"]  # the header's macros stay known: TORCH_CHECK expands
+    try:
+        proc = subprocess.run(pp, cwd=build_dir, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if proc.returncode != 0 or not proc.stdout:
+        return None
+    tokens = "\n".join(ln for ln in proc.stdout.splitlines() if ln.strip())
+    if mode == "module" and ctx.ext_name:
+        tokens = tokens.replace(ctx.ext_name, "<extension name>")  # PyInit_<name>: renamed on reuse
+    material = json.dumps([VERSION, "preprocessed", tokens, base, mode])
+    return hashlib.sha256(material.encode()).hexdigest()[:32]
+
+
 def compile_all(jobs: dict[str, list[str]], build_dir: Path, timeout: float, res: Any, identity: str,
                 ctx: dict[str, UnitContext], includes: tuple[str, ...] = ()) -> dict[str, tuple[int, str, float]]:
     """Each unit's object in ``build_dir`` (``cmd[-1]``, compiled from ``cmd[-3]`` written there),
@@ -139,6 +167,17 @@ def _one(step: str, cmd: list[str], build_dir: Path, timeout: float, res: Any, i
         with contextlib.suppress(FileNotFoundError):
             out.unlink()  # never leave an older object where this compile failed
         t0 = time.perf_counter()
+        # The command, identity, tools and headers of the text key, not the text: the tokens stand for it.
+        pp_key = preprocessed_key(cmd, build_dir, unit_key("", cmd, identity, ctx, major)[0], ctx, mode, timeout)
+        if pp_key is not None:
+            pp_entry = units_root() / pp_key
+            found = _reuse(pp_entry, out, ctx.ext_name, mode, quiet_only=True)
+            if found is not None:
+                res.reused.append(step)
+                res.steps[f"{step}_preprocess"] = time.perf_counter() - t0
+                # The text's own key next time (its meta as if compiled from this text).
+                _keep(entry, out, {**_meta(pp_entry), "name": ctx.ext_name, "by": "text"})
+                return found
         res.compiled.append(step)
         try:
             proc = subprocess.run(cmd, cwd=build_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -150,15 +189,26 @@ def _one(step: str, cmd: list[str], build_dir: Path, timeout: float, res: Any, i
         secs = time.perf_counter() - t0
         log = proc.stdout or ""
         if proc.returncode == 0:
-            _keep(entry, out, {"name": ctx.ext_name, "log": log, "seconds": round(secs, 3), "step": step})
+            meta = {"name": ctx.ext_name, "log": log, "seconds": round(secs, 3), "step": step}
+            _keep(entry, out, meta)
+            if pp_key is not None and not log.strip():
+                _keep(units_root() / pp_key, out, {**meta, "by": "tokens"})
         elif 0 < proc.returncode < 124 and "error" in log.lower():  # the compiler's verdict, not a kill
             _write(entry / FAILED, json.dumps({"log": log}))
         return proc.returncode, log, secs
 
 
-def _reuse(entry: Path, out: Path, name: str, mode: str) -> tuple[int, str, float] | None:
+def _meta(entry: Path) -> dict[str, Any]:
+    try:
+        got = json.loads((entry / META).read_text())
+    except (OSError, ValueError):
+        return {}
+    return got if isinstance(got, dict) else {}
+
+
+def _reuse(entry: Path, out: Path, name: str, mode: str, quiet_only: bool = False) -> tuple[int, str, float] | None:
     failed = entry / FAILED
-    if failed.exists():
+    if failed.exists() and not quiet_only:
         with contextlib.suppress(OSError, ValueError):
             return 1, str(json.loads(failed.read_text()).get("log", "")), 0.0
     obj = entry / OBJECT
@@ -168,6 +218,8 @@ def _reuse(entry: Path, out: Path, name: str, mode: str) -> tuple[int, str, floa
         meta = json.loads((entry / META).read_text())
     except (OSError, ValueError):
         return None
+    if quiet_only and str(meta.get("log") or "").strip():
+        return None  # its warnings name the lines of the text it was compiled from
     was = str(meta.get("name") or "")
     tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
     try:

@@ -1,0 +1,130 @@
+"""Build while typing: a measured file's new text is built in the CPU build pool after a pause in
+typing, so that the save that follows finds its build done (or under way) and only verifies and
+times it.
+
+A save's measurement asks the Engine for the same build (`Engine.prebuild` shares one build per
+candidate text and options), so a save during a build ahead waits for that build instead of
+starting another, and a save after it finds the extension in the build cache. Only the newest
+text is built: while one build runs, later edits wait for it and then the newest text is built
+(a running build is never cancelled: cancelling drops the pool's process, whose start costs more
+than the build). Nothing is shown to the user; the log says what was built and how long it took.
+
+When it does nothing, and why (`why_not`):
+- the `build_while_typing` setting is off, running code is off, saves do not measure, or
+  evaluations run on a Ray cluster (its builds are remote: a build ahead would not be reused);
+- the file has not been measured in this session (a file only opened is not built);
+- a `.py` candidate while the build pool is not sandboxed: building a `.py` runs its module code,
+  and text caught mid-edit is not what the user chose to run (a `.cu` is only compiled);
+- the text does not parse, names no Task, or builds nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import logging
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kernel_lsp.server.state import DocumentState
+
+log = logging.getLogger(__name__)
+
+# A pause this long after the last keystroke starts the build. Short enough that a save after a
+# pause finds the build well under way, long enough that typing does not start a build per key.
+DELAY_S = 0.4
+
+
+class BuildAhead:
+    def __init__(self, server: Any) -> None:
+        self.server = server
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._running: dict[str, asyncio.Task[Any]] = {}
+        self._again: set[str] = set()
+
+    def why_not(self, state: "DocumentState") -> str | None:
+        settings = self.server.settings
+        if not settings.build_while_typing:
+            return "build_while_typing is off"
+        if not settings.execution_enabled:
+            return "running code is off"
+        if not {"verify", "bench"} & set(settings.on_save):
+            return "saves are not measured (on_save)"
+        if settings.executor != "local":
+            return f"evaluations run on the {settings.executor} executor"
+        if state.measurement is None:
+            return "the file has not been measured yet"
+        return None
+
+    def changed(self, state: "DocumentState") -> None:
+        """The buffer changed: (re)start the pause's timer."""
+        if self.why_not(state) is not None:
+            return
+        old = self._timers.pop(state.uri, None)
+        if old is not None:
+            old.cancel()
+        loop = asyncio.get_running_loop()
+        self._timers[state.uri] = loop.call_later(DELAY_S, self._start, state)
+
+    def closed(self, uri: str) -> None:
+        old = self._timers.pop(uri, None)
+        if old is not None:
+            old.cancel()
+        self._again.discard(uri)
+
+    def _start(self, state: "DocumentState") -> None:
+        self._timers.pop(state.uri, None)
+        running = self._running.get(state.uri)
+        if running is not None and not running.done():
+            self._again.add(state.uri)  # the newest text is built when this build ends
+            return
+        task = asyncio.get_running_loop().create_task(self._build(state, state.text, state.version))
+        self._running[state.uri] = task
+        task.add_done_callback(lambda t, s=state: self._done(s, t))
+
+    def _done(self, state: "DocumentState", task: asyncio.Task[Any]) -> None:
+        if self._running.get(state.uri) is task:
+            del self._running[state.uri]
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("build ahead of %s failed: %s", os.path.basename(state.path), task.exception())
+        if state.uri in self._again:
+            self._again.discard(state.uri)
+            if self.why_not(state) is None:
+                self._start(state)
+
+    async def _build(self, state: "DocumentState", text: str, version: int | None) -> None:
+        from kernel_lsp.engine.caller.client import needs_build
+        from kernel_lsp.engine.caller.tasks import TaskError
+        from kernel_lsp.server.engine_host import ExecutionDisabled
+
+        name = os.path.basename(state.path)
+
+        def skipped(why: str) -> None:
+            state.built_ahead = {"version": version, "state": "skipped", "why": why}
+            log.debug("no build ahead of %s (version %s): %s", name, version, why)
+
+        if state.is_python:
+            try:
+                ast.parse(text)
+            except (SyntaxError, ValueError):
+                return skipped("the text does not parse")
+        try:
+            task, candidate = self.server.host.task_for(state.path, text)
+            engine = self.server.host.engine()
+        except (TaskError, ExecutionDisabled) as exc:
+            return skipped(str(exc))
+        if candidate is None or not needs_build(candidate):
+            return skipped("nothing to build")
+        if candidate.kind != "cuda" and not engine.builds_sandboxed():
+            return skipped("the build pool is not sandboxed (a .py's build runs its code)")
+        t0 = time.monotonic()
+        result = await engine.prebuild(task, candidate)
+        secs = time.monotonic() - t0
+        # The status says it (an editor may show "built"); a failed build's errors come with the save.
+        state.built_ahead = {"version": version, "state": "built" if result.ok else "failed",
+                             "cached": result.cached, "seconds": round(secs, 3)}
+        log.info("built ahead %s (version %s) in %.2f s: %s%s", name, version, secs,
+                 "ok" if result.ok else "failed", " (cached)" if result.cached else "")
+        self.server.send_status()
