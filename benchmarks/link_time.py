@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.editor_loop import GELU  # noqa: E402
+from benchmarks.editor_loop import GELU, device  # noqa: E402
 
 
 def gelu_args(build_root: Path, name: str) -> dict:
@@ -115,17 +115,6 @@ def same_output(libs: dict[str, str]) -> dict[str, bool] | None:
     return {k: bool(torch.equal(v, outs["default"])) for k, v in outs.items() if k != "default"}
 
 
-def device() -> str:
-    import subprocess  # noqa: PLC0415
-
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=10).stdout.strip()
-        return out.splitlines()[0] if out else "no GPU"
-    except (OSError, subprocess.SubprocessError):
-        return "no GPU"
-
-
 def markdown(doc: dict) -> str:
     lines = [f"# The fast build's link, by linker ({doc['device']}, {doc['cpus']} CPUs)", "",
              f"{doc['date']}; `python benchmarks/link_time.py`. The editor loop's GELU extension, its objects "
@@ -143,7 +132,7 @@ def markdown(doc: dict) -> str:
     lines += ["", "Same output as the default linker's library: "
               + ("not checked (no GPU)" if same is None else ", ".join(f"{k} {'yes' if v else 'NO'}"
                                                                        for k, v in same.items()) or "-"),
-              f"The engine links with: `{' '.join(doc['engine_uses']) or 'the default'}` (the first build "
+              f"The engine links with: `{doc['engine_uses'] or 'the default'}` (the first build "
               f"linked with: {doc['first_build_linker']['linker']}).", ""]
     if doc["first_build_linker"]["log"]:
         lines += ["The faster linker's failure, kept so that it is not tried again:", "", "```",

@@ -15,12 +15,11 @@ When it does nothing, and why (`why_not`):
 - the file has not been measured in this session (a file only opened is not built);
 - a `.py` candidate while the build pool is not sandboxed: building a `.py` runs its module code,
   and text caught mid-edit is not what the user chose to run (a `.cu` is only compiled);
-- the text does not parse, names no Task, or builds nothing.
+- the text names no Task (a `.py` that does not parse names none), or builds nothing.
 """
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import logging
 import os
@@ -105,12 +104,7 @@ class BuildAhead:
             state.built_ahead = {"version": version, "state": "skipped", "why": why}
             log.debug("no build ahead of %s (version %s): %s", name, version, why)
 
-        if state.is_python:
-            try:
-                ast.parse(text)
-            except (SyntaxError, ValueError):
-                return skipped("the text does not parse")
-        try:
+        try:  # a .py that does not parse names no Task (TaskError says where)
             task, candidate = self.server.host.task_for(state.path, text)
             engine = self.server.host.engine()
         except (TaskError, ExecutionDisabled) as exc:

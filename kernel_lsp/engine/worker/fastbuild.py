@@ -517,18 +517,18 @@ def _build_units(units: list[Unit], args: dict[str, Any], nvcc: str, res: FastBu
     base = [flags.cxx, "-shared", *(f"fast_{u.step}.o" for u in reversed(units)), *flags.ldflags,
             *_as_list(args.get("extra_ldflags")), "-o", str(tmp)]
     linker = fast_linker(flags.cxx, flags.identity)
-    cmd = [*base[:2], *linker, *base[2:]]
+    cmd = [*base[:2], f"-fuse-ld={linker}", *base[2:]] if linker else base
     res.commands.append(cmd)
+    res.linker = linker or "default"
     t1 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, cwd=build_dir, capture_output=True, text=True, timeout=timeout)
-        res.linker = linker[0].removeprefix("-fuse-ld=") if linker else "default"
         if proc.returncode != 0 and linker:
             # The faster linker refused what the default one may take: the default decides.
             said = (proc.stdout + proc.stderr).strip()
-            _linker_failed(flags.cxx, flags.identity, linker[0].removeprefix("-fuse-ld="), said)
-            res.log += f"[link {' '.join(linker)}]\n{said}\n"
-            res.linker = f"default ({res.linker} failed: {(said.splitlines() or [''])[0][:200]})"
+            _linker_failed(flags.cxx, flags.identity, linker, said)
+            res.log += f"[link -fuse-ld={linker}]\n{said}\n"
+            res.linker = f"default ({linker} failed: {(said.splitlines() or [''])[0][:200]})"
             res.commands.append(base)
             proc = subprocess.run(base, cwd=build_dir, capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -555,17 +555,17 @@ _LINKERS = ("lld", "gold")
 _linker_refused: set[tuple[str, str]] = set()
 
 
-def fast_linker(cxx: str, identity: str = "") -> list[str]:
-    """``-fuse-ld=X`` for the first faster linker the compiler can drive here, else []."""
+def fast_linker(cxx: str, identity: str = "") -> str | None:
+    """The first faster linker (for ``-fuse-ld=``) the compiler can drive here, else None."""
     want = os.environ.get("KERNEL_LSP_LINKER", "").strip()
     if want == "default":
-        return []
+        return None
     for name in ((want,) if want else _LINKERS):
         if (cxx, name) in _linker_refused or _refusal_note(cxx, identity, name).exists():
             continue
         if _linker_works(cxx, name):
-            return [f"-fuse-ld={name}"]
-    return []
+            return name
+    return None
 
 
 def _refusal_note(cxx: str, identity: str, name: str) -> Path:

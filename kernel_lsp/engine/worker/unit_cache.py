@@ -214,9 +214,8 @@ def _reuse(entry: Path, out: Path, name: str, mode: str, quiet_only: bool = Fals
     obj = entry / OBJECT
     if not obj.exists():
         return None
-    try:
-        meta = json.loads((entry / META).read_text())
-    except (OSError, ValueError):
+    meta = _meta(entry)
+    if not meta:  # unreadable: compiled again
         return None
     if quiet_only and str(meta.get("log") or "").strip():
         return None  # its warnings name the lines of the text it was compiled from
