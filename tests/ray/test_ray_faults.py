@@ -157,3 +157,33 @@ def test_bench_json_through_the_cluster_says_where_it_ran(cluster, scheme):
     target = json.loads(proc.stdout)["targets"][0]
     assert target["verdict"] == "correct"
     assert target["executor"] == "ray" and "127.0.0.1 (node " in target["node"]
+
+
+def test_a_transient_ray_client_init_failure_is_tried_again_within_the_timeout():
+    """Ray Client's "Initialization failure from server" (the head could not start this connection's
+    server process yet) is tried again, after undoing the half-made connection; another error, or one
+    past the deadline, is the answer at once."""
+    from kernel_lsp.engine.caller.ray_executor import init_until
+
+    calls: list[str] = []
+
+    def flaky() -> str:
+        calls.append("init")
+        if calls.count("init") < 3:
+            raise ConnectionAbortedError("Initialization failure from server:\n")
+        return "connected"
+
+    assert init_until(flaky, time.monotonic() + 30, undo=lambda: calls.append("undo"), pause=0.01) == "connected"
+    assert calls == ["init", "undo", "init", "undo", "init"]
+
+    def refused() -> None:
+        calls.append("refused")
+        raise ConnectionError("authentication failed")
+
+    with pytest.raises(ConnectionError, match="authentication"):
+        init_until(refused, time.monotonic() + 30, pause=0.01)
+    assert calls.count("refused") == 1
+    calls.clear()
+    with pytest.raises(ConnectionAbortedError):  # no time left for another try
+        init_until(flaky, time.monotonic() + 0.005, pause=0.01)
+    assert calls == ["init"]

@@ -83,6 +83,28 @@ def allowed_env(env: dict[str, str] | None) -> dict[str, str]:
             if (k in ENV_ALLOW_EXACT or k.startswith(ENV_ALLOW_PREFIX)) and not looks_secret(k)}
 
 
+# Ray Client's answer when the head's client server could not start this connection's own server
+# process (a head just started, a loaded machine): transient, so tried again while the connect
+# timeout lasts. Any other error is the answer at once.
+TRANSIENT_INIT = "Initialization failure from server"
+
+
+def init_until(init: Callable[[], Any], deadline: float, undo: Callable[[], Any] = lambda: None,
+               pause: float = 2.0) -> Any:
+    """``init()``, again after ``pause`` (``undo()`` first) while it fails with TRANSIENT_INIT and
+    ``deadline`` (time.monotonic) is not reached."""
+    while True:
+        try:
+            return init()
+        except Exception as exc:
+            if TRANSIENT_INIT not in str(exc) or time.monotonic() + pause >= deadline:
+                raise
+            log.info("the Ray client server could not start this connection (%s): trying again", exc)
+            with contextlib.suppress(Exception):
+                undo()
+            time.sleep(pause)
+
+
 async def _blocking(fn: Callable[[], Any], timeout: float, what: str) -> Any:
     """Run a blocking Ray call in a daemon thread: a hung call never holds the event loop
     nor, at exit, the interpreter (the default executor's threads are joined at exit)."""
@@ -295,8 +317,9 @@ class RayExecutor:
                 ray.init(address=self.address, namespace="kernel-lsp", log_to_driver=False,
                          logging_level=logging.WARNING, configure_logging=False,
                          runtime_env=self._runtime_env())
+            deadline = time.monotonic() + self.connect_timeout
             try:
-                await _blocking(init, self.connect_timeout, "init")
+                await _blocking(lambda: init_until(init, deadline, ray.shutdown), self.connect_timeout, "init")
             except asyncio.TimeoutError:
                 raise ExecutorUnavailable(f"the Ray cluster at {self.address} did not answer within "
                                           f"{self.connect_timeout:.0f} s") from None
