@@ -28,6 +28,12 @@ test: test-python test-editors test-vscode
 # other process's builds fill that time. tests/conftest.py keeps each file in one process, and
 # tests/ray and the precompiled-header tests together. PYTEST_WORKERS=0: one process.
 PYTEST_WORKERS ?= 2
+# nvcc is required (the README says so): a test that needs it fails, never skips, without it.
+# KERNEL_LSP_REQUIRE_SANDBOX=1 (set by .ci/run, which installs bubblewrap) does the same for the
+# sandbox tests; tests/needs.py says how.
+KERNEL_LSP_REQUIRE_NVCC ?= 1
+KERNEL_LSP_REQUIRE_SANDBOX ?= 0
+export KERNEL_LSP_REQUIRE_NVCC KERNEL_LSP_REQUIRE_SANDBOX
 test-python: setup
 	$(BIN)/python -m pytest -q -ra -n $(PYTEST_WORKERS)
 

@@ -1,6 +1,8 @@
 """Shared test setup: the `gpu` marker skips cleanly where no CUDA GPU is visible, unless
 KERNEL_LSP_REQUIRE_GPU=1 (what `make gpu-test` sets): then a missing GPU, or an interpreter
-without torch, fails the run at once instead of passing with everything skipped.
+without torch, fails the run at once instead of passing with everything skipped. Likewise a test
+that needs nvcc or a sandbox (tests/needs.py) fails instead of skipping where
+KERNEL_LSP_REQUIRE_NVCC=1 / KERNEL_LSP_REQUIRE_SANDBOX=1 (the Makefile's and .ci/run's settings).
 
 Under pytest-xdist (`make test-python` runs `-n 2`), tests go to the worker processes by file (a
 file's module-level servers, module fixtures and test order stay in one process), with two
@@ -54,6 +56,39 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         skip = pytest.mark.skip(reason="needs a CUDA GPU (run `pytest -m gpu` on the device)")
         for item in gpu_items:
             item.add_marker(skip)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Fail the run at once, in one line, when selected tests (after -k / -m) would skip for want
+    of what KERNEL_LSP_REQUIRE_NVCC / KERNEL_LSP_REQUIRE_SANDBOX says is there (tests/needs.py)."""
+    from tests import needs
+
+    wanting: dict[str, list[str]] = {}
+    for item in session.items:
+        if "gpu" in item.keywords and not cuda_available():
+            continue  # skipped for want of a GPU before anything else
+        for mark in item.iter_markers("skipif"):
+            reason = str(mark.kwargs.get("reason", ""))
+            if all(cond is True for cond in mark.args) and mark.args and needs.required(reason):
+                wanting.setdefault(reason, []).append(item.nodeid)
+    for reason, ids in wanting.items():
+        var = needs.required(reason)
+        raise pytest.UsageError(f"{var}=1 but {len(ids)} selected tests cannot run: {reason}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    # A skip from inside a test (needs.skip_without_nvcc) for what is required is a failure.
+    report = yield
+    if report.skipped and isinstance(report.longrepr, tuple) and not hasattr(report, "wasxfail"):
+        from tests import needs
+
+        reason = str(report.longrepr[2]).removeprefix("Skipped: ")
+        var = needs.required(reason)
+        if var:
+            report.outcome = "failed"
+            report.longrepr = f"{var}=1 but this test cannot run: {reason}"
+    return report
 
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,7 +21,7 @@ CU_FILES = sorted(f for f in os.listdir(EXAMPLES) if f.endswith(".cu"))
 STEMS = [f[:-3] for f in CU_FILES]
 INLINE_TASKS = ["relu_scale_inline.py", "row_softmax_inline.py"]
 NVCC = find_nvcc(None)
-needs_nvcc = pytest.mark.skipif(NVCC is None, reason="needs nvcc (CUDA toolkit)")
+from tests.needs import needs_nvcc  # noqa: E402  (fails, not skips, where nvcc is required)
 
 # Values the tuner may try: each must still compile (and, on a GPU, still be correct).
 VARIANTS = {

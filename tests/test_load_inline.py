@@ -16,7 +16,7 @@ from kernel_lsp.toolchain.compile import Around
 from kernel_lsp.toolchain.load_inline import DEFAULT_HEADERS, headers_from_text, implicit_headers, wrap
 
 NVCC = find_nvcc(None)
-needs_nvcc = pytest.mark.skipif(NVCC is None, reason="needs nvcc (CUDA toolkit)")
+from tests.needs import needs_nvcc  # noqa: E402  (fails, not skips, where nvcc is required)
 needs_torch_headers = pytest.mark.skipif(not torch_include_paths(), reason="needs torch's C++ headers")
 
 CUDA_NO_INCLUDE = '''

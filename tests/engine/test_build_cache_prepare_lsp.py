@@ -27,7 +27,9 @@ pytest.importorskip("torch")
 NVCC = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
 ROOT = Path(__file__).resolve().parents[2]
 TITLE = "preparing the CUDA build cache, once per torch version"
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(not os.path.exists(NVCC), reason="needs nvcc")]
+from tests.needs import needs_nvcc  # noqa: E402
+
+pytestmark = [pytest.mark.slow, needs_nvcc]
 
 # A save's fast build, in its own process (what a Worker's load_inline hook runs): it needs the
 # light headers, so it waits on their lock while the server's preparation makes them.

@@ -24,7 +24,7 @@ from kernel_lsp.model import Candidate, CompileResult, Diagnostic, Span, Task  #
 from kernel_lsp.verdicts import NO_CUDA_TOOLKIT  # noqa: E402
 
 NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None)
-needs_nvcc = pytest.mark.skipif(NVCC is None, reason="needs nvcc (CUDA toolkit)")
+from tests.needs import needs_nvcc  # noqa: E402  (fails, not skips, where nvcc is required)
 ROOT = Path(__file__).resolve().parents[2]
 
 REFERENCE = '''import torch

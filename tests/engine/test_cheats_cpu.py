@@ -20,6 +20,7 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from kernel_lsp.engine.worker import run, verify  # noqa: E402
 from kernel_lsp.model import Candidate, CompileResult, Evaluation, Task  # noqa: E402
+from tests.needs import needs_nvcc  # noqa: E402
 
 CHEATS = Path(__file__).parent / "cheats"
 
@@ -325,7 +326,7 @@ def test_switching_tf32_on_is_precision_lowering() -> None:
     assert any("TF32" in n for n in ev.evidence["notes"])  # seen at run time, not only in the text
 
 
-@pytest.mark.skipif(not (shutil.which("nvcc") or Path("/usr/local/cuda/bin/nvcc").exists()), reason="no nvcc")
+@needs_nvcc
 def test_cu_candidate_builds_without_a_gpu_but_does_not_run() -> None:
     from kernel_lsp.engine.worker import build
 
@@ -384,7 +385,7 @@ def test_threads_torch_starts_for_itself_are_not_the_candidates() -> None:
     assert threading.Thread.start is original_start  # the recording is undone
 
 
-@pytest.mark.skipif(not (shutil.which("nvcc") or Path("/usr/local/cuda/bin/nvcc").exists()), reason="no nvcc")
+@needs_nvcc
 def test_compile_only_needs_no_harness(tmp_path: Path) -> None:
     # "Fix this compile error" on a .cu without a harness: the build is the whole check.
     from kernel_lsp.engine.worker import build

@@ -17,13 +17,14 @@ import pytest
 from kernel_lsp.engine import Engine, find_task
 from kernel_lsp.engine.caller import sandbox as sb
 from kernel_lsp.model import Candidate, Task
+from tests.needs import needs_sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
 CHEATS = Path(__file__).parent / "cheats"
 FAST = {"baselines": False, "bench_seconds": 0.5}
 
 pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not sb.status().available, reason="no sandbox here: " + sb.status().message())]
+              needs_sandbox]
 
 
 async def test_load_inline_candidate_builds_and_runs_in_the_sandbox():

@@ -16,7 +16,7 @@ from kernel_lsp.engine.worker.inline_split import split
 
 SOURCES = Path(__file__).parent / "inline_sources"
 NVCC = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
-needs_nvcc = pytest.mark.skipif(not os.path.exists(NVCC), reason="needs nvcc")
+from tests.needs import needs_nvcc  # noqa: E402  (fails, not skips, where nvcc is required)
 
 
 def src(name: str) -> str:

@@ -20,9 +20,9 @@ import pytest
 from kernel_lsp.engine import Engine
 from kernel_lsp.engine.caller import sandbox as sb
 from kernel_lsp.model import Candidate, Task
+from tests.needs import needs_sandbox
 
-pytestmark = pytest.mark.skipif(not sb.status().available,
-                                reason="bubblewrap is not available here (" + sb.status().reason + ")")
+pytestmark = needs_sandbox
 
 SECRET = "SECRET-ssh-key-4711"
 REFERENCE = '''\

@@ -17,12 +17,12 @@ from kernel_lsp.engine.caller import sandbox as sb
 from kernel_lsp.engine.worker import fences
 from kernel_lsp.engine.worker.main import Worker
 from kernel_lsp.model import Candidate, Evaluation, Task
+from tests.needs import needs_sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = {"KERNEL_LSP_RUN_MODULE": "tests.engine.fake_run", "KERNEL_LSP_WORKER_PRELOAD": ""}
 TASK = Task(name="toy", reference_path="toy.py", reference_source="# reference\n")
 CAND = Candidate(source="def run():\n    return 1\n", kind="python")
-HAVE_BWRAP = sb.status().available
 
 
 @pytest.fixture
@@ -82,7 +82,7 @@ async def test_auto_without_bwrap_warns_once_and_records_unsandboxed(no_bwrap, c
     assert len(warnings) == 1 and "apt-get install bubblewrap" in warnings[0]
 
 
-@pytest.mark.skipif(not HAVE_BWRAP, reason="bubblewrap is not available here")
+@needs_sandbox
 async def test_auto_with_bwrap_is_sandboxed_and_off_is_not():
     async with Engine(timeout=20.0, warm=False, env=FAKE) as engine:  # the workspace's setting: auto
         ev = await engine.evaluate(TASK, CAND)
@@ -122,7 +122,7 @@ def test_a_bad_setting_is_refused_like_a_missing_sandbox(tmp_path):
     assert sb.configured_mode(str(tmp_path)) == "off" and load_settings(tmp_path).sandbox == "off"
 
 
-@pytest.mark.skipif(not HAVE_BWRAP, reason="bubblewrap is not available here")
+@needs_sandbox
 def test_command_line_fences(outside_tmp):
     home = outside_tmp / "home"
     venv = home / "venv" / "bin"
@@ -192,10 +192,14 @@ def test_a_hidden_folder_itself_is_never_bound_back(outside_tmp):
     env = {"HOME": str(outside_tmp), "PATH": "/usr/bin"}
     assert sb.hidden("/tmp/x/y.py", env) and sb.hidden(str(outside_tmp / "proj"), env)
     assert not sb.hidden("/tmp", env) and not sb.hidden(str(outside_tmp), env) and not sb.hidden("/usr", env)
-    if sb.find_bwrap():
-        launch = sb.wrap(["python"], env, None, sb.Sandbox(readable=("/tmp", str(outside_tmp)), writable=("/",)))
-        bound = [q for q, _ in launch.binds]
-        assert "/tmp" not in bound and str(outside_tmp) not in bound and "/" not in bound
+
+
+@needs_sandbox
+def test_a_hidden_folder_is_not_bound_into_the_launch(outside_tmp):
+    env = {"HOME": str(outside_tmp), "PATH": "/usr/bin"}
+    launch = sb.wrap(["python"], env, None, sb.Sandbox(readable=("/tmp", str(outside_tmp)), writable=("/",)))
+    bound = [q for q, _ in launch.binds]
+    assert "/tmp" not in bound and str(outside_tmp) not in bound and "/" not in bound
 
 
 def test_no_import_cycle_between_client_and_pool():
@@ -220,7 +224,7 @@ def test_server_required_without_bwrap_is_execution_disabled_with_the_hint(no_bw
     assert host.engine().sandbox_mode == "off"
 
 
-@pytest.mark.skipif(not HAVE_BWRAP, reason="bubblewrap is not available here")
+@needs_sandbox
 async def test_a_sandbox_that_cannot_start_is_not_run_not_a_crash(monkeypatch):
     real = sb.wrap
 

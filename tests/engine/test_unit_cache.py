@@ -19,7 +19,7 @@ import pytest
 from kernel_lsp.engine.worker import fastbuild, unit_cache
 
 NVCC = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
-needs_nvcc = pytest.mark.skipif(not os.path.exists(NVCC), reason="needs nvcc")
+from tests.needs import needs_nvcc  # noqa: E402  (fails, not skips, where nvcc is required)
 ROOT = Path(__file__).resolve().parents[2]
 
 RELU = re.search(r'relu_cuda_source = r"""(.*?)"""', (ROOT / "benchmarks/tasks/relu_new.py").read_text(), re.S).group(1)

@@ -105,8 +105,25 @@ def test_nan_fill_poisons_empty_and_restores_state() -> None:
     assert torch.are_deterministic_algorithms_enabled() == was
 
 
-def test_poison_cpu_fills_blocks() -> None:
-    assert poison_free_memory(torch.device("cpu"), [4096, 1 << 20]) == 3 * (4096 + (1 << 20))
+def test_poison_cpu_fills_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The blocks handed back to the allocator hold the pattern (0xFF: NaN in every float format),
+    read from the blocks themselves (kept alive here), not a byte count the function reports."""
+    made: list[torch.Tensor] = []
+    real_empty = torch.empty
+
+    def keeping_empty(*args, **kwargs):
+        t = real_empty(*args, **kwargs)
+        made.append(t)
+        return t
+
+    monkeypatch.setattr(torch, "empty", keeping_empty)
+    sizes = [4096, 1 << 20]
+    total = poison_free_memory(torch.device("cpu"), sizes)
+    monkeypatch.undo()
+    assert sorted(t.numel() for t in made) == sorted(sizes * 3) and total == 3 * sum(sizes)
+    for block in made:
+        assert block.dtype == torch.uint8 and bool((block == 0xFF).all()), "a poisoned block was not filled"
+        assert torch.isnan(block[:4096].view(torch.float32)).all() and torch.isnan(block[:64].view(torch.float16)).all()
 
 
 def test_static_scan_python() -> None:

@@ -27,10 +27,10 @@ from kernel_lsp.engine.caller import sandbox as sb
 from kernel_lsp.engine.caller.tasks import find_task
 from kernel_lsp.engine.worker import early
 from kernel_lsp.model import Candidate, Task
+from tests.needs import needs_sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = {"KERNEL_LSP_RUN_MODULE": "tests.engine.fake_run", "KERNEL_LSP_WORKER_PRELOAD": ""}
-HAVE_BWRAP = sb.status().available
 CAND = Candidate(source="def run():\n    return 1\n", kind="python")
 
 
@@ -56,7 +56,7 @@ def test_see_names_the_task_folders_before_any_worker_starts(tmp_path):
     assert engine._readable == [str(tmp_path)]
 
 
-@pytest.mark.skipif(not HAVE_BWRAP, reason="bubblewrap is not available here")
+@needs_sandbox
 async def test_a_worker_started_before_the_task_is_named_is_replaced_and_see_prevents_it(tmp_path):
     (tmp_path / "pyproject.toml").write_text("")
     task = Task(name="toy", reference_path=str(tmp_path / "toy.py"), reference_source="# reference\n")

@@ -21,6 +21,7 @@ from kernel_lsp.engine import find_task
 from kernel_lsp.engine.caller.executor import open_executor
 from kernel_lsp.model import Candidate
 from kernel_lsp.store import Store
+from tests.needs import needs_nvcc  # noqa: E402
 
 from .conftest import GPU_KIND, NODE_SECRET
 
@@ -200,8 +201,7 @@ async def test_no_secret_crosses_to_the_cluster(executor, cluster):
     assert ev.executor == "ray"
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None and not os.path.exists("/usr/local/cuda/bin/nvcc"),
-                    reason="needs nvcc")
+@needs_nvcc
 async def test_a_build_runs_as_a_cluster_task_and_reaches_the_gpu_node_by_content_hash(executor, cluster):
     task, cand = find_task(str(REPO / "benchmarks" / "tasks" / "relu.cu"))
     assert cand is not None and cand.kind == "cuda"

