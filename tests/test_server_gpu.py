@@ -64,6 +64,24 @@ async def test_tune_softmax_then_apply(client: EditorClient):
     assert result["improved"] and result["speedup"] > 1.1, result
     assert any(".kernel-lsp/candidates/" in d.uri for d in client.shown_documents)
     edit = await wait_for(lambda: client.applied_edits, what="applyEdit")
-    new_text = edit[0].edit.document_changes[0].edits[0].new_text
+    change = edit[0].edit.document_changes[0]
+    assert change.text_document.uri == uri and len(change.edits) == 1, edit
+    new_text = change.edits[0].new_text
     print("edit:", repr(new_text))
-    assert new_text.strip(), edit
+    # The edit writes the verified best, whole: the file after it is the best candidate's source.
+    from kernel_lsp.store import Store
+
+    best = Store.for_workspace(client.workspace_root).candidate(result["best"])
+    assert best is not None and result["best_note"] == best.note, result
+    assert apply_edit(text, change.edits[0]) == best.source
+    assert best.source != text
+
+
+def apply_edit(text: str, edit: types.TextEdit) -> str:
+    """`text` with one LSP TextEdit applied (positions in UTF-16 units: ASCII sources here)."""
+    lines = text.splitlines(keepends=True)
+
+    def offset(pos: types.Position) -> int:
+        return sum(len(line) for line in lines[:pos.line]) + pos.character
+
+    return text[:offset(edit.range.start)] + edit.new_text + text[offset(edit.range.end):]

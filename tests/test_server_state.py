@@ -163,7 +163,10 @@ async def test_benchmark_that_cannot_run_says_why(client: EditorClient, tmp_path
     uri = open_and_save(client, "broken.py", broken)
     summary = await asyncio.wait_for(client.workspace_execute_command_async(types.ExecuteCommandParams(
         command="kernel-lsp.benchmark", arguments=[{"uri": uri}])), timeout=180)
-    assert summary["verdict"] != "correct" and (summary.get("reason") or summary.get("message")), summary
+    # The exact verdict and its cause: the reference itself raised (not the candidate, not a timeout).
+    assert summary["verdict"] == "error" and summary["correct"] is False, summary
+    assert "the reference raised RuntimeError: planted failure" in summary["message"], summary
+    assert summary["time_ms"] is None and summary["speedup_eager"] is None  # no number for a failed run
     bad = await asyncio.wait_for(client.workspace_execute_command_async(types.ExecuteCommandParams(
         command="kernel-lsp.benchmark", arguments=[{"nouri": 1}])), timeout=30)
     assert "needs {uri}" in bad["error"], bad

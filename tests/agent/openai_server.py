@@ -34,6 +34,7 @@ class ScriptedServer:
         self.answers = list(answers)
         self.default = default
         self.requests: list[dict[str, Any]] = []
+        self.gets: list[dict[str, Any]] = []  # GET requests (a model list): {"path", "headers"}
         self._lock = threading.Lock()
         handler = type("Handler", (_Handler,), {"scripted": self})
         self.httpd = _QuietServer(("127.0.0.1", 0), handler)
@@ -85,6 +86,8 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self) -> None:  # /v1/models, for clients that list models
+        with self.scripted._lock:
+            self.scripted.gets.append({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}})
         self._json(200, {"object": "list", "data": [{"id": "scripted", "object": "model"}]})
 
     def do_POST(self) -> None:

@@ -67,9 +67,10 @@ def test_optimize_llm_apply_keeps_secret_out(workspace, capsys, monkeypatch):
     assert "wrote the best candidate to rowsum_new.py" in captured.out
     assert SECRET not in captured.out + captured.err
     assert server.requests[0]["headers"]["authorization"] == f"Bearer {SECRET}"
-    for f in (workspace / ".kernel-lsp").iterdir():
-        if f.is_file():
-            assert SECRET.encode() not in f.read_bytes(), f
+    stored = [f for f in (workspace / ".kernel-lsp").rglob("*") if f.is_file()]  # every file, at any depth
+    assert any(f.suffix == ".sqlite" for f in stored), stored
+    for f in stored:
+        assert SECRET.encode() not in f.read_bytes(), f
     search = Store.for_workspace(workspace).searches()[0]
     assert search["state"] == "done" and search["budget"]["result"]["improved"] is True
 
@@ -84,7 +85,12 @@ def test_optimize_without_improvement_leaves_file(workspace, capsys, monkeypatch
         server.close()
     doc = json.loads(capsys.readouterr().out)
     assert rc == 1 and doc["improved"] is False and doc["written"] is None  # ran, found nothing better
-    assert doc["reason"] and doc["failed_steps"]  # says why: a wrong candidate, an unusable answer
+    # Says why, exactly: the budget spent on one wrong candidate (mismatch) and one unusable answer.
+    assert doc["outcome"] == "no_improvement" and "no candidate was correct (mismatch 1)" in doc["reason"], doc
+    steps = {step["kind"]: step for step in doc["failed_steps"]}
+    assert sorted(steps) == ["evaluation", "proposal"] and len(doc["failed_steps"]) == 2, doc["failed_steps"]
+    assert steps["evaluation"]["verdict"] == "mismatch" and "against float64" in steps["evaluation"]["reason"]
+    assert steps["proposal"]["reason"].startswith("unusable answer: no code block"), steps["proposal"]
     assert (workspace / "rowsum_new.py").read_text() == before
 
 

@@ -151,6 +151,9 @@ async def test_check_passes_for_a_live_endpoint(server):
     p = proposer(server)
     await p.check()  # GET /models answered
     await p.aclose()
+    # The check asked the configured endpoint for its model list, with the key, once; no chat.
+    assert [g["path"] for g in server.gets] == ["/v1/models"]
+    assert server.gets[0]["headers"]["authorization"] == f"Bearer {SECRET}" and server.requests == []
 
 
 def test_no_model_configured_is_an_immediate_clear_error():

@@ -39,13 +39,11 @@ def test_bench_cu_on_gpu(workspace, capsys):
 def test_optimize_cu_on_gpu(workspace, capsys):
     rc = main(["optimize", "softmax.cu", "--proposer", "tuner", "--budget", "3", "--json", "--out", "best.cu"])
     doc = json.loads(capsys.readouterr().out)
-    assert rc in (0, 1) and doc["status"] == rc and doc["reason"]
+    # The tuner's first variants (BLOCK_SIZE 32 -> 64, 128) are faster on an H200: improved, exit 0.
+    assert rc == 0 and doc["status"] == 0 and doc["improved"] is True and doc["reason"], doc
     for key in ("failed_steps", "speedup_eager", "speedup_compile", "custom_kernel", "spread", "measurement"):
         assert key in doc
     assert doc["eager_ms"] and doc["compile_ms"]
-    if rc == 0:
-        assert doc["custom_kernel"] is True and doc["measurement"] == "confirmation"
-        assert doc["speedup_eager"] and doc["speedup_compile"] and doc["spread"] is not None
-        assert (workspace / "best.cu").read_text() == doc["best_source"]
-    else:
-        assert not (workspace / "best.cu").exists()
+    assert doc["custom_kernel"] is True and doc["measurement"] == "confirmation"
+    assert doc["speedup_eager"] and doc["speedup_compile"] and doc["spread"] is not None
+    assert (workspace / "best.cu").read_text() == doc["best_source"]

@@ -106,9 +106,7 @@ def test_evaluate_times_slow_and_fast_candidates(one_thread: None) -> None:
     assert times["correct"].median_ms < times["slow_correct"].median_ms
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("KERNEL_LSP_SLOW_TESTS"), reason="torch.compile on 2 CPU cores takes ~1 min; "
-                    "set KERNEL_LSP_SLOW_TESTS=1")
+@pytest.mark.slow  # torch.compile on 2 CPU cores: about a minute
 def test_evaluate_with_baselines_on_cpu() -> None:
     ref = (CHEATS / "ref_linear.py").read_text()
     task = Task(name="lin", reference_path=str(CHEATS / "ref_linear.py"), reference_source=ref)
@@ -118,8 +116,9 @@ def test_evaluate_with_baselines_on_cpu() -> None:
                       ["compile", "verify", "bench"], {"device": "cpu", "bench_seconds": 0.2}, build)
     assert ev.verdict == "correct", ev.message
     assert ev.eager is not None and ev.eager.median_ms > 0
-    # torch.compile either timed, or its failure reported (never fatal).
-    assert ev.compiled is not None or "compile_baseline_failed" in ev.flags
+    # torch.compile builds on a CPU too (a C++ compiler): both baselines timed, none failed.
+    assert ev.compiled is not None and ev.compiled.median_ms > 0, ev.flags
+    assert "compile_baseline_failed" not in ev.flags
     assert "tampering" not in ev.flags  # the baselines' own imports are not the candidate's
 
 
