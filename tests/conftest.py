@@ -38,6 +38,7 @@ def cuda_available() -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    refuse_missing_requirements()
     # Protocol misuse fails LSP tests; pytest-lsp is absent on the device machine.
     if importlib.util.find_spec("pytest_lsp") is not None:
         config.addinivalue_line("filterwarnings", "error::pytest_lsp.LspSpecificationWarning")
@@ -56,6 +57,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         skip = pytest.mark.skip(reason="needs a CUDA GPU (run `pytest -m gpu` on the device)")
         for item in gpu_items:
             item.add_marker(skip)
+
+
+def refuse_missing_requirements() -> None:
+    """KERNEL_LSP_REQUIRE_NVCC=1 / KERNEL_LSP_REQUIRE_SANDBOX=1 and the thing is not here: stop
+    before collecting anything (under xdist too: this runs in the controller first), in one line."""
+    wanted = [var for var in ("KERNEL_LSP_REQUIRE_NVCC", "KERNEL_LSP_REQUIRE_SANDBOX") if os.environ.get(var) == "1"]
+    if not wanted:
+        return
+    from tests import needs
+
+    if "KERNEL_LSP_REQUIRE_NVCC" in wanted and needs.NVCC is None:
+        raise pytest.UsageError(f"KERNEL_LSP_REQUIRE_NVCC=1 but {needs.nvcc_missing}")
+    if "KERNEL_LSP_REQUIRE_SANDBOX" in wanted and not needs.HAVE_SANDBOX:
+        raise pytest.UsageError(f"KERNEL_LSP_REQUIRE_SANDBOX=1 but {needs.SANDBOX_REASON}: "
+                                f"{needs.sandbox_status().message()}")
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -259,8 +259,8 @@ def test_the_engine_keeps_reuses_invalidates_and_remeasures_baselines(tmp_path):
     assert second.baselines["cached"] is True
     assert second.eager == first.eager and second.compiled == first.compiled  # the kept numbers
     assert second.baselines["measured_at"] == first.baselines["measured_at"]
-    assert second.evidence["phases"]["torch_compile_s"] < 0.05  # no torch.compile when kept
-    assert first.evidence["phases"]["torch_compile_s"] > second.evidence["phases"]["torch_compile_s"]
+    # No torch.compile when kept: what the Worker says it did, not how long it took.
+    assert first.evidence["torch_compile_ran"] is True and second.evidence["torch_compile_ran"] is False
     assert other_torch.baselines["cached"] is False and "torch" in other_torch.baselines["why"]
     assert again.baselines["cached"] is False and again.baselines["why"] == "a re-measure was asked for"
     assert again.baselines["measured_at"] > first.baselines["measured_at"]

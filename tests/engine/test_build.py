@@ -26,6 +26,7 @@ extern "C" int add1_launch(float* x, int n) {
   return (int)cudaGetLastError();
 }
 """
+from tests.processes import no_process_started  # noqa: E402
 from tests.needs import needs_nvcc  # noqa: E402  (fails, not skips, where nvcc is required)
 
 
@@ -62,10 +63,9 @@ def test_load_cuda_builds_once_then_hits_the_cache(cache):
     assert first.ok and not first.cached and lib is not None, first.log
     assert hasattr(lib, "add1_launch")  # a ctypes.CDLL with the launcher
     assert any(r.kernel == "add1" for r in first.resources)
-    t0 = time.perf_counter()
-    lib2, second = build.load_cuda(ADD1, "/tmp/add1.cu", {"arch": "sm_90"})
-    assert time.perf_counter() - t0 < 0.1
-    assert second.ok and second.cached and second.seconds < 0.1 and lib2 is not None
+    with no_process_started():  # a cache hit: no nvcc, no ptxas, no linker
+        lib2, second = build.load_cuda(ADD1, "/tmp/add1.cu", {"arch": "sm_90"})
+    assert second.ok and second.cached and lib2 is not None
     assert [r.kernel for r in second.resources] == [r.kernel for r in first.resources]
     assert len(list((cache / "so").glob("*.so"))) == 1
     # Another arch or other flags are another build, not a stale hit.
@@ -314,9 +314,9 @@ def test_a_module_builds_its_extensions_at_once_and_they_are_cached_by_content_a
     (a0, a1), (b0, b1) = sorted(spans)
     assert b0 < a1, f"the second build started {b0 - a1:.1f} s after the first ended"
     # Cached: no stand-ins, loaded at once.
-    t0 = time.perf_counter()
-    m2, again = build.load_python(TWO_EXTENSIONS, "/tmp/two.py")
-    assert time.perf_counter() - t0 < 0.1 and again.ok and again.cached and isinstance(m2.ext_a, types.ModuleType)
+    with no_process_started():
+        m2, again = build.load_python(TWO_EXTENSIONS, "/tmp/two.py")
+    assert again.ok and again.cached and isinstance(m2.ext_a, types.ModuleType)
     assert torch.equal(m2.ext_a.twice_at_once(torch.ones(3)), torch.full((3,), 2.0))
     # A fresh process (another session) loads them from the cache too. The extensions' own records
     # are timed: importing cpp_extension itself is a per-process cost, not the build's.

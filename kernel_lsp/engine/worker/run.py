@@ -637,6 +637,7 @@ def _bench_on(h: Harness, options: EngineOptions, ev: Evaluation, extra: dict[st
     measure = options.baselines and not use_kept
     compiled_fn = _compile_reference(h, sets, options, notes, ev) if measure else None
     phases["torch_compile_s"] = (bench._perf_counter_ns() - t_phase) / 1e9
+    extra["torch_compile_ran"] = measure  # False: kept baselines, torch.compile never called (a fact, not a time)
     if integrity is not None:  # torch.compile's lazy imports are ours; the candidate ran nothing since verify
         integrity.rebase()
     lead_us = _lead_us(h, sets, dev, plan, compiled_fn)
