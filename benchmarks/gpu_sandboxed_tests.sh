@@ -8,6 +8,8 @@
 set -u
 cd "$(dirname "$0")/.."; OUT=${OUT:-$PWD/.gpu-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PATH="$PWD/.deb/root/usr/bin:$PATH"
+# Sandboxed means sandboxed: a test that needs bubblewrap fails here instead of skipping (tests/needs.py).
+export KERNEL_LSP_REQUIRE_SANDBOX=1
 # Ray's wheels too when carried (.whl-ray: benchmarks/ray_wheels.sh), for the Ray server test.
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /opt/site .whl/*.whl \
   $(ls .whl-ray/*.whl 2>/dev/null) >/dev/null 2>&1 || echo "wheel install failed"

@@ -148,6 +148,18 @@ def main() -> int:
         return 2
     rows = []
     with tempfile.TemporaryDirectory(prefix="kernel-lsp-mutation-") as tmp:
+        # First the unmutated copy: a test that fails anyway would be counted as a catch.
+        files = tuple(dict.fromkeys(t for m in chosen for t in m.tests))
+        clean = Path(tmp) / "unmutated"
+        copy_repo(clean)
+        check_imports_this_copy(clean)
+        base = run_tests(clean, files, args.timeout)
+        if base["rc"] != 0:
+            print(f"mutation_check: the tests fail without any mutation ({base['summary']}): "
+                  f"{', '.join(base['failed']) or base['tail']}", file=sys.stderr)
+            return 2
+        print(f"unmutated: {base['summary']} ({base['seconds']} s)", flush=True)
+        shutil.rmtree(clean, ignore_errors=True)
         for m in chosen:
             copy = Path(tmp) / m.name
             copy_repo(copy)
@@ -170,13 +182,14 @@ def main() -> int:
     survived = [r["name"] for r in rows if not r["failed"]]
     if args.out:
         command = "python benchmarks/mutation_check.py" + "".join(f" --only {n}" for n in args.only or [])
-        meta = {"command": command, "python": sys.version.split()[0],
+        meta = {"command": command, "unmutated": base["summary"], "python": sys.version.split()[0],
                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "survived": survived, "rows": rows}
         Path(args.out + ".json").write_text(json.dumps(meta, indent=1) + "\n")
         Path(args.out + ".md").write_text(
             "# Mutation check: each defence removed in turn, and the CPU tests that catch it\n\n"
             f"`{command}` ({meta['date']}, Python {meta['python']}, CPU only). Each mutation is an exact-text "
-            "patch on a copy of the repository; the named test files run against the copy.\n\n" + text + "\n")
+            "patch on a copy of the repository; the named test files run against the copy. Unmutated, the "
+            f"same files: {meta['unmutated']}.\n\n" + text + "\n")
     if survived:
         print(f"mutation_check: not caught by any test: {', '.join(survived)}", file=sys.stderr)
         return 1

@@ -6,7 +6,6 @@ The candidates live in tests/engine/cheats/; the Task is cheats/ref_linear.py (f
 from __future__ import annotations
 
 import contextlib
-import shutil
 import time
 import types
 from pathlib import Path

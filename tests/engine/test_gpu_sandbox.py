@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from kernel_lsp.engine import Engine, find_task
-from kernel_lsp.engine.caller import sandbox as sb
 from kernel_lsp.model import Candidate, Task
 from tests.needs import needs_sandbox
 
