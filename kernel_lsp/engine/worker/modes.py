@@ -67,7 +67,7 @@ def _same(a: Any, b: Any, close: bool = False) -> bool:
     for x, y in zip(ta, tb):
         if x.shape != y.shape:
             return False
-        x, y = torch.nan_to_num(x.detach()), torch.nan_to_num(y.detach())
+        x, y = torch.nan_to_num(x.detach()), torch.nan_to_num(y.detach().to(x.device))
         if close and x.is_floating_point():
             if not torch.allclose(x.double(), y.double(), rtol=1e-3, atol=1e-3 * float(y.double().abs().mean() or 1)):
                 return False
