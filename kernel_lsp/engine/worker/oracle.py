@@ -139,7 +139,9 @@ class Oracle:
         self.reruns += 1
         t0 = time.perf_counter()
         try:
-            return self._run(inputs, mode, seed=self.h.seed + seed_offset)
+            out = self._run(inputs, mode, seed=self.h.seed + seed_offset)
+            self.runs -= 1 if out is not None else 0  # counted in `reruns`, not as a cached answer's miss
+            return out
         finally:
             self.seconds += time.perf_counter() - t0
 

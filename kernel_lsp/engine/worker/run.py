@@ -494,6 +494,8 @@ def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options
     notes += vr.notes
     if vr.fallback_ops:
         extra["fallback_ops"] = vr.fallback_ops
+    if vr.memory:
+        extra["memory"] = vr.memory  # where verify kept its data (worker/memory_plan.py)
     if vr.verdict in ("error", "oom") and vr.correct is False:
         ev.correct = False
     if ev.verdict != "correct":
