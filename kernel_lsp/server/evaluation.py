@@ -68,7 +68,11 @@ class EvaluationFeature(LanguageFeature):
     # -- events -----------------------------------------------------------------------------
 
     def did_open(self, state: DocumentState) -> None:
+        had = state.measurement
         self._load(state)
+        m = state.measurement
+        if m is not None and m is not had and m.fresh_for(state.text):
+            self.publish(state)  # the stored measurement of this very text: its diagnostics (hints too)
 
     def did_change(self, state: DocumentState) -> None:
         if state.remeasure_text is not None and state.remeasure_text == state.text:
