@@ -24,7 +24,7 @@ def reference_traffic(h: Harness) -> tuple[int, int, int | None]:
     before it (a reference timed alone)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from kernel_lsp.engine.worker.verify import MOVEMENT_OPS, OpRecorder, read_bytes, written_bytes  # noqa: F401
+    from kernel_lsp.engine.worker.verify import OpRecorder, read_bytes, written_bytes
 
     assert h.model is not None
     s = h.make_inputs(h.seed)
