@@ -19,7 +19,10 @@ benchmarks/results/verify_accuracy{_cpu}.{json,md} with the issue's checks:
 * no candidate whose error is at most the reference's own (ratio <= 1) is anything but correct;
 * no candidate 1,000x beyond it is correct without `less_accurate`;
 * the oracle costs at most 20 % of a cold evaluation's wall, and nothing once cached;
-* every suite candidate lands on its EXPECTED outcome.
+* every suite candidate lands on its EXPECTED outcome and carries its EXPECTED_FLAGS
+  (algebraic_shortcut, weak_reference), and none is beyond_roofline;
+
+a suite file marked LARGEST (several GiB) runs on the GPU only, with the new rule once.
 """
 
 from __future__ import annotations
