@@ -758,7 +758,10 @@ def _cache_probe(h: Harness, timing: Timing, options: EngineOptions, ev: Evaluat
         return
     # Never-seen inputs interleaved with an already-timed set: bursts of machine noise hit both.
     seen = h.make_inputs(h.seed).values
-    fresh = [h.make_inputs(h.seed + 50_000 + i).values for i in range(7)]
+    # Seven fresh sets; fewer above 1 GiB of inputs a set (at least 2): a 6 GiB softmax's seven
+    # would hold 42 GiB and take a minute to make on the CPU.
+    per_set = max(1, tensor_bytes(seen))
+    fresh = [h.make_inputs(h.seed + 50_000 + i).values for i in range(max(2, min(7, (7 << 30) // per_set)))]
     order = [s for f in fresh for s in (f, seen)]
     samples = bench.time_each(h.candidate_fn, order, h.device)
     new_ms = sorted(samples[0::2])[len(fresh) // 2]
