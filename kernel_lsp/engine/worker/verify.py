@@ -355,7 +355,7 @@ def _leaves(value: Any, path: str = "output") -> list[tuple[str, Any]]:
     return [(path, value)]
 
 
-def check_structure(out: Any, expected: Any, input_set: int) -> None:
+def check_structure(out: Any, expected: Any, input_set: int, device: torch.device | None = None) -> None:
     """Output kinds, shapes, dtypes, devices: anything off is `bad_output`."""
     def bad(message: str, **ev: Any) -> _Fail:
         return _Fail("bad_output", message, {"input_set": input_set, **ev})
@@ -365,17 +365,18 @@ def check_structure(out: Any, expected: Any, input_set: int) -> None:
             raise bad(f"expected a {type(expected).__name__} of {len(expected)} outputs, got {type(out).__name__}"
                       + (f" of {len(out)}" if isinstance(out, (list, tuple)) else ""))
         for i, (o, e) in enumerate(zip(out, expected)):
-            _check_leaf(o, e, f"output[{i}]", bad)
+            _check_leaf(o, e, f"output[{i}]", bad, device)
         return
-    _check_leaf(out, expected, "output", bad)
+    _check_leaf(out, expected, "output", bad, device)
 
 
-def _check_leaf(o: Any, e: Any, name: str, bad: Callable[..., _Fail]) -> None:
+def _check_leaf(o: Any, e: Any, name: str, bad: Callable[..., _Fail], device: torch.device | None = None) -> None:
+    """`device`: where the outputs belong when `e` is a copy kept on the host (the largest Tasks)."""
     if isinstance(e, (list, tuple)):
         if not isinstance(o, (list, tuple)) or len(o) != len(e):
             raise bad(f"{name}: expected a sequence of {len(e)}", output=name)
         for i, (oo, ee) in enumerate(zip(o, e)):
-            _check_leaf(oo, ee, f"{name}[{i}]", bad)
+            _check_leaf(oo, ee, f"{name}[{i}]", bad, device)
         return
     if not isinstance(e, torch.Tensor):
         if isinstance(o, torch.Tensor) or o != e:
@@ -391,7 +392,10 @@ def _check_leaf(o: Any, e: Any, name: str, bad: Callable[..., _Fail]) -> None:
     if o.dtype != e.dtype:
         raise bad(f"{name} has dtype {o.dtype}, expected {e.dtype}", output=name,
                   dtype=str(o.dtype), expected_dtype=str(e.dtype))
-    if o.device != e.device:
+    if device is not None and isinstance(e, torch.Tensor) and e.device.type == "cpu" and device.type != "cpu":
+        if o.device.type != device.type or (device.index is not None and o.device.index != device.index):
+            raise bad(f"{name} is on {o.device}, expected {device}", output=name)
+    elif o.device != e.device:
         raise bad(f"{name} is on {o.device}, expected {e.device}", output=name)
     if o.is_sparse or o.layout != torch.strided:
         raise bad(f"{name} has layout {o.layout}, expected torch.strided", output=name)
@@ -944,7 +948,7 @@ def _verify(h: Harness, options: EngineOptions, judge: Judge, res: VerifyResult)
     out = call(cand, s.values, dev, "candidate", fill=True)
     if host:
         del s  # else kept alive: its pointer must not come back as the next set's (a cache keyed on it)
-    check_structure(out, expected, n_sets)
+    check_structure(out, expected, n_sets, dev if host else None)
     ev = judge.check(out, expected, pristine, base + 104_729, n_sets)
     if ev is not None:
         _classify_mismatch(h, ev, out, pristine, expected, expected_by_set, out_sizes, atol, rtol)
@@ -965,7 +969,7 @@ def _verify(h: Harness, options: EngineOptions, judge: Judge, res: VerifyResult)
         if isinstance(dst, torch.Tensor):
             dst.copy_(src)
     second = call(cand, holder, dev, "candidate", fill=True)
-    check_structure(second, expected_by_set[0], 0)
+    check_structure(second, expected_by_set[0], 0, dev if host else None)
     ev = judge.check(second, expected_by_set[0], sets[0].values, sets[0].seed, 0)
     if ev is not None:
         if compare(second, first_copy, atol, rtol, n_sets - 1) is None:
