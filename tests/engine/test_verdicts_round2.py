@@ -283,3 +283,12 @@ def test_hover_lens_tooltip_and_report_show_speed_of_light(far_ev) -> None:
 
     row = _evaluation(far_ev.to_dict(), View(), "c", None)
     assert "speed of light" in row and "8.8 % of the H200" in row
+
+
+def test_a_host_kept_expected_output_checks_the_device_the_outputs_belong_on() -> None:
+    from kernel_lsp.engine.worker.verify import _Fail, check_structure
+
+    expected_on_host = torch.zeros(4)
+    check_structure(torch.ones(4), expected_on_host, 0)   # both on the CPU: a CPU Task
+    with pytest.raises(_Fail, match="is on cpu, expected cuda"):
+        check_structure(torch.ones(4), expected_on_host, 0, device=torch.device("cuda"))
