@@ -292,3 +292,20 @@ def test_a_host_kept_expected_output_checks_the_device_the_outputs_belong_on() -
     check_structure(torch.ones(4), expected_on_host, 0)   # both on the CPU: a CPU Task
     with pytest.raises(_Fail, match="is on cpu, expected cuda"):
         check_structure(torch.ones(4), expected_on_host, 0, device=torch.device("cuda"))
+
+
+def test_the_hover_says_weak_reference_and_the_training_mode_difference() -> None:
+    from kernel_lsp.cli import bench
+    from kernel_lsp.server.evaluation import measurement_markdown
+    from kernel_lsp.server.state import Measurement
+
+    weak = evaluate_file("variance_weak_reference")
+    hover = "\n".join(measurement_markdown(Measurement(evaluation=weak, version=1, text="x"), "x"))
+    assert "of scale off float64 on output: numerically weak; judged against float64" in hover, hover
+    assert bench._summary(weak, {"name": "cpu"}, False)["accuracy"]["weak_reference"]["ref_err"] > 0.1
+    dropped = evaluate_file("bn_train_dropped")
+    hover = "\n".join(measurement_markdown(Measurement(evaluation=dropped, version=1, text="x"), "x"))
+    assert "Training mode: output[" in hover and "PyTorch's error against float64" in hover, hover
+    out = io.StringIO()
+    bench._bench_table([dropped], {"name": "cpu"}, ["bn_train_dropped.py"], [False], out)
+    assert "training mode: output[" in out.getvalue()
