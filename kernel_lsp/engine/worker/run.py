@@ -82,7 +82,8 @@ class Integrity:
         ]
         for name in ("statistics", "kernel_lsp.engine.worker.verify", "kernel_lsp.engine.worker.bench",
                      "kernel_lsp.engine.worker.accuracy", "kernel_lsp.engine.worker.oracle",
-                     "kernel_lsp.engine.worker.modes",
+                     "kernel_lsp.engine.worker.modes", "kernel_lsp.engine.worker.memory_plan",
+                     "kernel_lsp.engine.worker.light",
                      "kernel_lsp.engine.worker.harness", "kernel_lsp.engine.worker.run", "kernel_lsp.engine.worker.roofline",
                      "kernel_lsp.engine.worker.static_checks", "kernel_lsp.model"):
             module = sys.modules.get(name)
