@@ -216,15 +216,16 @@ def write(rows: list[dict[str, Any]], meta: dict[str, Any], stem: str) -> None:
         "## Per candidate",
         "",
         "| candidate | expected | old (fixed tol.) | new | flags | ratio | cand err | ref err | max abs err "
-        "| oracle s | cold wall s | cached runs |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| oracle s | cold wall s | cached runs | speed of light |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         flags = ", ".join(f for f in r.get("flags", []) if f not in ("not_counted", "torch_fallback"))
         lines.append(f"| {r['name']} | {r.get('expected') or '-'} | {r.get('old', r.get('error', '-'))} | "
                      f"{r.get('new', '-')} | {flags or '-'} | {_fmt(r.get('ratio'))} | {_fmt(r.get('cand_err'))} | "
                      f"{_fmt(r.get('ref_err'))} | {_fmt(r.get('max_abs_err'))} | {_fmt(r.get('oracle_s'))} | "
-                     f"{_fmt(r.get('cold_wall_s'))} | {r.get('cached_oracle_runs', '-')} |")
+                     f"{_fmt(r.get('cold_wall_s'))} | {r.get('cached_oracle_runs', '-')} | "
+                     f"{(r.get('speed_of_light') or {}).get('label') or '-'} |")
     notes = [(r["name"], n) for r in rows for n in r.get("notes", [])
              if "oracle" in n or "float64" in n or "mode" in n or "less_accurate" in n]
     if notes:
