@@ -22,8 +22,8 @@ run() { local name=$1; shift; [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* 
 P="python3 -m pytest -q -ra -p no:cacheprovider -m gpu"
 run sandbox 150 $P tests/engine/test_gpu_sandbox.py
 run engine 300 $P tests/engine/test_gpu_engine.py tests/engine/test_gpu_shared.py tests/engine/test_gpu_faults.py tests/engine/test_gpu_baselines.py
-run accuracy 180 $P tests/engine/test_gpu_accuracy.py
-run edges 300 $P -s tests/engine/test_gpu_edges.py
+run accuracy 420 $P -s tests/engine/test_gpu_accuracy.py tests/engine/test_gpu_verdicts_round2.py
+run edges 470 $P -s tests/engine/test_gpu_edges.py
 run agent 330 $P tests/agent/test_gpu.py tests/test_server_gpu.py tests/cli/test_cli_gpu.py
 run examples 240 $P tests/test_examples.py
 # SPLIT_K narrows the split-build group (its full torch builds take minutes on a cold machine).

@@ -199,6 +199,9 @@ def accuracy_phrase(acc: dict[str, Any] | None) -> str | None:
     if where:
         text += f" (worst: {', '.join(where)})"
     limit = acc.get("ratio_correct")
+    weak = weak_reference_phrase(acc)
+    if weak and rule == "oracle":
+        text += f"; {weak}"
     if rule == "oracle":
         outcome = acc.get("outcome")
         if outcome == "less_accurate":
@@ -210,6 +213,75 @@ def accuracy_phrase(acc: dict[str, Any] | None) -> str | None:
     elif acc.get("rule_text"):
         text += f"; {acc['rule_text']}"
     return text
+
+
+# Speed of light (docs/speed-of-light.md). A custom kernel below this fraction of its floor (the
+# bytes it must move at the GPU's bandwidth, or its own FLOPs at peak when known) gets a hint-level
+# "far from the hardware" diagnostic. Fractions of the bytes floor (4.8 TB/s) the recorded H200
+# times reach (benchmarks/results/speed_of_light.md; `python benchmarks/speed_of_light_table.py`):
+#   matmul .cu 0.3-0.5 %    compute-bound (reference FLOP floor 3.3x its bytes floor) and its own
+#                           FLOPs unknown: no hint, the bytes floor would mislead
+#   bias_gelu default 8.8 % a slow kernel (one element per thread): 6x slower than its tuned variant
+#   elementwise .cu 35-42 %, softmax 37-72 %, layernorm 51-70 %, scaled_add 52 %, row_max 57 %,
+#   reduce_sum 61-62 %, bias_gelu tuned 48-54 %
+# 20 % fires on the slow bias_gelu (2.3x below) and on nothing tuned (the closest, elu, is 1.7x above).
+FAR_FROM_HARDWARE = 0.20
+
+
+def speed_of_light(ev: Evaluation | dict[str, Any]) -> dict[str, Any] | None:
+    """Evaluation.evidence["speed_of_light"] (from a record, its to_dict() or its summary())."""
+    evidence = _get(ev, "evidence") or {}
+    sol = evidence.get("speed_of_light") if isinstance(evidence, dict) else None
+    return sol if isinstance(sol, dict) else None
+
+
+def far_from_hardware(ev: Evaluation | dict[str, Any]) -> str | None:
+    """The hint's text when a correct custom kernel is below FAR_FROM_HARDWARE of its floor; None
+    otherwise: never at the floor, never for a launch-overhead-sized Task (its label says so), and
+    never where the reference's arithmetic may bind and the kernel's own FLOPs are unknown."""
+    sol = speed_of_light(ev)
+    if sol is None or _get(ev, "verdict") != "correct" or _get(ev, "custom_kernel") is not True:
+        return None
+    fraction = sol.get("fraction")
+    if not isinstance(fraction, (int, float)) or fraction >= FAR_FROM_HARDWARE or sol.get("launch_overhead_sized"):
+        return None
+    ref_ms, bytes_ms = sol.get("reference_flop_floor_ms"), sol.get("bytes_floor_ms")
+    flags = _get(ev, "flags") or ()
+    if sol.get("flop_floor_ms") is None and isinstance(ref_ms, (int, float)) and isinstance(bytes_ms, (int, float)) \
+            and ref_ms > bytes_ms and "algebraic_shortcut" not in flags:
+        return None  # likely compute-bound, and its own FLOPs are unknown: the bytes floor would mislead
+    return (f"far from the hardware: {sol.get('label')} (hint below {FAR_FROM_HARDWARE:.0%}: the time to move "
+            "its bytes once is the floor no kernel beats)")
+
+
+def shortcut_phrase(ev: Evaluation | dict[str, Any]) -> str | None:
+    if "algebraic_shortcut" not in (_get(ev, "flags") or ()):
+        return None
+    import re
+
+    found = re.search(r"checked on (\d+) fresh input sets", _get(ev, "message") or "")
+    n = f" {found.group(1)}" if found else ""
+    return f"does less arithmetic than the reference: an algebraic shortcut, checked on{n} fresh input sets"
+
+
+def weak_reference_phrase(acc: dict[str, Any] | None) -> str | None:
+    weak = (acc or {}).get("weak_reference")
+    return weak.get("text") if isinstance(weak, dict) else None
+
+
+def train_difference(acc: dict[str, Any] | None) -> str | None:
+    """Where training mode went wrong (eval_only): "output[3, 7]: 1.3e+06x PyTorch's error ..."."""
+    ev = (acc or {}).get("train_evidence")
+    if not isinstance(ev, dict):
+        return None
+    where = ev.get("where")
+    at = f"{ev.get('output', 'output')}{list(where) if where else ''}"
+    if isinstance(ev.get("ratio"), (int, float)):
+        return (f"{at}: {times_phrase(float(ev['ratio']))} PyTorch's error against float64 (got {ev.get('got')}, "
+                f"float64 {ev.get('oracle')})")
+    if "got" in ev:
+        return f"{at}: got {ev.get('got')}, expected {ev.get('expected')}"
+    return None
 
 
 def evaluation_reason(ev: Evaluation | dict[str, Any], kernels_only: bool = False,
@@ -242,6 +314,9 @@ def evaluation_reason(ev: Evaluation | dict[str, Any], kernels_only: bool = Fals
     accuracy = accuracy_phrase(d.get("accuracy"))
     if accuracy and ACCURACY_FLAGS.intersection(d.get("flags") or ()):
         parts.append(accuracy)
+    sol = speed_of_light(d)
+    if sol is not None and sol.get("label") and d.get("time_ms") is not None:
+        parts.append(str(sol["label"]))
     shared = shared_phrase(d.get("shared_gpu"))
     if shared:
         parts.append(shared)
@@ -284,6 +359,7 @@ __all__ = [
     "GPU_MEMORY_HELD", "shared_oom_reason", "OUTCOMES", "EXIT_CODES", "CannotRun",
     "NoModelConfigured", "EndpointUnreachable", "NoGPU", "exit_code", "label", "is_noisy",
     "speed_phrase", "compile_advice", "shared_phrase", "evaluation_reason", "search_reason",
-    "times_phrase", "accuracy_phrase",
+    "times_phrase", "accuracy_phrase", "FAR_FROM_HARDWARE", "speed_of_light", "far_from_hardware",
+    "shortcut_phrase", "weak_reference_phrase", "train_difference",
     "CUSTOM_KERNEL", "PYTORCH_REWRITE", "NOISY_SPREAD_PCT",
 ]

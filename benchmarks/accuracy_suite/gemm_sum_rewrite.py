@@ -1,11 +1,14 @@
 """More accurate than PyTorch: a GEMM followed by a sum over its output features, rewritten
 algebraically (sum the weight's rows first, then one matrix-vector product). The fp32 reference
 rounds a 4096-wide GEMM and then sums its outputs; the rewrite never forms them.
-EXPECTED: correct (about the reference's own error)."""
+EXPECTED: correct (about the reference's own error), flagged algebraic_shortcut: it counts a GEMV's
+FLOPs where the reference counts a GEMM's (counted, labelled; 27x eager on an H200 in its KernelBench
+form)."""
 import torch
 import torch.nn as nn
 
 EXPECTED = "correct"
+EXPECTED_FLAGS = ["algebraic_shortcut"]
 
 
 class Model(nn.Module):

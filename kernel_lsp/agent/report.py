@@ -224,6 +224,8 @@ def _evaluation(ev: dict[str, Any] | None, view: _View, cand: str, again: dict[s
     rows = [("verdict", ev.get("verdict")), ("message", ev.get("message")),
             ("flags", ", ".join(ev.get("flags") or []) or "none"),
             ("accuracy", verdicts.accuracy_phrase(ev.get("accuracy"))),
+            ("speed of light", (verdicts.speed_of_light(ev) or {}).get("label")),
+            ("algebraic shortcut", verdicts.shortcut_phrase(ev)),
             ("time (first run)", f"{_ms(ev):.4f} ms" if _ms(ev) else None),
             ("spread", f"{t['spread_pct']:.1f} %" if isinstance(t, dict) else None),
             ("vs start (first run)", _x(sp, spread) if cand != view.root_id else None),

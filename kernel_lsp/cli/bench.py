@@ -20,7 +20,7 @@ from kernel_lsp.cli import numbers, prepare
 from kernel_lsp.cli.exits import CANCELLED, CANNOT_RUN, OK, PROBLEM, combine, could_not_run, gpu_hint
 from kernel_lsp.engine.caller.tasks import TaskError, find_task
 from kernel_lsp.model import Candidate, Evaluation, Task, disqualified_by
-from kernel_lsp.verdicts import accuracy_phrase
+from kernel_lsp.verdicts import accuracy_phrase, far_from_hardware, shortcut_phrase, train_difference
 from kernel_lsp.source import SourceError, read_text
 
 try:
@@ -309,6 +309,8 @@ def _summary(ev: Evaluation, info: dict[str, Any], custom: bool | None) -> dict[
         doc.setdefault("label", None)
     code = status(ev)
     doc["status"] = code
+    sol = (ev.evidence or {}).get("speed_of_light")
+    doc["speed_of_light"] = sol if isinstance(sol, dict) else None
     fill("reason", ev.message if code == CANNOT_RUN else None)
     if doc.get("device") is None and ev.verdict != "error":
         doc["device"] = {"name": info.get("name")} if info.get("name") else None
@@ -430,6 +432,18 @@ def _bench_table(evs: list[Evaluation], info: dict[str, Any], names: list[str], 
             console.print(f"[yellow]{name}: torch.compile of the reference is faster ({_ms(ev.compiled.median_ms)} ms "
                           f"vs {_ms(ev.time.median_ms)} ms, {sc:.2f}x): consider torch.compile instead[/yellow]",
                           soft_wrap=True)
+        sol = (ev.evidence or {}).get("speed_of_light")
+        if isinstance(sol, dict) and sol.get("label"):
+            console.print(f"  speed of light: {sol['label']}", soft_wrap=True)
+        far = far_from_hardware(ev) if not _reference_only(ev) else None
+        if far:
+            console.print(f"  [yellow]hint: {far}[/yellow]", soft_wrap=True)
+        cut = shortcut_phrase(ev)
+        if cut:
+            console.print(f"  algebraic shortcut: {cut}", soft_wrap=True)
+        train = train_difference(getattr(ev, "accuracy", None)) if "eval_only" in ev.flags else None
+        if train:
+            console.print(f"  training mode: {train}", soft_wrap=True)
         acc = accuracy_phrase(getattr(ev, "accuracy", None))
         if acc and not _reference_only(ev):
             counted = ("; its speed is not counted (accept_less_accurate = true counts it)"

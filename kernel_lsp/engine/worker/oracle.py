@@ -98,22 +98,27 @@ class Oracle:
         self.hits = 0            # answers from the Worker's cache
         self.seconds = 0.0       # wall time of the float64 runs (and the model's copy)
         self.not_kept = 0        # outputs above the cache's per-entry bound: the next evaluation runs again
+        # Where the float64 run happens: the Harness's device, or the host CPU when the GPU has no
+        # room for it beside the check (worker/memory_plan.py decides; verify sets it).
+        self.device: torch.device = h.device
+        self.reruns = 0          # float64 runs made again under another seed (is the reference random?)
 
     def _model(self) -> torch.nn.Module:
         if self.model64 is None:
             assert self.h.model is not None
-            self.model64 = copy.deepcopy(self.h.model).double()  # _run loads init_state before each call
+            # _run loads init_state before each call
+            self.model64 = copy.deepcopy(self.h.model).to(device=self.device).double()
         return self.model64
 
     def outputs(self, seed: int, inputs: list[Any], mode: str = "eval") -> Any | None:
         """The float64 outputs for the input set made under `seed` (`inputs` are its values,
         untouched here), on the Harness's device; None when the oracle is refused."""
-        key = (*self.key, seed, mode)
+        key = (*self.key, str(self.device), seed, mode)
         hit = _CACHE.get(key)
         if hit is not None:
             _CACHE.move_to_end(key)
             self.hits += 1
-            return _to(hit[0], self.h.device)
+            return _to(hit[0], self.device)
         if self.refused is not None:
             return None
         t0 = time.perf_counter()
@@ -126,24 +131,40 @@ class Oracle:
         self._keep(key, out)
         return out
 
-    def _run(self, inputs: list[Any], mode: str) -> Any | None:
+    def again(self, inputs: list[Any], mode: str = "eval", seed_offset: int = 1) -> Any | None:
+        """The float64 run once more under another seed, never cached: two runs that differ mean
+        the reference is random (verify's Judge asks this only when it is far from float64)."""
+        if self.refused is not None:
+            return None
+        self.reruns += 1
+        t0 = time.perf_counter()
+        try:
+            out = self._run(inputs, mode, seed=self.h.seed + seed_offset)
+            self.runs -= 1 if out is not None else 0  # counted in `reruns`, not as a cached answer's miss
+            return out
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+    def _run(self, inputs: list[Any], mode: str, seed: int | None = None) -> Any | None:
         before = torch.get_default_dtype()
         watch = _LowPrecisionOps(self.skip_ops)
         try:
             model = self._model()
             model.load_state_dict(self.init_state)  # each call starts where the reference did
             model.train(mode == "train")
-            args = [_to64(x.detach().clone() if isinstance(x, torch.Tensor) else x) for x in inputs]
+            args = [_to64(x.detach().to(self.device, copy=True) if isinstance(x, torch.Tensor) else x)
+                    for x in inputs]
             torch.set_default_dtype(torch.float64)
-            set_seed(self.h.seed)
+            set_seed(self.h.seed if seed is None else seed)
             with torch.no_grad(), watch:
                 out = model(*args)
-            if self.h.device.type == "cuda":
-                torch.cuda.synchronize(self.h.device)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
             self.runs += 1
         except Exception as exc:  # an op without a float64 kernel, a dtype the forward insists on
             first = (str(exc).strip().splitlines() or [""])[0][:200]
-            self.refuse(f"the reference does not run in float64 ({type(exc).__name__}: {first})")
+            where = " on the host CPU" if self.device.type != self.h.device.type else ""
+            self.refuse(f"the reference does not run in float64{where} ({type(exc).__name__}: {first})")
             return None
         finally:
             torch.set_default_dtype(before)
@@ -173,7 +194,9 @@ class Oracle:
 
     def summary(self) -> dict[str, Any]:
         out = {"available": self.refused is None, "why_not": self.refused, "runs": self.runs,
-               "cached": self.hits, "seconds": round(self.seconds, 4)}
+               "cached": self.hits, "seconds": round(self.seconds, 4), "device": str(self.device)}
+        if self.reruns:
+            out["reruns"] = self.reruns
         if self.not_kept:
             out["not_kept"] = self.not_kept
             out["not_kept_why"] = (f"float64 outputs above {CACHE_BYTES // 4 >> 20} MiB each are not kept: "

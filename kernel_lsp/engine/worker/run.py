@@ -38,7 +38,7 @@ except Exception:  # pragma: no cover - a torch without dynamo still evaluates
 from kernel_lsp.engine.worker import baselines as kept_baselines
 from kernel_lsp.engine.worker import build_failure, early, gpu_share, launch_limits
 from kernel_lsp.engine.worker import profile as profile_mod
-from kernel_lsp.engine.worker import roofline, static_checks
+from kernel_lsp.engine.worker import light, roofline, static_checks
 from kernel_lsp.engine.worker.options import EngineOptions, OptionsError
 from kernel_lsp.engine.worker.harness import CandidateError, Harness, HarnessError, tensor_bytes
 from kernel_lsp.engine.worker.verify import verify
@@ -82,7 +82,8 @@ class Integrity:
         ]
         for name in ("statistics", "kernel_lsp.engine.worker.verify", "kernel_lsp.engine.worker.bench",
                      "kernel_lsp.engine.worker.accuracy", "kernel_lsp.engine.worker.oracle",
-                     "kernel_lsp.engine.worker.modes",
+                     "kernel_lsp.engine.worker.modes", "kernel_lsp.engine.worker.memory_plan",
+                     "kernel_lsp.engine.worker.light",
                      "kernel_lsp.engine.worker.harness", "kernel_lsp.engine.worker.run", "kernel_lsp.engine.worker.roofline",
                      "kernel_lsp.engine.worker.static_checks", "kernel_lsp.model"):
             module = sys.modules.get(name)
@@ -494,6 +495,8 @@ def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options
     notes += vr.notes
     if vr.fallback_ops:
         extra["fallback_ops"] = vr.fallback_ops
+    if vr.memory:
+        extra["memory"] = vr.memory  # where verify kept its data (worker/memory_plan.py)
     if vr.verdict in ("error", "oom") and vr.correct is False:
         ev.correct = False
     if ev.verdict != "correct":
@@ -506,7 +509,8 @@ def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options
         return
     if "bench" in checks:
         _bench(h, options, ev, extra, notes, candidate_too=True, flops=vr.flops,
-               nbytes=vr.input_bytes + vr.output_bytes, integrity=integrity)
+               nbytes=(vr.read_bytes or vr.input_bytes) + vr.output_bytes, integrity=integrity,
+               traffic=(vr.read_bytes or vr.input_bytes, vr.output_bytes, vr.candidate_flops))
     if "profile" in checks:
         ev.profile = _profile(h, task, candidate, options, dev)
 
@@ -599,15 +603,15 @@ def _timing_sets(h: Harness, options: EngineOptions) -> list[list[Any]]:
 
 def _bench(h: Harness, options: EngineOptions, ev: Evaluation, extra: dict[str, Any], notes: list[str],
            candidate_too: bool, flops: int | None = None, nbytes: int = 0,
-           integrity: Integrity | None = None) -> None:
+           integrity: Integrity | None = None, traffic: tuple[int, int, int | None] | None = None) -> None:
     if h.device.type != "cpu":
-        return _bench_on(h, options, ev, extra, notes, candidate_too, flops, nbytes, integrity)
+        return _bench_on(h, options, ev, extra, notes, candidate_too, flops, nbytes, integrity, traffic)
     # CPU: a fixed thread count for candidate and baselines alike; on a busy machine intra-op
     # barriers otherwise stall for whole scheduler slices (30-60 ms outliers seen on 2 cores).
     before = torch.get_num_threads()
     torch.set_num_threads(options.cpu_threads)
     try:
-        return _bench_on(h, options, ev, extra, notes, candidate_too, flops, nbytes, integrity)
+        return _bench_on(h, options, ev, extra, notes, candidate_too, flops, nbytes, integrity, traffic)
     finally:
         torch.set_num_threads(before)
 
@@ -623,7 +627,7 @@ def _settle(options: EngineOptions, baselines_too: bool) -> bench.Settle | None:
 
 def _bench_on(h: Harness, options: EngineOptions, ev: Evaluation, extra: dict[str, Any], notes: list[str],
               candidate_too: bool, flops: int | None = None, nbytes: int = 0,
-              integrity: Integrity | None = None) -> None:
+              integrity: Integrity | None = None, traffic: tuple[int, int, int | None] | None = None) -> None:
     dev = h.device
     sets = _timing_sets(h, options)
     assert h.model is not None
@@ -729,18 +733,14 @@ def _bench_on(h: Harness, options: EngineOptions, ev: Evaluation, extra: dict[st
     if dev.type == "cuda" and ev.eager is not None and ev.eager.median_ms < 0.02:
         ev.flags.append("launch_overhead_sized")
         notes.append("the reference takes under 20 us: launch overhead dominates, speedups mean little")
-    if candidate_too and ev.time is not None and dev.type == "cuda":
-        name = str((ev.device or {}).get("name", ""))
-        out_dtype = _first_dtype(h)
-        roof = roofline.for_device(name, out_dtype)
-        if roof.bandwidth is None:
-            roof = roofline.for_device(name, out_dtype, bench.measured_copy_bandwidth(dev))
-        beyond = roofline.check(ev.time.median_ms, nbytes, flops, roof)
-        if beyond is not None:
-            ev.flags.append("beyond_roofline")
-            extra["roofline"] = beyond
-            notes.append(f"{ev.time.median_ms:.4g} ms is below the hardware floor of {beyond['floor_ms']:.4g} ms: "
-                         "a measurement error or a cheat, not a gain")
+    if dev.type == "cuda" and (ev.time is not None if candidate_too else ev.eager is not None):
+        # Speed of light, the bytes floor and the algebraic shortcut (worker/light.py).
+        if traffic is None:
+            read, written, flops = light.reference_traffic(h)
+            own = None
+        else:
+            read, written, own = traffic
+        light.assess(h, ev, extra, notes, _first_dtype(h), candidate_too, read, written, flops, own)
 
 
 def _first_dtype(h: Harness) -> str:
@@ -760,7 +760,10 @@ def _cache_probe(h: Harness, timing: Timing, options: EngineOptions, ev: Evaluat
         return
     # Never-seen inputs interleaved with an already-timed set: bursts of machine noise hit both.
     seen = h.make_inputs(h.seed).values
-    fresh = [h.make_inputs(h.seed + 50_000 + i).values for i in range(7)]
+    # Seven fresh sets; fewer above 1 GiB of inputs a set (at least 2): a 6 GiB softmax's seven
+    # would hold 42 GiB and take a minute to make on the CPU.
+    per_set = max(1, tensor_bytes(seen))
+    fresh = [h.make_inputs(h.seed + 50_000 + i).values for i in range(max(2, min(7, (7 << 30) // per_set)))]
     order = [s for f in fresh for s in (f, seen)]
     samples = bench.time_each(h.candidate_fn, order, h.device)
     new_ms = sorted(samples[0::2])[len(fresh) // 2]

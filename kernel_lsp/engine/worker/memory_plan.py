@@ -1,0 +1,96 @@
+"""Where verify keeps its own data, so that the engine's bookkeeping never runs a Task out of
+memory: a pure function of sizes and free memory (standard library only; tests/engine/
+test_memory_plan.py checks it without a GPU).
+
+Verify needs, at one time on the GPU, one input set, the candidate's output and workspace, the
+reference's output and workspace (`working`). Beyond that it keeps, per fresh input set, the
+inputs and the expected outputs (`per_set`), and runs the reference once more in float64 (the
+oracle: inputs, parameters, outputs and workspace at 8 bytes an element). Each goes on the GPU
+while it fits beside the working set with a margin, else on the host:
+
+* kept sets and expected outputs: on the GPU when all of them take at most KEEP_SHARE of what
+  is free beyond the working set; else in host memory (copied back one set at a time);
+* the float64 oracle: on the GPU when it fits in what is free beyond the working set and the
+  kept sets (ORACLE_HEADROOM for the allocator's rounding); else on the host (CPU, float64);
+  when the host cannot hold it either, there is no oracle and the fixed tolerance decides;
+* input sets: `wanted`, but FEWER_SETS when one set (inputs + outputs) is above LARGE_SET_BYTES,
+  with a note (each set of a 6 GiB softmax costs seconds to make, move and check).
+
+A Task whose reference and candidate each fit once on the GPU is judged: nothing here needs
+more GPU memory than the working set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GIB = 1 << 30
+# The kept sets may take this share of the GPU memory free beyond the working set. Accepts
+# 3 sets of a 64 MiB Task on any GPU; a 6 GiB softmax's 3 x 12 GiB = 36 GiB is kept on the host
+# of an H200 running nothing else (141 GB - working set 30 GiB = ~100 GiB free x 0.25 = 25 GiB).
+KEEP_SHARE = 0.25
+# The float64 run needs this much more than its tensors' bytes (allocator rounding, temporaries).
+ORACLE_HEADROOM = 1.25
+# Above this many bytes per input set (inputs + outputs), FEWER_SETS fresh sets are checked.
+LARGE_SET_BYTES = 2 * GIB
+FEWER_SETS = 2
+
+
+@dataclass
+class Plan:
+    keep: str            # "device" | "host": where input sets and expected outputs are kept
+    oracle: str          # "device" | "host" | "none": where the float64 reference runs
+    sets: int            # fresh input sets to check
+    notes: list[str]
+    working_bytes: int   # what verify needs on the GPU at one time
+    oracle_bytes: int    # the float64 run's estimate
+
+
+def oracle_bytes(input_bytes: int, output_bytes: int, param_bytes: int, peak_bytes: int,
+                 element_bytes: int = 4) -> int:
+    """The float64 run's estimate: inputs, parameters, outputs and the reference's own workspace
+    scaled from `element_bytes` to 8 bytes an element."""
+    scale = 8 / max(1, min(8, element_bytes))
+    return int(ORACLE_HEADROOM * scale * (input_bytes + output_bytes + param_bytes + max(0, peak_bytes)))
+
+
+def plan(input_bytes: int, output_bytes: int, param_bytes: int, peak_bytes: int, free_bytes: int | None,
+         host_free_bytes: int | None, wanted: int = 3, element_bytes: int = 4, on_gpu: bool = True) -> Plan:
+    """`peak_bytes`: the reference's own workspace beyond its inputs (its measured peak);
+    `free_bytes`: GPU memory free to this process (None: a CPU Task, everything on the host)."""
+    notes: list[str] = []
+    per_set = input_bytes + output_bytes
+    sets = max(2, wanted)
+    if per_set > LARGE_SET_BYTES and sets > FEWER_SETS:
+        sets = FEWER_SETS
+        notes.append(f"{per_set / GIB:.1f} GiB per input set (inputs and outputs): {sets} fresh input sets "
+                     f"checked instead of {max(2, wanted)} (above {LARGE_SET_BYTES / GIB:.0f} GiB a set)")
+    need64 = oracle_bytes(input_bytes, output_bytes, param_bytes, peak_bytes, element_bytes)
+    # One set's inputs (twice: the candidate's and a pristine copy), the candidate's output and
+    # workspace, the reference's inputs, output and workspace.
+    working = 3 * input_bytes + 2 * output_bytes + 2 * max(0, peak_bytes)
+    if not on_gpu or free_bytes is None:
+        host_ok = host_free_bytes is None or need64 <= host_free_bytes
+        return Plan("device", "host" if host_ok else "none", sets,
+                    notes + ([] if host_ok else [_no_room(need64, host_free_bytes)]), working, need64)
+    spare = max(0, free_bytes - working)
+    keep = "device" if (sets + 1) * per_set <= KEEP_SHARE * spare else "host"
+    if keep == "host":
+        notes.append(f"input sets and expected outputs kept in host memory ({(sets + 1) * per_set / GIB:.1f} GiB; "
+                     f"{free_bytes / GIB:.1f} GiB of GPU memory free)")
+    kept_on_gpu = (sets + 1) * per_set if keep == "device" else 0
+    if need64 <= spare - kept_on_gpu:
+        oracle = "device"
+    elif host_free_bytes is None or need64 <= host_free_bytes:
+        oracle = "host"
+        notes.append(f"the float64 reference runs on the host CPU (about {need64 / GIB:.1f} GiB; the GPU has "
+                     f"{spare / GIB:.1f} GiB free beyond the check itself)")
+    else:
+        oracle = "none"
+        notes.append(_no_room(need64, host_free_bytes))
+    return Plan(keep, oracle, sets, notes, working, need64)
+
+
+def _no_room(need: int, host_free: int | None) -> str:
+    return (f"no float64 reference: it needs about {need / GIB:.1f} GiB, more than the GPU or the host "
+            f"({(host_free or 0) / GIB:.1f} GiB free) can give")
