@@ -66,7 +66,7 @@ async def test_repair_by_patch_streamed_with_usage(server):
     body = server.requests[0]["body"]
     assert body["stream"] is True and body["model"] == "gpt-4o"
     prompt = body["messages"][1]["content"]
-    for must in ("REFERENCE_MARKER", "NVIDIA H200", "SMs: 132", "x.sum(1)", "blockDimx",
+    for must in ("REFERENCE_MARKER", "NVIDIA H200", "132 SMs", "x.sum(1)", "blockDimx",
                  "BLOCK 128 -> 256", "FAILS (compile_error)"):
         assert must in prompt
     assert prop.prompt_tokens > 0 and prop.completion_tokens == len(PATCH) // 4
