@@ -182,13 +182,17 @@ async def test_request_timeout(server):
     ("<<<<<<< SEARCH\n    return y\n=======\n    return z\n>>>>>>> REPLACE", "not found"),
 ])
 async def test_bad_answers_are_failed_proposals_with_usage(server, answer, reason):
-    server.add(answer)
-    p = proposer(server)
+    server.add(answer, answer, answer)
+    p = proposer(server)  # parse_retries 2: the answer goes back to the model twice, with why
     [prop] = await p.propose(request())
     await p.aclose()
     assert prop.candidate is None and not prop.fatal
     assert prop.error.startswith("unusable answer") and reason in prop.error
     assert prop.prompt_tokens > 0  # tokens were spent all the same
+    assert len(server.requests) == 3 and prop.turns == 3
+    last = server.requests[-1]["body"]["messages"]
+    assert last[-1]["role"] == "user" and "could not be used" in last[-1]["content"]
+    assert reason in last[-1]["content"] and last[-2] == {"role": "assistant", "content": answer}
 
 
 async def test_several_children_in_parallel(server):
