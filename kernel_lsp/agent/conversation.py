@@ -109,7 +109,7 @@ def compact(turns: list[dict[str, Any]], limit: int = COMPACT_CHARS) -> list[dic
             body = match.group(1)
             if len(body) < 400 or (turn == 0 and not re.match(r"\s*\d+\| ", body)):
                 return match.group(0)  # short, or the opening's reference / op code: kept
-            return (f"```\n[compacted: {body.count(chr(10)) + 1} lines of code from turn {turn + 1}; "
+            return (f"```\n[compacted: {body.rstrip(chr(10)).count(chr(10)) + 1} lines of code from turn {turn + 1}; "
                     f"the current source is shown whole in the last message]\n```")
 
         m["content"] = _FENCED.sub(shorten, content)

@@ -34,7 +34,7 @@ from kernel_lsp.verdicts import EndpointUnreachable, NoModelConfigured
 from .budget import Pricing
 from .conversation import unusable
 from .patches import ParseError, parse_answer
-from .prompts import SYSTEM, build_messages
+from .prompts import SYSTEM, SYSTEM_TOOLS, build_messages
 from .proposer import Proposal, ProposalRequest
 
 log = logging.getLogger(__name__)
@@ -235,6 +235,8 @@ class LLMProposer:
         while attempt < self.config.attempts:
             attempt += 1
             try:
+                if tools and "tools" in self._refused and messages and messages[0].get("content") == SYSTEM_TOOLS:
+                    messages[0] = {"role": "system", "content": SYSTEM}  # refused: the text protocol's rules
                 text, pt, ct, calls = await self._request(messages, None if "tools" in self._refused else tools)
                 return Completion(text, pt, ct, attempt, time.monotonic() - t0, calls)
             except oa.AuthenticationError as e:
