@@ -160,7 +160,7 @@ def describe_profile(profile: dict[str, Any] | None, limit: int = 6000) -> str:
     kernels = profile.get("kernels") if isinstance(profile.get("kernels"), list) else None
     if not kernels:
         return _trim(json.dumps(profile, indent=1, default=str), limit)
-    head = {k: v for k, v in profile.items() if k != "kernels"}
+    head = {k: v for k, v in profile.items() if k not in ("kernels", "command")}
     out = [json.dumps(head, default=str)] if head else []
     used = sum(len(s) for s in out)
     for i, k in enumerate(kernels):
