@@ -66,6 +66,8 @@ class LLMConfig:
     def from_env(cls, model: str | None = None, base_url: str | None = None,
                  api_key: str | None = None, env: dict[str, str] | None = None, **kw: Any) -> "LLMConfig":
         env = dict(os.environ) if env is None else env
+        if "tools" not in kw and env.get("KERNEL_LSP_AGENT_TOOLS"):  # "auto" | "off"
+            kw["tools"] = env["KERNEL_LSP_AGENT_TOOLS"].strip().lower()
         return cls(
             model=model or env.get("KERNEL_LSP_MODEL") or None,
             base_url=base_url or env.get("OPENAI_BASE_URL") or None,
