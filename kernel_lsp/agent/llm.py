@@ -176,12 +176,13 @@ class LLMProposer:
         messages = build_messages(request, tools=tools)
         session = request.tools.session(request.parent) if tools else None
         pt = ct = turns = 0
+        sent_back: list[str] = []
         retries = self.config.parse_retries
         origin = "repair" if request.mode == "repair" else "llm"
 
         def usage() -> dict[str, Any]:
             return dict(prompt_tokens=pt, completion_tokens=ct, seconds=time.monotonic() - t0, turns=turns,
-                        cost=self.config.pricing.cost(self.model, pt, ct))
+                        cost=self.config.pricing.cost(self.model, pt, ct), sent_back=list(sent_back))
 
         while True:
             turns += 1
@@ -218,6 +219,7 @@ class LLMProposer:
             except ParseError as e:
                 if retries > 0:
                     retries -= 1
+                    sent_back.append(str(e))
                     messages.append({"role": "user", "content": unusable(str(e), e.patch)})
                     continue
                 return Proposal.failed(f"unusable answer: {e}", messages=messages[1:], **usage())

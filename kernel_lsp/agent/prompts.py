@@ -133,7 +133,7 @@ def describe_evaluation(ev: Evaluation | None, *, log_limit: int = 3000, source:
                           for d in ev.compile.diagnostics[:20])
         lines.append("compiler messages:\n" + _trim(diags or ev.compile.log, log_limit))
         if diags and ev.compile.log:
-            lines.append("compile log (trimmed):\n" + _trim(ev.compile.log, log_limit // 2))
+            lines.append("compile log:\n" + _trim(ev.compile.log, log_limit // 2))
     evidence = {k: v for k, v in (ev.evidence or {}).items() if k not in ("phases", "speed_of_light")}
     if evidence:
         lines.append("verifier evidence: " + _trim(json.dumps(evidence, default=str), 1500))

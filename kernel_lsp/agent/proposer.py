@@ -48,6 +48,7 @@ class Proposal:
     # message): the conversation its own expansion continues.
     messages: list[dict[str, Any]] = field(default_factory=list)
     turns: int = 0                         # model requests this proposal took
+    sent_back: list[str] = field(default_factory=list)  # why earlier answers in it were unusable
 
     @classmethod
     def failed(cls, reason: str, **kw: Any) -> "Proposal":

@@ -586,6 +586,9 @@ class Search:
         for p in proposals:
             self.budget.used_proposals += 1
             self.budget.charge(p.prompt_tokens, p.completion_tokens, p.cost)
+            for why in p.sent_back:  # answers the model got back with why, in the same turn
+                self._step("proposal", f"unusable answer, sent back to the model: {why}", failed=True,
+                           parent=node.id, mode=mode, sent_back=True)
             if p.candidate is None:
                 reason = p.error or "no candidate"
                 self._errors = self._errors + 1 if (p.fatal or _transport(reason)) else 0

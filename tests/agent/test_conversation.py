@@ -95,6 +95,7 @@ async def test_a_patch_that_does_not_apply_comes_back_whole_and_the_lineage_cont
     assert result.improved and "# ms: 4" in result.best.source
     child = s.nodes[result.best.id]
     assert [m["role"] for m in child.conversation] == ["user", "assistant", "user", "assistant"]
+    assert any(st.get("sent_back") and "not found" in st["reason"] for st in s.steps)  # recorded, not dropped
 
 
 async def test_a_correct_candidate_disqualified_by_a_flag_gets_a_repair_for_that_flag():
