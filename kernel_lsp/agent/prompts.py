@@ -117,6 +117,16 @@ def _quote(source: str | None, line: int) -> str:
     return f"\n    {line}| {lines[line - 1].strip()}" if 0 < line <= len(lines) else ""
 
 
+def describe_resources(r: Any) -> str:
+    """One kernel's resources as ptxas reported them, occupancy as a share of the SM's warps."""
+    occ = getattr(r, "occupancy", None)
+    occ_text = f"{100 * occ:.0f}% theoretical occupancy" if isinstance(occ, (int, float)) else "occupancy unknown"
+    limiter = getattr(r, "occupancy_limiter", None)
+    return (f"kernel {r.kernel}: {r.registers} registers/thread, {r.shared_bytes} B static shared, "
+            f"spills {r.spill_stores} B stored/{r.spill_loads} B loaded, {occ_text}"
+            + (f" (limited by {limiter})" if limiter else ""))
+
+
 def describe_evaluation(ev: Evaluation | None, *, log_limit: int = 3000, source: str | None = None,
                         start: Evaluation | None = None) -> str:
     """The evaluation as the model should read it. `source`: the evaluated text, so compiler
@@ -139,9 +149,7 @@ def describe_evaluation(ev: Evaluation | None, *, log_limit: int = 3000, source:
         lines.append("verifier evidence: " + _trim(json.dumps(evidence, default=str), 1500))
     if ev.verdict == "correct" and ev.compile is not None and ev.compile.resources:
         # Resource facts are for optimizing: only once the node is correct (CuTeGen's order).
-        for r in ev.compile.resources[:6]:
-            lines.append(f"kernel {r.kernel}: {r.registers} registers, {r.shared_bytes} B shared, "
-                         f"spills {r.spill_stores}/{r.spill_loads}, occupancy {r.occupancy}")
+        lines += [describe_resources(r) for r in ev.compile.resources[:6]]
     if ev.time is not None:
         eager = ev.eager or (start.eager if start is not None else None)
         compiled = ev.compiled or (start.compiled if start is not None else None)

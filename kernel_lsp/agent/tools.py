@@ -16,7 +16,7 @@ from kernel_lsp.model import Candidate, Evaluation, Task
 from .budget import Budget
 from .context import op_source
 from .patches import ParseError, apply_patches, parse_patches
-from .prompts import describe_evaluation, describe_profile, numbered
+from .prompts import describe_evaluation, describe_profile, describe_resources, numbered
 
 _SRC = {"source": {"type": "string", "description": "the whole new file"},
         "patch": {"type": "string", "description": "SEARCH/REPLACE blocks against your working source"}}
@@ -140,10 +140,8 @@ class ToolSession:
         head = f"{name} of your working source ({len(source.splitlines())} lines):\n"
         text = describe_evaluation(ev, source=source, start=self.box.start_evaluation)
         if name == "compile" and ev.compile is not None and ev.compile.ok:
-            text = "built" + ("\n" + "\n".join(
-                f"kernel {r.kernel}: {r.registers} registers, {r.shared_bytes} B shared, spills "
-                f"{r.spill_stores}/{r.spill_loads}, occupancy {r.occupancy}" for r in ev.compile.resources[:6])
-                if ev.compile.resources else "")
+            text = "built" + ("\n" + "\n".join(describe_resources(r) for r in ev.compile.resources[:6])
+                              if ev.compile.resources else "")
         if name == "time" and ev.time is not None and self.box.start_evaluation is not None \
                 and self.box.start_evaluation.time is not None and ev.time.median_ms > 0:
             text += f"\n{self.box.start_evaluation.time.median_ms / ev.time.median_ms:.2f}x vs the start"

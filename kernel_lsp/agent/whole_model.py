@@ -61,6 +61,11 @@ LIBRARY_BOUND = frozenset({"Linear", "Bilinear", "LazyLinear", "Conv1d", "Conv2d
                            "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"})
 
 
+def library_bound(op: "OpResult") -> bool:
+    """A torch.nn GEMM or convolution module: one cuBLAS/cuDNN call (LIBRARY_BOUND)."""
+    return op.cls in LIBRARY_BOUND and (op.record.get("class") or {}).get("where") == "torch.nn"
+
+
 class WholeModelError(Exception):
     """The model could not be profiled (not a Task, no GPU for its inputs, it raised)."""
 
@@ -374,7 +379,7 @@ async def optimize_model(path: str, engine: Any, store: Any, make_proposer: Call
         return result
     if not opts.library_ops:
         for o in runnable:
-            if opts.ops is None and o.cls in LIBRARY_BOUND and (o.record.get("class") or {}).get("where") == "torch.nn":
+            if opts.ops is None and library_bound(o):
                 o.reason = (f"skipped: nn.{o.cls} is one cuBLAS/cuDNN call, already near the GPU's peak "
                             "(set library_ops to search it anyway)")
         runnable = [o for o in runnable if not o.reason.startswith("skipped:")]

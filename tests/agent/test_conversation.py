@@ -296,3 +296,14 @@ async def test_recorded_request_reads_right(tmp_path):
     if os.environ.get("KLSP_RECORD"):
         with open(os.environ["KLSP_RECORD"], "w") as f:
             json.dump(body, f, indent=1)
+
+
+def test_library_bound_ops_are_recognized():
+    from kernel_lsp.agent.whole_model import OpResult, library_bound
+
+    def op(cls, where):
+        return OpResult(name="x", cls=cls, share=0.5, calls=1, shapes=[], record={"class": {"name": cls, "where": where}})
+
+    assert library_bound(op("Linear", "torch.nn")) and library_bound(op("Conv2d", "torch.nn"))
+    assert not library_bound(op("Linear", "model_file"))  # the user's own class: its code is searched
+    assert not library_bound(op("GELU", "torch.nn"))
