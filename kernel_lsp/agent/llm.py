@@ -204,13 +204,17 @@ class LLMProposer:
                     cand = session.submitted
                     cand.origin = origin
                     return Proposal(candidate=cand, form="tools", messages=messages[1:], **usage())
-                if turns >= self.config.max_tool_turns:
+                b = request.tools.budget
+                out_of_tokens = b.tokens is not None and b.used_tokens + pt + ct >= b.tokens
+                if turns >= self.config.max_tool_turns or out_of_tokens:
                     if session.passed is not None and session.passed != request.parent.source:
                         cand = Candidate(source=session.passed, kind=request.parent.kind, origin=origin,
                                          parent=request.parent.id, note="last version that passed `test` "
-                                         f"(no submit within {turns} turns)")
+                                         + ("(the token budget ran out)" if out_of_tokens
+                                            else f"(no submit within {turns} turns)"))
                         return Proposal(candidate=cand, form="tools", messages=messages[1:], **usage())
-                    return Proposal.failed(f"no submit within {turns} tool turns", messages=messages[1:], **usage())
+                    why = "the token budget ran out" if out_of_tokens else f"no submit within {turns} tool turns"
+                    return Proposal.failed(f"{why} (and no version passed `test`)", messages=messages[1:], **usage())
                 continue
             messages.append({"role": "assistant", "content": done.text})
             current = session.working if session is not None else request.parent.source
