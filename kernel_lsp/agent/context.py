@@ -111,6 +111,16 @@ def cutlass_headers(roots: tuple[str, ...] | None = None) -> str | None:
     return hits[0] if hits else None
 
 
+def _local_nvcc() -> str | None:
+    from kernel_lsp.toolchain.nvcc import ToolchainError, find_nvcc, nvcc_version
+
+    path = find_nvcc()
+    try:
+        return nvcc_version(path) if path else None
+    except ToolchainError:
+        return None
+
+
 def describe_toolchain(info: dict[str, Any], cutlass: str | None | bool = False) -> str:
     """Versions the Worker reported and what may be included; `cutlass` False: look it up."""
     where = cutlass_headers() if cutlass is False else cutlass
@@ -119,6 +129,10 @@ def describe_toolchain(info: dict[str, Any], cutlass: str | None | bool = False)
         value = info.get(key)
         if value not in (None, "", "none", True, False):
             parts.append(f"{label} {value}")
+    if not any(p.startswith("CUDA") for p in parts):
+        nvcc = _local_nvcc()
+        if nvcc:
+            parts.insert(0, f"nvcc {nvcc}")
     parts.append(f"CUTLASS/CuTe headers at {where}" if where else "no CUTLASS/CuTe headers (write CUDA or Triton)")
     return "Toolchain: " + ", ".join(parts)
 

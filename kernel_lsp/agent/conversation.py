@@ -45,7 +45,9 @@ def _tail(req: ProposalRequest) -> list[str]:
 def opening(req: ProposalRequest) -> str:
     """The first user message of a lineage."""
     task = req.task
-    parts = [f"Task: {task.name}", describe_device(req.device), describe_toolchain(req.device),
+    # The Worker's versions come with every Evaluation (device_info says only whether CUDA works).
+    versions = dict(getattr(req.start_evaluation, "versions", None) or {})
+    parts = [f"Task: {task.name}", describe_device(req.device), describe_toolchain({**req.device, **versions}),
              "Reference (KernelBench format, the ground truth):\n```python\n" + task.reference_source.rstrip()
              + "\n```"]
     op = op_source(task)
@@ -89,6 +91,26 @@ def messages_for(req: ProposalRequest, system: str) -> list[dict[str, Any]]:
     return [{"role": "system", "content": system}] + compact(turns)
 
 
+def _compact_calls(m: dict[str, Any], turn: int) -> None:
+    """An earlier tool call's `source`/`patch` argument of more than 400 characters: a line saying so."""
+    import json
+
+    calls = []
+    for call in m.get("tool_calls") or []:
+        fn = dict(call.get("function") or {})
+        try:
+            args = json.loads(fn.get("arguments") or "{}")
+        except json.JSONDecodeError:
+            args = None
+        if isinstance(args, dict):
+            for key in ("source", "patch"):
+                if isinstance(args.get(key), str) and len(args[key]) > 400:
+                    args[key] = f"[compacted: {args[key].count(chr(10)) + 1} lines of {key} from turn {turn + 1}]"
+            fn["arguments"] = json.dumps(args)
+        calls.append({**call, "function": fn})
+    m["tool_calls"] = calls
+
+
 def size(messages: list[dict[str, Any]]) -> int:
     return sum(len(str(m.get("content") or "")) + len(str(m.get("tool_calls") or "")) for m in messages)
 
@@ -101,8 +123,12 @@ def compact(turns: list[dict[str, Any]], limit: int = COMPACT_CHARS) -> list[dic
     if size(out) <= limit:
         return out
     for i, m in enumerate(out[:-1]):
+        if m.get("tool_calls"):
+            _compact_calls(m, i)
         content = m.get("content")
         if not isinstance(content, str):
+            if size(out) <= limit:
+                return out
             continue
 
         def shorten(match: re.Match[str], turn: int = i) -> str:

@@ -307,3 +307,25 @@ def test_library_bound_ops_are_recognized():
     assert library_bound(op("Linear", "torch.nn")) and library_bound(op("Conv2d", "torch.nn"))
     assert not library_bound(op("Linear", "model_file"))  # the user's own class: its code is searched
     assert not library_bound(op("GELU", "torch.nn"))
+
+
+def test_compaction_of_tool_call_arguments():
+    big = "x = 1\n" * 300
+    turns = [{"role": "user", "content": "opening"}]
+    for i in range(8):
+        turns += [{"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c{i}", "type": "function", "function": {"name": "compile", "arguments": json.dumps({"source": big})}}]},
+            {"role": "tool", "tool_call_id": f"c{i}", "content": "built"}]
+    turns.append({"role": "user", "content": "last"})
+    out = compact(turns, limit=5000)
+    args = json.loads(out[1]["tool_calls"][0]["function"]["arguments"])
+    assert args["source"].startswith("[compacted: 301 lines of source from turn 2")
+    assert [m["role"] for m in out] == [m["role"] for m in turns] and out[-1] == turns[-1]
+
+
+def test_toolchain_versions_come_from_the_workers_evaluation():
+    from kernel_lsp.agent.context import describe_toolchain
+
+    text = describe_toolchain({"cuda": True, "torch": "2.11.0+cu130", "triton": "3.6.0"}, cutlass=None)
+    assert "PyTorch 2.11.0+cu130" in text and "Triton 3.6.0" in text and "True" not in text
+    assert "no CUTLASS/CuTe headers" in text

@@ -55,3 +55,25 @@ def test_markdown_says_what_ran():
              "prompt_tokens_per_step": 100, "completion_tokens_per_step": 10, "evaluations": 5, "reason": "r"}]
     text = replay.markdown(rows, {"when": "now", "device": "CPU (no GPU)", "note": "No CUDA GPU here"})
     assert "| relu | text | improved | 2.00x / n/a / 1.50x | 4 | n/a |" in text and "No CUDA GPU here" in text
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("protocol", ["text", "tools"])
+def test_replay_on_the_gpu(tmp_path, protocol):
+    """The same episodes through the real Engine on a GPU: a correct, faster .cu kernel."""
+    import asyncio
+
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    from kernel_lsp.engine import Engine
+
+    async def go():
+        async with Engine(timeout=300) as engine:
+            return await replay.episode(engine, Store(tmp_path / "s.sqlite"), replay.TASKS / "relu.cu", protocol, True)
+
+    row = asyncio.run(go())
+    assert row["outcome"] == "improved" and row["speedup"] > 2, row
+    assert row["first_good"] is not None
+    if protocol == "tools":
+        assert ["compile"] in row["tool_steps"] and ["compile", "verify", "bench"] in row["tool_steps"]
