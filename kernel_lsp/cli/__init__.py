@@ -131,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--apply", action="store_true", help="rewrite the target in place if improved")
     where.add_argument("--out", metavar="FILE", help="write the best candidate's file here if improved")
     optimize.add_argument("--json", action="store_true")
+    optimize.add_argument("--library-ops", action="store_true",
+                          help="--whole-model: also search ops that are one cuBLAS/cuDNN call (nn.Linear, nn.Conv*)")
     optimize.add_argument("--whole-model", action="store_true",
                           help="profile the model, search a kernel per hot op, put the winners back behind guards")
     optimize.add_argument("--min-share", type=float, metavar="F",
