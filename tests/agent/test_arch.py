@@ -1,7 +1,6 @@
 """Builds for what the GPU has: an H200 (9.0) is built for sm_90a, where Hopper's own
 instructions compile; the real nvcc proves it (CPU only: a cubin, nothing runs)."""
 
-import shutil
 import subprocess
 
 import pytest

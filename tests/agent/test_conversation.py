@@ -18,7 +18,6 @@ from kernel_lsp.agent.llm import LLMConfig, LLMProposer
 from kernel_lsp.agent.search import Search, SearchOptions
 from kernel_lsp.agent.tree import Node, backup, near_key, ucb_pick
 from kernel_lsp.model import Candidate, Evaluation, Task
-from kernel_lsp.store import Store
 
 from .fakes import FakeEngine, timing
 from .openai_server import start
