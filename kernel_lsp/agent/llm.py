@@ -130,6 +130,7 @@ class LLMProposer:
         self._sleep = sleep
         self._refused: set[str] = set()   # request parameters the endpoint rejected
         self.uses_tools = self.config.tools != "off"  # the Search lends a Toolbox when True
+        self._token_cap: int | None = None  # answer tokens, halved while the endpoint's context is exceeded
         self._client = openai.AsyncOpenAI(
             # A local server needs no key; the client insists on one, so pass a placeholder.
             api_key=self.config.api_key or "not-set",
@@ -285,6 +286,13 @@ class LLMProposer:
         """Reasoning models refuse `max_tokens` (want `max_completion_tokens`) or a temperature;
         some local servers refuse `stream_options`. Adjust once per parameter."""
         low = message.lower()
+        if "context length" in low or "context window" in low:
+            # A local server with a small context: ask for fewer answer tokens (halved, not below 2048).
+            current = self._token_cap or self.config.max_tokens or 0
+            if current > 2048:
+                self._token_cap = max(2048, current // 2)
+                return True
+            return False
         for param in ("max_tokens", "temperature", "stream_options"):
             if param in low and param not in self._refused:
                 self._refused.add(param)
@@ -304,9 +312,10 @@ class LLMProposer:
             kw["temperature"] = self.config.temperature
         if self.config.max_tokens is not None:
             if "max_tokens" in self._refused:  # a reasoning model: its hidden reasoning counts too
-                kw["max_completion_tokens"] = max(self.config.max_tokens, self.config.reasoning_max_tokens)
+                want = max(self.config.max_tokens, self.config.reasoning_max_tokens)
+                kw["max_completion_tokens"] = min(want, self._token_cap) if self._token_cap else want
             else:
-                kw["max_tokens"] = self.config.max_tokens
+                kw["max_tokens"] = min(self.config.max_tokens, self._token_cap or self.config.max_tokens)
         if not self.config.stream:
             resp = await self._client.chat.completions.create(**kw)
             msg = resp.choices[0].message if resp.choices else None

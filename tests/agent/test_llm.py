@@ -249,7 +249,7 @@ async def test_refused_parameters_are_adapted(server):
 
 
 async def test_other_400_is_a_clear_failure(server):
-    server.add({"status": 400, "body": {"error": {"message": "context length exceeded"}}})
+    server.add({"status": 400, "body": {"error": {"message": "invalid value for messages[1].role"}}})
     p = proposer(server)
     [prop] = await p.propose(request())
     await p.aclose()
@@ -282,3 +282,23 @@ async def test_cancel_while_the_model_is_answering(server, tmp_path):
     row = store.search(search.search_id)
     assert row["state"] == "cancelled" and [n["candidate"] for n in row["nodes"]] == [start.id]
     assert store.latest(TASK.name).candidate == start.id  # the start's evaluation is kept
+
+
+async def test_a_small_context_gets_fewer_answer_tokens_and_reasoning_models_more(server):
+    server.add({"status": 400, "body": {"error": {"message": "This model's maximum context length is 8192 tokens."}}},
+               PATCH,
+               {"status": 400, "body": {"error": {"message": "Unsupported parameter: 'max_tokens'. Use 'max_completion_tokens'."}}},
+               PATCH)
+    p = proposer(server, attempts=1)
+    [first] = await p.propose(request())
+    assert first.candidate is not None
+    bodies = [r["body"] for r in server.requests]
+    assert bodies[0]["max_tokens"] == 16384 and bodies[1]["max_tokens"] == 8192
+    [second] = await p.propose(request())
+    await p.aclose()
+    assert server.requests[3]["body"]["max_completion_tokens"] == 8192  # the cap holds for reasoning too
+    p2 = proposer(server, attempts=1)
+    server.add({"status": 400, "body": {"error": {"message": "Unsupported parameter: 'max_tokens'."}}}, PATCH)
+    await p2.propose(request())
+    await p2.aclose()
+    assert server.requests[-1]["body"]["max_completion_tokens"] == 65536  # hidden reasoning counts
