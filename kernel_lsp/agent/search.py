@@ -94,7 +94,7 @@ class SearchEvent:
     """One step, for the editor's progress and the CLI's live display."""
 
     kind: str          # started baseline proposing proposal_failed evaluating evaluated new_best
-                       # duplicate confirming confirmed finished cancelled failed
+                       # duplicate confirming confirmed finished cancelled failed tool
     round: int
     candidate: str | None = None
     verdict: str | None = None
@@ -515,6 +515,8 @@ class Search:
             return None
 
         async def evaluate(cand: Candidate, checks: tuple[str, ...]) -> Evaluation:
+            what = {1: "compile", 2: "test", 3: "time"}.get(len(checks), "evaluate")
+            self._emit("tool", candidate=cand.id, parent=cand.parent, message=f"the model asked to {what} a version")
             ev = await self._evaluate(cand, checks=checks)
             self._evaluated += 1
             self._step("tool", ev.message or ev.verdict, failed=False, candidate=cand.id, parent=cand.parent,
