@@ -175,6 +175,9 @@ async def test_tool_calling_compile_sees_the_error_patches_tests_submits():
     assert {t["function"]["name"] for t in bodies[0]["tools"]} == {
         "compile", "test", "time", "profile", "read_reference", "read_op_source", "submit"}
     assert "use the tools" in bodies[0]["messages"][0]["content"]
+    opening = bodies[0]["messages"][1]["content"]  # the same context as the text protocol's
+    for must in ("132 SMs", "  1| import torch", "Numbers to beat", "torch.compile: 4.0000 ms", "REFERENCE_MARKER"):
+        assert must in opening, must
     assert "built" in _last_tool_result(bodies[2])
     tools3 = [m["content"] for m in bodies[3]["messages"] if m["role"] == "tool"]
     assert "verdict: correct" in tools3[-2] and "REFERENCE_MARKER" in tools3[-1]
