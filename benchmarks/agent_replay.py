@@ -40,6 +40,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+try:
+    import openai  # noqa: F401  (the LLM proposer's client: the episodes drive it for real)
+except ImportError:
+    sys.exit("agent_replay needs the `openai` package (pip install openai): the episodes use the real client")
+
 from kernel_lsp.agent.budget import Budget  # noqa: E402
 from kernel_lsp.agent.llm import LLMConfig, LLMProposer  # noqa: E402
 from kernel_lsp.agent.search import Search, SearchOptions  # noqa: E402
