@@ -331,3 +331,24 @@ def test_toolchain_versions_come_from_the_workers_evaluation():
     text = describe_toolchain({"cuda": True, "torch": "2.11.0+cu130", "triton": "3.6.0"}, cutlass=None)
     assert "PyTorch 2.11.0+cu130" in text and "Triton 3.6.0" in text and "True" not in text
     assert "no CUTLASS/CuTe headers" in text
+
+
+async def test_an_op_search_hands_what_it_did_not_use_to_the_next(tmp_path):
+    from kernel_lsp.agent.whole_model import OpResult, WholeModelOptions, _run_searches
+
+    from .test_search_policy import Scripted
+
+    ref = ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+           "        return x\n\n\ndef get_inputs():\n    return [torch.randn(4)]\n\n\ndef get_init_inputs():\n    return []\n")
+    ops = []
+    for name, budget in (("a", 3), ("b", 2)):
+        path = tmp_path / f"m_{name}.py"
+        path.write_text(ref)
+        ops.append(OpResult(name=name, cls="X", share=0.5, calls=1, shapes=[], task=str(path), budget=budget))
+    proposers = {"a": Scripted([]), "b": Scripted([["# ms: 5"], ["# ms: 4"], ["# ms: 3"], ["# ms: 2"], ["# ms: 1"]])}
+    events = []
+    opts = WholeModelOptions(patience=None, search=SearchOptions(children=1, confirm=False, near_duplicates=False))
+    await _run_searches(ops, [H200Engine()], None, lambda op: proposers[op.name], opts, events.append)
+    # "a" had nothing to propose: its 3 proposals went to "b", which used all 5.
+    assert "b: searching (5 proposals, 3 handed on by earlier ops" in "\n".join(events)
+    assert ops[1].search.usage["proposals"] == 5 and ops[0].budget == 3 and ops[1].budget == 2

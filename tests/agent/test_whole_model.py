@@ -250,8 +250,6 @@ async def test_whole_model_flow(engine, tmp_path, monkeypatch):
     assert len(raised) == 1 and guards["norm"].failed.startswith("RuntimeError")
     assert guards["fc"].kernel_calls == 3  # the others still run their kernels
     assert any("profiling" in m for m in events)
-    # A Search that stopped early (patience) hands its unused proposals to the op searched after it.
-    assert any("handed on by earlier ops" in m for m in events), events
 
 
 NORM_FASTER = """import torch
