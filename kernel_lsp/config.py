@@ -41,7 +41,7 @@ class Settings:
     proposer: str = "auto"                  # auto: llm when a model is configured, else tuner
     agent_model: str | None = None
     agent_base_url: str | None = None
-    agent_budget: int = 8                   # proposals per Search
+    agent_budget: int = 24                  # proposals per Search (and at most 32 evaluations)
     slow_share: float = 0.3                 # a hot op above this share of forward gets a note
     sandbox: str = "auto"                   # required | auto | off: fence the Workers that run candidates
     whole_model_min_share: float = 0.05     # optimize --whole-model: ops below this share are left alone

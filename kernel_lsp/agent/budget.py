@@ -1,4 +1,9 @@
-"""What a Search may spend: proposals, LLM tokens, money, wall time, rounds without gain."""
+"""What a Search may spend: evaluations, proposals, LLM tokens, money, wall time, rounds without gain.
+
+Evaluations are what a Search really spends (a GPU evaluation of a KernelBench-size Task takes
+2-25 s on the H200 once built): the default of 32 is minutes of measurements, not the eight
+one-shot calls it used to be. A model's tool calls (compile, test, time, profile) count here too.
+"""
 
 from __future__ import annotations
 
@@ -53,12 +58,15 @@ class Budget:
     """Limits (None: no limit) and what has been used so far."""
 
     proposals: int | None = 20            # candidates proposed (failed proposals count)
+    evaluations: int | None = 32          # engine evaluations (the start's, children's, tool calls');
+                                          # the final confirmation re-timing is not counted
     tokens: int | None = None             # prompt + completion tokens
     cost: float | None = None             # USD
     seconds: float | None = None          # wall time of the whole Search
     patience: int | None = 5              # rounds without a new best before stopping
 
     used_proposals: int = 0
+    used_evaluations: int = 0
     used_prompt_tokens: int = 0
     used_completion_tokens: int = 0
     used_cost: float = 0.0
@@ -79,6 +87,8 @@ class Budget:
 
     def exhausted(self) -> str | None:
         """Why the Search must stop now, or None."""
+        if self.evaluations is not None and self.used_evaluations >= self.evaluations:
+            return f"evaluation budget spent ({self.used_evaluations}/{self.evaluations})"
         if self.proposals is not None and self.used_proposals >= self.proposals:
             return f"proposal budget spent ({self.used_proposals}/{self.proposals})"
         if self.tokens is not None and self.used_tokens >= self.tokens:
@@ -94,19 +104,23 @@ class Budget:
     def proposals_left(self) -> int | None:
         return None if self.proposals is None else max(0, self.proposals - self.used_proposals)
 
+    def evaluations_left(self) -> int | None:
+        return None if self.evaluations is None else max(0, self.evaluations - self.used_evaluations)
+
     def left(self) -> dict[str, Any]:
         return {
             "proposals": self.proposals_left(),
+            "evaluations": self.evaluations_left(),
             "tokens": None if self.tokens is None else max(0, self.tokens - self.used_tokens),
             "cost": None if self.cost is None else max(0.0, self.cost - self.used_cost),
             "seconds": None if self.seconds is None else max(0.0, self.seconds - self.elapsed()),
         }
 
     def limits(self) -> dict[str, Any]:
-        return {"proposals": self.proposals, "tokens": self.tokens, "cost": self.cost,
+        return {"proposals": self.proposals, "evaluations": self.evaluations, "tokens": self.tokens, "cost": self.cost,
                 "seconds": self.seconds, "patience": self.patience}
 
     def usage(self) -> dict[str, Any]:
-        return {"proposals": self.used_proposals, "prompt_tokens": self.used_prompt_tokens,
+        return {"proposals": self.used_proposals, "evaluations": self.used_evaluations, "prompt_tokens": self.used_prompt_tokens,
                 "completion_tokens": self.used_completion_tokens, "tokens": self.used_tokens,
                 "cost": round(self.used_cost, 6), "seconds": round(self.elapsed(), 3)}

@@ -4,6 +4,14 @@ Configured by model, base_url and api_key (or OPENAI_API_KEY / OPENAI_BASE_URL /
 KERNEL_LSP_MODEL). The key lives only in the client object: never logged, never put
 in a prompt, a note, an event or the store.
 
+A proposal is one turn of its lineage's conversation (conversation.py). With an endpoint that
+supports OpenAI tool calling (`tools="auto"`, the default, detected: an endpoint that rejects
+`tools` gets the text protocol from then on) the model may compile, test, time and profile
+through tools (tools.py) before it submits, within the Search's evaluation budget; otherwise
+it answers with SEARCH/REPLACE patches or a whole file. An answer that cannot be used (a patch
+that does not apply, no code) goes back to the model whole, with why, up to `parse_retries`
+times: the lineage continues.
+
 No model configured is an immediate `NoModelConfigured` (never a default model at a public
 endpoint); an endpoint that does not answer is `EndpointUnreachable` from `check()` and a
 fatal failed Proposal (no retry loop) from `propose()`. Both are `verdicts.CannotRun`: exit 2.
@@ -12,6 +20,7 @@ fatal failed Proposal (no retry loop) from `propose()`. Both are `verdicts.Canno
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import random
@@ -23,8 +32,9 @@ from kernel_lsp.model import Candidate
 from kernel_lsp.verdicts import EndpointUnreachable, NoModelConfigured
 
 from .budget import Pricing
+from .conversation import unusable
 from .patches import ParseError, parse_answer
-from .prompts import build_messages
+from .prompts import SYSTEM, SYSTEM_TOOLS, build_messages
 from .proposer import Proposal, ProposalRequest
 
 log = logging.getLogger(__name__)
@@ -35,7 +45,14 @@ class LLMConfig:
     base_url: str | None = None
     api_key: str | None = field(default=None, repr=False)   # repr=False: keep it out of logs
     temperature: float | None = 0.7
-    max_tokens: int | None = 8192
+    # Answer tokens. A reasoning model's hidden reasoning counts against max_completion_tokens
+    # too: once the endpoint asks for that parameter (a reasoning model) it gets
+    # `reasoning_max_tokens`, so a long think does not cut the code off.
+    max_tokens: int | None = 16384
+    reasoning_max_tokens: int = 65536
+    tools: str = "auto"              # "auto": offer tools, fall back when refused; "off": text protocol
+    max_tool_turns: int = 16         # model requests per proposal while it calls tools
+    parse_retries: int = 2           # unusable answers sent back to the model per proposal
     request_timeout: float = 300.0
     client_max_retries: int = 2      # the openai client's own retries (honors Retry-After)
     attempts: int = 3                # our loop around it, for 429/5xx/timeouts that persist
@@ -49,6 +66,8 @@ class LLMConfig:
     def from_env(cls, model: str | None = None, base_url: str | None = None,
                  api_key: str | None = None, env: dict[str, str] | None = None, **kw: Any) -> "LLMConfig":
         env = dict(os.environ) if env is None else env
+        if "tools" not in kw and env.get("KERNEL_LSP_AGENT_TOOLS"):  # "auto" | "off"
+            kw["tools"] = env["KERNEL_LSP_AGENT_TOOLS"].strip().lower()
         return cls(
             model=model or env.get("KERNEL_LSP_MODEL") or None,
             base_url=base_url or env.get("OPENAI_BASE_URL") or None,
@@ -88,6 +107,7 @@ class Completion:
     completion_tokens: int
     attempts: int
     seconds: float
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
 
 
 class LLMProposer:
@@ -109,6 +129,8 @@ class LLMProposer:
         self._openai = openai
         self._sleep = sleep
         self._refused: set[str] = set()   # request parameters the endpoint rejected
+        self.uses_tools = self.config.tools != "off"  # the Search lends a Toolbox when True
+        self._token_cap: int | None = None  # answer tokens, halved while the endpoint's context is exceeded
         self._client = openai.AsyncOpenAI(
             # A local server needs no key; the client insists on one, so pass a placeholder.
             api_key=self.config.api_key or "not-set",
@@ -142,29 +164,78 @@ class LLMProposer:
         calls = [self._one(request, i) for i in range(max(1, request.count))]
         return list(await asyncio.gather(*calls))
 
+    def _tools_on(self, request: ProposalRequest) -> bool:
+        return request.tools is not None and self.config.tools != "off" and "tools" not in self._refused
+
     async def _one(self, request: ProposalRequest, index: int) -> Proposal:
         t0 = time.monotonic()
-        messages = build_messages(request)
-        try:
-            done = await self.complete(messages)
-        except LLMError as e:
-            return Proposal.failed(e.reason, fatal=e.fatal, seconds=time.monotonic() - t0)
-        cost = self.config.pricing.cost(self.model, done.prompt_tokens, done.completion_tokens)
-        usage = dict(prompt_tokens=done.prompt_tokens, completion_tokens=done.completion_tokens,
-                     cost=cost, seconds=time.monotonic() - t0)
-        try:
-            parsed = parse_answer(done.text, request.parent.source, kind=request.parent.kind)
-        except ParseError as e:
-            return Proposal.failed(f"unusable answer: {e}", **usage)
+        ideas = [request.direction] + list(request.siblings) if request.direction else []
+        if ideas:  # each sibling its own direction; the others are named so it takes a different one
+            mine = ideas[index % len(ideas)]
+            request = dataclasses.replace(request, direction=mine, siblings=[d for d in ideas if d != mine])
+        tools = self._tools_on(request)
+        messages = build_messages(request, tools=tools)
+        session = request.tools.session(request.parent) if tools else None
+        pt = ct = turns = 0
+        sent_back: list[str] = []
+        retries = self.config.parse_retries
         origin = "repair" if request.mode == "repair" else "llm"
-        note = parsed.note or ("patch" if parsed.form == "patch" else "rewrite")
-        if parsed.form == "patch":
-            note = f"{note} ({parsed.patches} patch{'es' if parsed.patches > 1 else ''})"
-        cand = Candidate(source=parsed.source, kind=request.parent.kind, origin=origin,
-                         parent=request.parent.id, note=note[:240])
-        return Proposal(candidate=cand, form=parsed.form, **usage)
 
-    async def complete(self, messages: list[dict[str, str]]) -> Completion:
+        def usage() -> dict[str, Any]:
+            return dict(prompt_tokens=pt, completion_tokens=ct, seconds=time.monotonic() - t0, turns=turns,
+                        cost=self.config.pricing.cost(self.model, pt, ct), sent_back=list(sent_back))
+
+        while True:
+            turns += 1
+            try:
+                done = await self.complete(messages, tools=request.tools.specs if tools else None)
+            except LLMError as e:
+                return Proposal.failed(e.reason, fatal=e.fatal, messages=messages[1:], **usage())
+            pt, ct = pt + done.prompt_tokens, ct + done.completion_tokens
+            if tools and "tools" in self._refused:  # the endpoint rejected tools: the text protocol
+                tools, session = False, None
+                messages[0] = {"role": "system", "content": SYSTEM}
+            if done.tool_calls and session is not None:
+                messages.append({"role": "assistant", "content": done.text or None, "tool_calls": done.tool_calls})
+                for call in done.tool_calls:
+                    fn = call["function"]
+                    result = await session.call(fn["name"], fn.get("arguments"))
+                    messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
+                if session.submitted is not None:
+                    cand = session.submitted
+                    cand.origin = origin
+                    return Proposal(candidate=cand, form="tools", messages=messages[1:], **usage())
+                b = request.tools.budget
+                out_of_tokens = b.tokens is not None and b.used_tokens + pt + ct >= b.tokens
+                if turns >= self.config.max_tool_turns or out_of_tokens:
+                    if session.passed is not None and session.passed != request.parent.source:
+                        cand = Candidate(source=session.passed, kind=request.parent.kind, origin=origin,
+                                         parent=request.parent.id, note="last version that passed `test` "
+                                         + ("(the token budget ran out)" if out_of_tokens
+                                            else f"(no submit within {turns} turns)"))
+                        return Proposal(candidate=cand, form="tools", messages=messages[1:], **usage())
+                    why = "the token budget ran out" if out_of_tokens else f"no submit within {turns} tool turns"
+                    return Proposal.failed(f"{why} (and no version passed `test`)", messages=messages[1:], **usage())
+                continue
+            messages.append({"role": "assistant", "content": done.text})
+            current = session.working if session is not None else request.parent.source
+            try:
+                parsed = parse_answer(done.text, current, kind=request.parent.kind)
+            except ParseError as e:
+                if retries > 0:
+                    retries -= 1
+                    sent_back.append(str(e))
+                    messages.append({"role": "user", "content": unusable(str(e), e.patch)})
+                    continue
+                return Proposal.failed(f"unusable answer: {e}", messages=messages[1:], **usage())
+            note = parsed.note or ("patch" if parsed.form == "patch" else "rewrite")
+            if parsed.form == "patch":
+                note = f"{note} ({parsed.patches} patch{'es' if parsed.patches > 1 else ''})"
+            cand = Candidate(source=parsed.source, kind=request.parent.kind, origin=origin,
+                             parent=request.parent.id, note=note[:240])
+            return Proposal(candidate=cand, form=parsed.form, messages=messages[1:], **usage())
+
+    async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> Completion:
         """One chat completion with bounded retries; raises LLMError with a clear reason."""
         oa = self._openai
         t0 = time.monotonic()
@@ -173,8 +244,10 @@ class LLMProposer:
         while attempt < self.config.attempts:
             attempt += 1
             try:
-                text, pt, ct = await self._request(messages)
-                return Completion(text, pt, ct, attempt, time.monotonic() - t0)
+                if tools and "tools" in self._refused and messages and messages[0].get("content") == SYSTEM_TOOLS:
+                    messages[0] = {"role": "system", "content": SYSTEM}  # refused: the text protocol's rules
+                text, pt, ct, calls = await self._request(messages, None if "tools" in self._refused else tools)
+                return Completion(text, pt, ct, attempt, time.monotonic() - t0, calls)
             except oa.AuthenticationError as e:
                 raise LLMError(f"authentication failed (HTTP {e.status_code}): check the API key",
                                fatal=True, kind="auth") from None
@@ -213,30 +286,52 @@ class LLMProposer:
         """Reasoning models refuse `max_tokens` (want `max_completion_tokens`) or a temperature;
         some local servers refuse `stream_options`. Adjust once per parameter."""
         low = message.lower()
+        if "context length" in low or "context window" in low:
+            # A local server with a small context: ask for fewer answer tokens (halved, not below 2048).
+            current = self._token_cap or self.config.max_tokens or 0
+            if current > 2048:
+                self._token_cap = max(2048, current // 2)
+                return True
+            return False
         for param in ("max_tokens", "temperature", "stream_options"):
             if param in low and param not in self._refused:
                 self._refused.add(param)
                 return True
+        if ("tool" in low or "function" in low) and "tools" not in self._refused:
+            self._refused.add("tools")  # no tool calling here: the text protocol from now on
+            log.info("the endpoint rejected tools; using the text protocol")
+            return True
         return False
 
-    async def _request(self, messages: list[dict[str, str]]) -> tuple[str, int, int]:
+    async def _request(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+                       ) -> tuple[str, int, int, list[dict[str, Any]]]:
         kw: dict[str, Any] = {"model": self.model, "messages": messages}
+        if tools:
+            kw["tools"] = tools
         if self.config.temperature is not None and "temperature" not in self._refused:
             kw["temperature"] = self.config.temperature
         if self.config.max_tokens is not None:
-            key = "max_completion_tokens" if "max_tokens" in self._refused else "max_tokens"
-            kw[key] = self.config.max_tokens
+            if "max_tokens" in self._refused:  # a reasoning model: its hidden reasoning counts too
+                want = max(self.config.max_tokens, self.config.reasoning_max_tokens)
+                kw["max_completion_tokens"] = min(want, self._token_cap) if self._token_cap else want
+            else:
+                kw["max_tokens"] = min(self.config.max_tokens, self._token_cap or self.config.max_tokens)
         if not self.config.stream:
             resp = await self._client.chat.completions.create(**kw)
-            text = (resp.choices[0].message.content or "") if resp.choices else ""
+            msg = resp.choices[0].message if resp.choices else None
+            text = (msg.content or "") if msg is not None else ""
+            calls = [{"id": c.id, "type": "function", "function": {"name": c.function.name,
+                                                                   "arguments": c.function.arguments or ""}}
+                     for c in (msg.tool_calls or [])] if msg is not None else []
             usage = resp.usage
             pt = usage.prompt_tokens if usage else _estimate(messages)
             ct = usage.completion_tokens if usage else len(text) // 4
-            return text, pt, ct
+            return text, pt, ct, calls
         if "stream_options" not in self._refused:
             kw["stream_options"] = {"include_usage": True}
         stream = await self._client.chat.completions.create(stream=True, **kw)
         chunks: list[str] = []
+        pieces: dict[int, dict[str, Any]] = {}   # streamed tool calls, by index
         pt = ct = None
         async with stream:
             async for chunk in stream:
@@ -245,9 +340,18 @@ class LLMProposer:
                 for choice in chunk.choices or ():
                     if choice.delta is not None and choice.delta.content:
                         chunks.append(choice.delta.content)
+                    for tc in (choice.delta.tool_calls or []) if choice.delta is not None else []:
+                        got = pieces.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
+                        got["id"] = tc.id or got["id"]
+                        if tc.function is not None:
+                            got["name"] = tc.function.name or got["name"]
+                            got["arguments"] += tc.function.arguments or ""
         text = "".join(chunks)
+        calls = [{"id": c["id"] or f"call_{i}", "type": "function",
+                  "function": {"name": c["name"], "arguments": c["arguments"]}} for i, c in sorted(pieces.items())]
         # Servers without include_usage: estimate (about 4 characters a token).
-        return text, (pt if pt is not None else _estimate(messages)), (ct if ct is not None else len(text) // 4)
+        return (text, (pt if pt is not None else _estimate(messages)),
+                (ct if ct is not None else (len(text) + sum(len(c["function"]["arguments"]) for c in calls)) // 4), calls)
 
     def _retry_after(self, e: Any) -> float | None:
         headers = getattr(getattr(e, "response", None), "headers", None) or {}
@@ -268,8 +372,8 @@ class LLMProposer:
         return base * (0.75 + 0.5 * random.random())
 
 
-def _estimate(messages: list[dict[str, str]]) -> int:
-    return sum(len(m.get("content", "")) for m in messages) // 4
+def _estimate(messages: list[dict[str, Any]]) -> int:
+    return sum(len(str(m.get("content") or "")) + len(str(m.get("tool_calls") or "")) for m in messages) // 4
 
 
 def _short(e: Exception) -> str:

@@ -22,11 +22,30 @@ _BLOCK = re.compile(
 class ParseError(ValueError):
     """The answer holds no usable source; the message says why, for the failed step."""
 
+    def __init__(self, message: str, *, why: str = "unusable", patch: str | None = None) -> None:
+        super().__init__(message)
+        self.why = why        # "not found" | "not unique" | "malformed" | "unusable"
+        self.patch = patch    # the failing SEARCH/REPLACE block, whole, to send back to the model
+
 
 @dataclass
 class Patch:
     search: str
     replace: str
+
+    def text(self) -> str:
+        return f"{SEARCH_MARK}\n{self.search}{DIVIDER}\n{self.replace}{REPLACE_MARK}"
+
+
+# `  12| code`: the line-number prefix the prompt shows; a model may copy it into SEARCH lines.
+_NUMBERED = re.compile(r"^ *\d+\| ?", re.M)
+
+
+def _unnumbered(text: str) -> str:
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if lines and all(_NUMBERED.match(ln) for ln in lines):
+        return _NUMBERED.sub("", text)
+    return text
 
 
 @dataclass
@@ -46,17 +65,20 @@ def apply_patches(source: str, patches: list[Patch]) -> str:
     out = source
     for i, p in enumerate(patches, 1):
         if p.search == "":
-            raise ParseError(f"patch {i}: empty SEARCH section")
+            raise ParseError(f"patch {i}: empty SEARCH section", why="malformed", patch=p.text())
+        p = Patch(_unnumbered(p.search), _unnumbered(p.replace)) if _NUMBERED.search(p.search) else p
         count = out.count(p.search)
         if count == 1:
             out = out.replace(p.search, p.replace, 1)
             continue
         if count > 1:
-            raise ParseError(f"patch {i}: SEARCH text occurs {count} times; it must be unique")
+            raise ParseError(f"patch {i} of {len(patches)}: SEARCH text occurs {count} times; it must be unique "
+                             "(add surrounding lines)", why="not unique", patch=p.text())
         fixed = _apply_loose(out, p)
         if fixed is None:
             first = p.search.strip().splitlines()[0][:80] if p.search.strip() else ""
-            raise ParseError(f"patch {i}: SEARCH text not found in the source (starts {first!r})")
+            raise ParseError(f"patch {i} of {len(patches)}: SEARCH text not found in the current source "
+                             f"(starts {first!r})", why="not found", patch=p.text())
         out = fixed
     return out
 
@@ -105,7 +127,9 @@ def parse_answer(
         form, count = "patch", len(patches)
     else:
         if SEARCH_MARK in answer or REPLACE_MARK in answer:
-            raise ParseError("malformed SEARCH/REPLACE block (needs SEARCH, =======, REPLACE lines)")
+            at = answer.find(SEARCH_MARK) if SEARCH_MARK in answer else answer.find(REPLACE_MARK)
+            raise ParseError("malformed SEARCH/REPLACE block (needs SEARCH, =======, REPLACE lines)",
+                             why="malformed", patch=answer[max(0, at):at + 2000])
         blocks = [(m.group(2).lower(), m.group(3)) for m in _FENCE.finditer(answer)]
         if not blocks:
             if "```" in answer:

@@ -24,6 +24,12 @@ class ProposalRequest:
     profile: dict[str, Any] | None = None  # profiler facts, only once the node is correct
     start_evaluation: Evaluation | None = None                 # the user's source, as timed
     round: int = 0
+    # The lineage's conversation so far (no system message): the turns that led to `parent`,
+    # ending with the answer that made it; empty for the start. Its evaluation is the next turn.
+    conversation: list[dict[str, Any]] = field(default_factory=list)
+    direction: str | None = None           # this child's idea to pursue (siblings differ)
+    siblings: list[str] = field(default_factory=list)          # what the siblings were asked for
+    tools: Any = None                      # a tools.Toolbox: evaluations the model may call itself
 
 
 @dataclass
@@ -38,6 +44,11 @@ class Proposal:
     cost: float = 0.0
     seconds: float = 0.0
     form: str = ""                         # "file" | "patch" | "tuner"
+    # The lineage's turns up to and including the answer that made `candidate` (no system
+    # message): the conversation its own expansion continues.
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    turns: int = 0                         # model requests this proposal took
+    sent_back: list[str] = field(default_factory=list)  # why earlier answers in it were unusable
 
     @classmethod
     def failed(cls, reason: str, **kw: Any) -> "Proposal":

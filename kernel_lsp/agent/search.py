@@ -1,10 +1,13 @@
-"""The Search: one optimize run over a Task from a starting Candidate.
+"""The Search: one optimize run over a Task from a starting Candidate. It orchestrates; the
+tree policy (selection, backed-up values, near-duplicates) is tree.py, a lineage's turns are
+conversation.py, the model's tools are tools.py.
 
-Best-first over a tree of Candidates with a UCB-like exploration term on verified
-speedup. Failing children are repaired by the Proposer first (bounded rounds per
-lineage, CuTeGen's "repair before optimize"); profiler facts enter the prompt only
-once a node is correct and deep enough. Everything goes to the store as it happens,
-so a cancelled Search leaves every evaluated Candidate and the best so far behind.
+Best-first over a tree of Candidates, UCB on the values each subtree backed up. Failing
+children, and correct ones a repairable flag disqualifies, are repaired first (bounded turns
+per lineage, CuTeGen's "repair before optimize"), in the same conversation that made them;
+siblings get different directions; profiler facts enter the prompt once a node is correct and
+deep enough. Everything goes to the store as it happens, so a cancelled Search leaves every
+evaluated Candidate and the best so far behind.
 
 The guard: the result is the fastest Candidate verified correct, without flags,
 and faster than the starting source by more than the measured noise, re-timed
@@ -33,7 +36,11 @@ from kernel_lsp.model import (DISQUALIFYING_FLAGS, KERNELS_ONLY_FLAGS, Candidate
                               disqualified_by)
 
 from .budget import Budget
+from .prompts import DIRECTIONS
 from .proposer import Proposal, ProposalRequest, Proposer
+from .tools import Toolbox
+from .tree import Node, backup, near_key, pick_repair, ucb_pick, visit
+from .tree import path_to_root as tree_path
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +51,9 @@ BAD_FLAGS = DISQUALIFYING_FLAGS | {"not_counted"}
 
 REPAIRABLE = ("compile_error", "mismatch", "unwritten_output", "mutated_input", "stale_result",
               "bad_output", "nan", "error", "crashed", "timeout", "oom")
+# Flags of a correct, timed candidate that one fix may lift (a fast kernel one fix away is not
+# dropped); the cheats (timer_patch, result_cache, ...) are never "repaired".
+REPAIRABLE_FLAGS = frozenset({"less_accurate", "precision_lowering", "torch_fallback", "eval_only"})
 
 
 @dataclass
@@ -52,7 +62,7 @@ class SearchOptions:
     children: int = 2                    # children asked for per expansion
     max_children: int = 6                # per node, before it counts as fully expanded
     max_in_flight: int = 2               # evaluations awaited at once (the engine queues GPU work)
-    repair_rounds: int = 2               # repairs per failing lineage
+    repair_rounds: int = 3               # repair turns per failing lineage (each a proposal)
     profile_after_depth: int = 1         # profile facts in the prompt from this depth on, once correct
     profile: bool = True
     profile_timeout: float = 60.0
@@ -74,6 +84,9 @@ class SearchOptions:
     repair_only: bool = False            # fix the start (fixCompileError): no optimize rounds
     kernels_only: bool = False           # a PyTorch rewrite never counts (KernelBench-style scoring)
     accept_less_accurate: bool = False   # a `less_accurate` candidate counts (still ranked after accurate ones)
+    directions: bool = True              # siblings are asked for different directions (prompts.DIRECTIONS)
+    near_duplicates: bool = True         # a source equal to one tried up to comments/whitespace is skipped
+    tools: bool = True                   # lend the model tools when its Proposer can call them
 
 
 @dataclass
@@ -81,7 +94,7 @@ class SearchEvent:
     """One step, for the editor's progress and the CLI's live display."""
 
     kind: str          # started baseline proposing proposal_failed evaluating evaluated new_best
-                       # duplicate confirming confirmed finished cancelled failed
+                       # duplicate confirming confirmed finished cancelled failed tool
     round: int
     candidate: str | None = None
     verdict: str | None = None
@@ -95,28 +108,6 @@ class SearchEvent:
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
-
-
-@dataclass
-class Node:
-    candidate: Candidate
-    depth: int
-    parent: str | None
-    evaluation: Evaluation | None = None
-    speedup: float | None = None         # vs the starting source, from this Search's timings
-    visits: int = 0
-    children: int = 0
-    repairs_left: int = 0
-    repaired: bool = False               # a repair was asked for already
-    exhausted: bool = False
-    profile: dict[str, Any] | None = None
-    step: int = 0
-    confirmed_speedup: float | None = None   # from the final confirmation run, when re-timed there
-    confirmed_evaluation: Evaluation | None = None
-
-    @property
-    def id(self) -> str:
-        return self.candidate.id
 
 
 def _rank_key(n: Node) -> tuple[bool, float]:
@@ -234,13 +225,14 @@ class Search:
         self.result: SearchResult | None = None  # set when run() ends, cancelled included
         self._progress: Progress | None = None
         self._device: dict[str, Any] = {}
-        self._history: list[str] = []
+        self._history: list[tuple[str, str]] = []  # (node it is about, one line): what was tried
         self._evaluated = 0
         self._errors = 0
         self._fatal: str | None = None       # a Proposer failure that ends the Search
         self._cannot_run = False             # nothing could be measured: outcome "cannot_run"
         self._confirm_note: str | None = None  # why confirmation found no winner
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._seen: dict[str, str] = {}      # near_key -> candidate id: near-duplicates caught
 
     # -- events and store ------------------------------------------------------
 
@@ -275,11 +267,12 @@ class Search:
 
     # -- evaluation ------------------------------------------------------------
 
-    async def _evaluate(self, cand: Candidate, options: dict[str, Any] | None | str = "children") -> Evaluation:
+    async def _evaluate(self, cand: Candidate, options: dict[str, Any] | None | str = "children",
+                        checks: tuple[str, ...] | None = None) -> Evaluation:
         opts = self.options.engine_options if options == "children" else options
         kw: dict[str, Any] = {"options": opts} if opts else {}
         try:
-            ev = await self.engine.evaluate(self.task, cand, checks=self.options.checks,
+            ev = await self.engine.evaluate(self.task, cand, checks=checks or self.options.checks,
                                             timeout=self.options.eval_timeout, **kw)
         except asyncio.CancelledError:
             raise
@@ -433,6 +426,8 @@ class Search:
         self._emit("evaluating", candidate=root.id, message="timing the starting source")
         root.evaluation = await self._evaluate(self.start, self.options.start_engine_options)
         self._evaluated += 1
+        self.budget.used_evaluations += 1
+        self._seen[near_key(self.start.source, self.start.kind)] = root.id
         root.speedup = self._speedup(root.evaluation) if self._runs(root.evaluation) else None
         self._store("update_node", self.search_id, root.id, root.evaluation.verdict)
         self._emit("baseline", candidate=root.id, verdict=root.evaluation.verdict,
@@ -468,15 +463,23 @@ class Search:
                     return self._fatal
                 return f"proposer cannot go on: {self._fatal}"
 
+    def _needs_repair(self, n: Node) -> bool:
+        ev = n.evaluation
+        if ev is None or self._qualifies(ev):
+            return False
+        if ev.verdict in REPAIRABLE:
+            return True
+        # A correct candidate held back by a flag one fix may lift (never the user's start).
+        return (n.id != self.start.id and self._runs(ev) and not self._built_only()
+                and bool(set(ev.flags) & REPAIRABLE_FLAGS)
+                and not (set(ev.flags) & (self.options.bad_flags - REPAIRABLE_FLAGS - {"not_counted"})))
+
     def _select(self) -> tuple[Node, str] | None:
         can_repair = getattr(self.proposer, "can_repair", True)
-        # Repair first: the newest failing node with repairs left (its lineage's bound).
-        if can_repair:
-            failing = [n for n in self.nodes.values()
-                       if n.evaluation is not None and not self._qualifies(n.evaluation)
-                       and n.evaluation.verdict in REPAIRABLE and n.repairs_left > 0 and not n.repaired]
-            if failing:
-                return max(failing, key=lambda n: n.step), "repair"
+        if can_repair:  # repair first: the newest node that needs it, with turns left
+            node = pick_repair(self.nodes.values(), self._needs_repair)
+            if node is not None:
+                return node, "repair"
         if self.options.repair_only:
             return None
         open_nodes = [n for n in self.nodes.values()
@@ -484,14 +487,8 @@ class Search:
                       and not n.exhausted and n.children < self.options.max_children]
         if not open_nodes:
             return None
-        total = sum(n.visits for n in self.nodes.values()) + 1
-
-        def ucb(n: Node) -> tuple[float, int]:
-            value = n.speedup if n.speedup is not None else 1.0
-            explore = self.options.exploration * math.sqrt(math.log(total + 1) / (n.visits + 1))
-            return value + explore, n.depth
-
-        return max(open_nodes, key=ucb), "optimize"
+        total = sum(n.visits for n in self.nodes.values())
+        return ucb_pick(open_nodes, total, self.options.exploration), "optimize"
 
     def _profile_for(self, node: Node) -> Any:
         async def get() -> dict[str, Any] | None:
@@ -513,14 +510,47 @@ class Search:
             return node.profile or None
         return get()
 
+    def _toolbox(self) -> Toolbox | None:
+        if not self.options.tools or not getattr(self.proposer, "uses_tools", False):
+            return None
+
+        async def evaluate(cand: Candidate, checks: tuple[str, ...]) -> Evaluation:
+            what = {1: "compile", 2: "test", 3: "time"}.get(len(checks), "evaluate")
+            self._emit("tool", candidate=cand.id, parent=cand.parent, message=f"the model asked to {what} a version")
+            ev = await self._evaluate(cand, checks=checks)
+            self._evaluated += 1
+            self._step("tool", ev.message or ev.verdict, failed=False, candidate=cand.id, parent=cand.parent,
+                       verdict=ev.verdict, checks=list(checks))
+            return ev
+
+        async def profile(cand: Candidate) -> dict[str, Any] | None:
+            if not self.options.profile:
+                return None
+            try:
+                prof = await asyncio.wait_for(self.engine.profile(self.task, cand), self.options.profile_timeout)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # a hint, never a reason to stop
+                return {"error": f"{type(e).__name__}: {e}"}
+            return prof if isinstance(prof, dict) else None
+
+        return Toolbox(task=self.task, evaluate=evaluate, profile=profile, budget=self.budget,
+                       start_evaluation=self.nodes[self.start.id].evaluation)
+
+    def _elsewhere(self, node: Node) -> list[str]:
+        """What other lineages tried (this lineage's own turns are in its conversation)."""
+        own = {n.id for n in tree_path(self.nodes, node)}
+        return [text for about, text in self._history if about not in own]
+
+    def _directions(self, node: Node, count: int, mode: str) -> list[str | None]:
+        if mode != "optimize" or not self.options.directions:
+            return [None] * count
+        out = [DIRECTIONS[(node.directions + i) % len(DIRECTIONS)] for i in range(count)]
+        node.directions += count
+        return list(out)
+
     async def _expand(self, node: Node, mode: str) -> bool:
-        if mode == "repair":
-            node.repaired = True
-        node.visits += 1
-        parent_id = node.parent
-        while parent_id is not None and parent_id in self.nodes:  # back-propagate the visit
-            self.nodes[parent_id].visits += 1
-            parent_id = self.nodes[parent_id].parent
+        visit(self.nodes, node)
         left = self.budget.proposals_left()
         # As many children as the Executor can evaluate at once (Ray: its GPU actors).
         count = max(self.options.children, self._width()) if mode == "optimize" else 1
@@ -528,11 +558,14 @@ class Search:
             count = max(1, min(count, left))
         self._emit("proposing", candidate=node.id, verdict=node.evaluation.verdict if node.evaluation else None,
                    message=f"{'repairing' if mode == 'repair' else 'expanding'} {node.id[:8]}")
+        directions = self._directions(node, count, mode)
         request = ProposalRequest(
             task=self.task, parent=node.candidate, evaluation=node.evaluation, mode=mode,  # type: ignore[arg-type]
-            count=count, device=self._device, history=list(self._history),
+            count=count, device=self._device, history=self._elsewhere(node),
             profile=await self._profile_for(node) if mode == "optimize" else None,
-            start_evaluation=self.nodes[self.start.id].evaluation, round=self.round)
+            start_evaluation=self.nodes[self.start.id].evaluation, round=self.round,
+            conversation=list(node.conversation), direction=directions[0],
+            siblings=[d for d in directions[1:] if d], tools=self._toolbox())
         try:
             proposals = await self.proposer.propose(request)
         except asyncio.CancelledError:
@@ -548,28 +581,40 @@ class Search:
             return False
 
         fresh: list[Node] = []
+        if mode == "repair" and any(p.candidate is not None for p in proposals):
+            node.repaired = True   # asked and answered; a failed ask leaves a turn less, not none
+        elif mode == "repair":
+            node.repairs_left -= 1
         for p in proposals:
             self.budget.used_proposals += 1
             self.budget.charge(p.prompt_tokens, p.completion_tokens, p.cost)
+            for why in p.sent_back:  # answers the model got back with why, in the same turn
+                self._step("proposal", f"unusable answer, sent back to the model: {why}", failed=True,
+                           parent=node.id, mode=mode, sent_back=True)
             if p.candidate is None:
                 reason = p.error or "no candidate"
                 self._errors = self._errors + 1 if (p.fatal or _transport(reason)) else 0
                 if p.fatal and self._fatal is None:
                     self._fatal = reason
                 self._step("proposal", reason, failed=True, parent=node.id, mode=mode, fatal=p.fatal)
-                self._history.append(f"(failed proposal: {reason[:80]})")
+                self._history.append((node.id, f"(failed proposal from {node.id[:8]}: {reason[:160]})"))
                 self._emit("proposal_failed", parent=node.id, message=reason)
                 continue
             self._errors = 0
             cand = p.candidate
-            if cand.id in self.nodes:
-                self._step("duplicate", "proposed a source already in this search", failed=True,
-                           parent=node.id, candidate=cand.id)
-                self._emit("duplicate", candidate=cand.id, parent=node.id, message="already tried")
+            key = near_key(cand.source, cand.kind) if self.options.near_duplicates else cand.id
+            if cand.id in self.nodes or key in self._seen:
+                same = cand.id if cand.id in self.nodes else self._seen[key]
+                what = ("proposed a source already in this search" if cand.id in self.nodes else
+                        f"proposed a near-duplicate of {same[:8]} (same code up to comments and whitespace)")
+                self._step("duplicate", what, failed=True, parent=node.id, candidate=cand.id)
+                self._emit("duplicate", candidate=cand.id, parent=node.id, message=what)
                 continue
+            self._seen[key] = cand.id
             node.children += 1
             child = Node(cand, depth=node.depth + 1, parent=node.id, step=len(self.nodes),
-                         repairs_left=(node.repairs_left - 1) if mode == "repair" else self.options.repair_rounds)
+                         repairs_left=(node.repairs_left - 1) if mode == "repair" else self.options.repair_rounds,
+                         conversation=list(p.messages))
             self.nodes[child.id] = child
             self._store("add_node", self.search_id, cand, node.id, child.depth, child.step, "proposed")
             fresh.append(child)
@@ -601,11 +646,13 @@ class Search:
         ev = child.evaluation
         assert ev is not None
         self._evaluated += 1
+        self.budget.used_evaluations += 1
         child.speedup = self._speedup(ev) if self._qualifies(ev) else None
+        backup(self.nodes, child, child.speedup or 0.0)
         self._store("update_node", self.search_id, child.id, ev.verdict)
         shown = f"{child.speedup:.2f}x" if child.speedup else ev.verdict
-        self._history.append(f"{child.candidate.note or child.candidate.origin}: {ev.verdict}"
-                             + (f", {child.speedup:.2f}x vs start" if child.speedup else ""))
+        self._history.append((child.id, f"{child.id[:8]} {child.candidate.note or child.candidate.origin}: {ev.verdict}"
+                             + (f", {child.speedup:.2f}x vs start" if child.speedup else "")))
         self._step("evaluation", ev.message or ev.verdict, failed=not self._qualifies(ev),
                    candidate=child.id, parent=child.parent, verdict=ev.verdict, speedup=child.speedup)
         label = verdicts.label(ev.custom_kernel)
@@ -810,3 +857,4 @@ def _vs(first: Evaluation | None, baseline: str, speedup: float | None, ev: Eval
 def _transport(reason: str) -> bool:
     return any(w in reason for w in ("cannot reach", "rate limited", "server error", "timed out",
                                      "authentication", "API error"))
+

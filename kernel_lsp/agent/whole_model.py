@@ -55,6 +55,17 @@ END_TO_END_BAD_FLAGS = (DISQUALIFYING_FLAGS - {"torch_fallback"})
 Progress = Callable[[str], Any]
 
 
+# torch.nn modules that are one cuBLAS/cuDNN call: the library is near the hardware's peak,
+# so a Search's budget is better spent elsewhere unless the user asks (library_ops).
+LIBRARY_BOUND = frozenset({"Linear", "Bilinear", "LazyLinear", "Conv1d", "Conv2d", "Conv3d",
+                           "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"})
+
+
+def library_bound(op: "OpResult") -> bool:
+    """A torch.nn GEMM or convolution module: one cuBLAS/cuDNN call (LIBRARY_BOUND)."""
+    return op.cls in LIBRARY_BOUND and (op.record.get("class") or {}).get("where") == "torch.nn"
+
+
 class WholeModelError(Exception):
     """The model could not be profiled (not a Task, no GPU for its inputs, it raised)."""
 
@@ -62,7 +73,8 @@ class WholeModelError(Exception):
 @dataclass
 class WholeModelOptions:
     min_share: float = 0.05              # ops below this share of forward are left alone
-    budget: int = 8                      # proposals over all ops, split by share
+    budget: int = 24                     # proposals over all ops, split by share; what an op's
+                                         # Search leaves unused goes to the ops after it
     patience: int = 2                    # rounds without a new best before an op's Search stops
     min_proposals: int = 1               # each op's Search gets at least this many
     search: SearchOptions | None = None  # template for each op's Search (budget replaced)
@@ -71,6 +83,8 @@ class WholeModelOptions:
     eval_timeout: float | None = None
     extract_timeout: float = 600.0
     ops: list[str] | None = None         # only these ops (optimize_op); None: every hot op
+    library_ops: bool = False            # also search ops that are one cuBLAS/cuDNN call (a GEMM, a
+                                         # convolution): skipped by default, the library is near peak
 
 
 @dataclass
@@ -228,6 +242,7 @@ async def _run_searches(ops: list[OpResult], engines: list[Any], store: Any,
     queue: asyncio.Queue[OpResult] = asyncio.Queue()
     for op in ops:
         queue.put_nowait(op)
+    spare = [0]   # proposals handed back by finished Searches (patience stopped them early)
 
     async def worker(engine: Any) -> None:
         while not queue.empty():
@@ -235,15 +250,20 @@ async def _run_searches(ops: list[OpResult], engines: list[Any], store: Any,
             assert op.task is not None
             op_task, _ = find_task(op.task)
             template = opts.search or SearchOptions()
-            so = SearchOptions(**{**template.__dict__,
-                                  "budget": Budget(proposals=op.budget, patience=opts.patience)})
+            # Its share plus what the Searches before it did not use (op.budget stays its share).
+            granted, spare[0] = op.budget + spare[0], 0
+            budget = Budget(proposals=granted, patience=opts.patience)
+            so = SearchOptions(**{**template.__dict__, "budget": budget})
             if opts.eval_timeout is not None:
                 so.eval_timeout = opts.eval_timeout
             proposer = make_proposer(op)
-            await _report(progress, f"{op.name}: searching ({op.budget} proposal{'s' * (op.budget != 1)}, "
+            await _report(progress, f"{op.name}: searching ({granted} proposal{'s' * (granted != 1)}"
+                                    + (f", {granted - op.budget} handed on by earlier ops" if granted > op.budget else "")
+                                    + ", "
                                     f"{100 * op.share:.1f}% of forward)")
             try:
                 op.search = await Search(engine, store, op_task, _reference_as_start(op_task), proposer, so).run()
+                spare[0] += max(0, granted - budget.used_proposals)  # handed on to the next op
             finally:
                 close = getattr(proposer, "aclose", None)
                 if close is not None:
@@ -357,6 +377,16 @@ async def optimize_model(path: str, engine: Any, store: Any, make_proposer: Call
         result.reason = "no hot op could be extracted as a Task"
         _record(store, result, opts)
         return result
+    if not opts.library_ops:
+        for o in runnable:
+            if opts.ops is None and library_bound(o):
+                o.reason = (f"skipped: nn.{o.cls} is one cuBLAS/cuDNN call, already near the GPU's peak "
+                            "(set library_ops to search it anyway)")
+        runnable = [o for o in runnable if not o.reason.startswith("skipped:")]
+        if not runnable:
+            result.reason = "every hot op is a library call (a GEMM or convolution); set library_ops to search them"
+            _record(store, result, opts)
+            return result
     for op, n in zip(runnable, split_budget([o.share for o in runnable], opts.budget, opts.min_proposals)):
         op.budget = n
     await _run_searches(runnable, engines or [engine], store, make_proposer, opts, progress)

@@ -119,7 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
     optimize.add_argument("--proposer", choices=("llm", "tuner"), help="default: llm when a model is configured")
     optimize.add_argument("--model", help="model name at the OpenAI-compatible endpoint")
     optimize.add_argument("--base-url", help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL)")
-    optimize.add_argument("--budget", type=int, default=8, metavar="N", help="cap on proposals (default 8)")
+    optimize.add_argument("--budget", type=int, default=24, metavar="N",
+                          help="cap on proposals (default 24; each Search also stops at 32 evaluations)")
     optimize.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS")
     optimize.add_argument("--no-baselines", dest="baselines", action="store_false",
                           help="skip timing PyTorch eager and torch.compile (slow for some references on a CPU)")
@@ -130,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--apply", action="store_true", help="rewrite the target in place if improved")
     where.add_argument("--out", metavar="FILE", help="write the best candidate's file here if improved")
     optimize.add_argument("--json", action="store_true")
+    optimize.add_argument("--library-ops", action="store_true",
+                          help="--whole-model: also search ops that are one cuBLAS/cuDNN call (nn.Linear, nn.Conv*)")
     optimize.add_argument("--whole-model", action="store_true",
                           help="profile the model, search a kernel per hot op, put the winners back behind guards")
     optimize.add_argument("--min-share", type=float, metavar="F",

@@ -381,7 +381,7 @@ async def _optimize(ns: argparse.Namespace, path: str, show: bool) -> tuple[Sear
     see = getattr(engine, "see", None)  # the Task's folder, before device_info starts the Worker
     if see is not None:
         see([task])
-    budget = Budget(proposals=int(getattr(ns, "budget", None) or 8))
+    budget = Budget(proposals=int(getattr(ns, "budget", None) or 24))
     opts = SearchOptions(budget=budget)
     kernels_only = getattr(ns, "kernels_only", None)
     if kernels_only is None:

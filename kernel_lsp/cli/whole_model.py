@@ -95,8 +95,9 @@ async def _run(ns: argparse.Namespace, path: str, show: bool) -> Any:
     search = SearchOptions()
     if e2e is not None:
         search.start_engine_options = {"baselines": False}
-    opts = WholeModelOptions(min_share=min_share, budget=int(getattr(ns, "budget", None) or 8), search=search,
-                             end_to_end_options=e2e, ops=[ns.op_name] if getattr(ns, "op_name", None) else None)
+    opts = WholeModelOptions(min_share=min_share, budget=int(getattr(ns, "budget", None) or 24), search=search,
+                             end_to_end_options=e2e, ops=[ns.op_name] if getattr(ns, "op_name", None) else None,
+                             library_ops=bool(getattr(ns, "library_ops", False)))
 
     def progress(msg: str) -> None:
         if show:

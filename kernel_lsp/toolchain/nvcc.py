@@ -166,3 +166,27 @@ def nvcc_command(
     else:
         raise ValueError(f"unknown nvcc mode {mode!r} (expected 'cubin' or 'shared')")
     return [exe, *head, *common_flags(options), "-x", "cu", "-o", out_path, source_file]
+
+
+# Arch-specific targets (the "a" suffix) and the first CUDA release that compiles each: they
+# enable instructions the base target refuses (sm_90a: wgmma, TMA, setmaxnreg; sm_100a/103a:
+# tcgen05). Their cubins run only on that exact architecture, which is the GPU being measured.
+ARCH_SPECIFIC_SINCE: dict[int, tuple[int, int]] = {
+    90: (12, 0), 100: (12, 8), 101: (12, 8), 120: (12, 8), 103: (12, 9), 121: (12, 9), 110: (13, 0),
+}
+
+
+def device_arch(major: int, minor: int, nvcc: str | None = None) -> str:
+    """The target for a GPU of capability major.minor: `sm_90a` where the architecture has an
+    arch-specific target and this nvcc compiles it, else `sm_90` (an older nvcc, or a GPU
+    without one: sm_80, sm_89); without an nvcc to ask, the base target."""
+    base = f"sm_{major}{minor}"
+    since = ARCH_SPECIFIC_SINCE.get(major * 10 + minor)
+    path = find_nvcc(nvcc)
+    if since is None or path is None:
+        return base
+    try:
+        release = tuple(int(x) for x in nvcc_version(path).split(".")[:2])
+    except (ToolchainError, ValueError):
+        return base
+    return base + "a" if release >= since else base

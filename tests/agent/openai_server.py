@@ -14,7 +14,10 @@ An item is either a string (the assistant's text) or a dict:
     {"sleep": float, "text": str}                  answer after a delay (timeouts, cancel)
     {"stream_error": str}                          a stream that breaks with an error event
     a callable(body) -> item                       the answer made at request time (from files the
-                                                   server under test wrote meanwhile)
+                                                   server under test wrote meanwhile, or from what the
+                                                   model was sent: a tool's result)
+    {"tool_calls": [{"name": str, "arguments": dict|str}], "text": str}
+                                                   the assistant calls tools (OpenAI tool calling)
 Streaming (`"stream": true`) answers are Server-Sent Events in small chunks, `[DONE]` last.
 """
 
@@ -117,15 +120,19 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(int(item["status"]), payload, item.get("headers", {}))
             return
         prompt_tokens = sum(len(str(m.get("content", ""))) for m in body.get("messages", [])) // 4
+        calls = _tool_calls(item, len(self.scripted.requests))
         if body.get("stream"):
-            self._stream(body, item, prompt_tokens)
+            self._stream(body, item, prompt_tokens, calls)
         else:
             text = item.get("text", "")
+            message: dict[str, Any] = {"role": "assistant", "content": text or (None if calls else "")}
+            if calls:
+                message["tool_calls"] = calls
             self._json(200, {
                 "id": "chatcmpl-scripted", "object": "chat.completion", "created": int(time.time()),
                 "model": body.get("model", "scripted"),
-                "choices": [{"index": 0, "finish_reason": "stop",
-                             "message": {"role": "assistant", "content": text}}],
+                "choices": [{"index": 0, "finish_reason": "tool_calls" if calls else "stop",
+                             "message": message}],
                 "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": len(text) // 4,
                           "total_tokens": prompt_tokens + len(text) // 4},
             })
@@ -140,7 +147,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _stream(self, body: dict[str, Any], item: dict[str, Any], prompt_tokens: int) -> None:
+    def _stream(self, body: dict[str, Any], item: dict[str, Any], prompt_tokens: int,
+                calls: list[dict[str, Any]] | None = None) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
@@ -167,7 +175,15 @@ class _Handler(BaseHTTPRequestHandler):
         for i in range(0, len(text), size):
             send({**base, "choices": [{"index": 0, "delta": {"content": text[i:i + size]},
                                        "finish_reason": None}]})
-        send({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+        for i, call in enumerate(calls or []):
+            args = call["function"]["arguments"]
+            half = len(args) // 2  # arguments arrive in pieces, as real servers send them
+            send({**base, "choices": [{"index": 0, "finish_reason": None, "delta": {"tool_calls": [
+                {"index": i, "id": call["id"], "type": "function",
+                 "function": {"name": call["function"]["name"], "arguments": args[:half]}}]}}]})
+            send({**base, "choices": [{"index": 0, "finish_reason": None, "delta": {"tool_calls": [
+                {"index": i, "function": {"arguments": args[half:]}}]}}]})
+        send({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls" if calls else "stop"}]})
         wants_usage = (body.get("stream_options") or {}).get("include_usage")
         if wants_usage and item.get("usage", True):
             ct = len(text) // 4
@@ -176,3 +192,13 @@ class _Handler(BaseHTTPRequestHandler):
                                                    "total_tokens": prompt_tokens + ct}})
         send("[DONE]")
         self.close_connection = True
+
+
+def _tool_calls(item: dict[str, Any], n: int) -> list[dict[str, Any]]:
+    out = []
+    for i, call in enumerate(item.get("tool_calls") or []):
+        args = call.get("arguments", {})
+        out.append({"id": call.get("id", f"call_{n}_{i}"), "type": "function",
+                    "function": {"name": call["name"],
+                                 "arguments": args if isinstance(args, str) else json.dumps(args)}})
+    return out

@@ -89,8 +89,9 @@ async def _llm_repairs_then_tunes_softmax(tmp_path):
         server.close()
     assert result.improved and result.confirmed, result.reason
     assert "#define BLOCK_SIZE 256" in result.best.source and result.best.origin == "repair"
-    prompts = [r["body"]["messages"][1]["content"] for r in server.requests]
+    prompts = [r["body"]["messages"][-1]["content"] for r in server.requests]  # each request's newest turn
     assert "FAILS (compile_error)" in prompts[1] and "compiler messages:" in prompts[1]
-    assert "NVIDIA" in prompts[0]  # the GPU's facts from engine.device_info()
-    # The third request optimizes the correct repaired node (depth 2): profiler facts included.
-    assert len(prompts) == 3 and "Profiler facts" in prompts[2]
+    assert "NVIDIA" in prompts[0] and "sm_90a" in prompts[0]  # the GPU's facts from engine.device_info()
+    # The third request optimizes the correct repaired node (depth 2): profiler facts included
+    # (the empty answers after it are sent back, so more requests may follow).
+    assert len(prompts) >= 3 and "Profiler facts" in prompts[2]

@@ -66,7 +66,7 @@ async def test_repair_by_patch_streamed_with_usage(server):
     body = server.requests[0]["body"]
     assert body["stream"] is True and body["model"] == "gpt-4o"
     prompt = body["messages"][1]["content"]
-    for must in ("REFERENCE_MARKER", "NVIDIA H200", "SMs: 132", "x.sum(1)", "blockDimx",
+    for must in ("REFERENCE_MARKER", "NVIDIA H200", "132 SMs", "x.sum(1)", "blockDimx",
                  "BLOCK 128 -> 256", "FAILS (compile_error)"):
         assert must in prompt
     assert prop.prompt_tokens > 0 and prop.completion_tokens == len(PATCH) // 4
@@ -185,13 +185,17 @@ async def test_request_timeout(server):
     ("<<<<<<< SEARCH\n    return y\n=======\n    return z\n>>>>>>> REPLACE", "not found"),
 ])
 async def test_bad_answers_are_failed_proposals_with_usage(server, answer, reason):
-    server.add(answer)
-    p = proposer(server)
+    server.add(answer, answer, answer)
+    p = proposer(server)  # parse_retries 2: the answer goes back to the model twice, with why
     [prop] = await p.propose(request())
     await p.aclose()
     assert prop.candidate is None and not prop.fatal
     assert prop.error.startswith("unusable answer") and reason in prop.error
     assert prop.prompt_tokens > 0  # tokens were spent all the same
+    assert len(server.requests) == 3 and prop.turns == 3
+    last = server.requests[-1]["body"]["messages"]
+    assert last[-1]["role"] == "user" and "could not be used" in last[-1]["content"]
+    assert reason in last[-1]["content"] and last[-2] == {"role": "assistant", "content": answer}
 
 
 async def test_several_children_in_parallel(server):
@@ -248,7 +252,7 @@ async def test_refused_parameters_are_adapted(server):
 
 
 async def test_other_400_is_a_clear_failure(server):
-    server.add({"status": 400, "body": {"error": {"message": "context length exceeded"}}})
+    server.add({"status": 400, "body": {"error": {"message": "invalid value for messages[1].role"}}})
     p = proposer(server)
     [prop] = await p.propose(request())
     await p.aclose()
@@ -281,3 +285,23 @@ async def test_cancel_while_the_model_is_answering(server, tmp_path):
     row = store.search(search.search_id)
     assert row["state"] == "cancelled" and [n["candidate"] for n in row["nodes"]] == [start.id]
     assert store.latest(TASK.name).candidate == start.id  # the start's evaluation is kept
+
+
+async def test_a_small_context_gets_fewer_answer_tokens_and_reasoning_models_more(server):
+    server.add({"status": 400, "body": {"error": {"message": "This model's maximum context length is 8192 tokens."}}},
+               PATCH,
+               {"status": 400, "body": {"error": {"message": "Unsupported parameter: 'max_tokens'. Use 'max_completion_tokens'."}}},
+               PATCH)
+    p = proposer(server, attempts=1)
+    [first] = await p.propose(request())
+    assert first.candidate is not None
+    bodies = [r["body"] for r in server.requests]
+    assert bodies[0]["max_tokens"] == 16384 and bodies[1]["max_tokens"] == 8192
+    [second] = await p.propose(request())
+    await p.aclose()
+    assert server.requests[3]["body"]["max_completion_tokens"] == 8192  # the cap holds for reasoning too
+    p2 = proposer(server, attempts=1)
+    server.add({"status": 400, "body": {"error": {"message": "Unsupported parameter: 'max_tokens'."}}}, PATCH)
+    await p2.propose(request())
+    await p2.aclose()
+    assert server.requests[-1]["body"]["max_completion_tokens"] == 65536  # hidden reasoning counts

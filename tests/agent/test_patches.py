@@ -64,3 +64,24 @@ def test_too_long_is_relative_to_source():
     big = "a" * 5000
     with pytest.raises(ParseError, match="too long"):
         parse_answer("```cuda\n" + "b" * 60000 + "\n```", big, kind="cuda")
+
+
+def test_a_patch_that_does_not_apply_says_why_and_carries_the_block():
+    import pytest as _pytest
+
+    from kernel_lsp.agent.patches import ParseError, apply_patches, parse_answer, parse_patches
+
+    src = "a = 1\nb = 1\nc = 2\n"
+    dup = "<<<<<<< SEARCH\n= 1\n=======\n= 3\n>>>>>>> REPLACE\n"
+    with _pytest.raises(ParseError) as e:
+        apply_patches(src, parse_patches(dup))
+    assert e.value.why == "not unique" and "= 1\n=======\n= 3" in e.value.patch
+    with _pytest.raises(ParseError) as e:
+        apply_patches(src, parse_patches("<<<<<<< SEARCH\nz = 9\n=======\nz = 1\n>>>>>>> REPLACE\n"))
+    assert e.value.why == "not found" and "z = 9" in e.value.patch
+    with _pytest.raises(ParseError) as e:
+        parse_answer("<<<<<<< SEARCH\na = 1\n>>>>>>> REPLACE\n", src, kind="cuda")
+    assert e.value.why == "malformed" and e.value.patch.startswith("<<<<<<< SEARCH")
+    # SEARCH lines copied with the prompt's line numbers still apply.
+    numbered = "<<<<<<< SEARCH\n  2| b = 1\n=======\nb = 5\n>>>>>>> REPLACE\n"
+    assert apply_patches(src, parse_patches(numbered)) == "a = 1\nb = 5\nc = 2\n"

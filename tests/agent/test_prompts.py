@@ -16,7 +16,7 @@ def test_optimize_prompt_has_everything_and_profile_only_when_given():
                           profile={"hot_ops": [{"name": "k", "pct": 91.0}], "dram_throughput_pct": 88})
     system, user = build_messages(req)
     text = user["content"]
-    for must in ("REF_TEXT", "NVIDIA H200", "SMs: 132", "```cuda", "extern \"C\" int launch", "verdict: correct",
+    for must in ("REF_TEXT", "NVIDIA H200", "132 SMs", "```cuda", "extern \"C\" int launch", "verdict: correct",
                  "time: 2.0000 ms", "torch.compile reference: 1.5000 ms", "BLOCK 32 -> 64", "Profiler facts",
                  "dram_throughput_pct", "Make it faster"):
         assert must in text, must

@@ -17,7 +17,7 @@ async def make_search(root):
     proposer = Scripted([["# ms: 8 <b>first</b>", "# verdict: mismatch\n# ms: 1"],
                          [Proposal.failed("unusable answer: prose only")], ["# ms: 4"]])
     result = await Search(FakeEngine(), store, TASK, START, proposer,
-                          SearchOptions(budget=Budget(proposals=4, patience=None))).run()
+                          SearchOptions(near_duplicates=False, budget=Budget(proposals=4, patience=None))).run()
     return store, result
 
 
@@ -62,7 +62,7 @@ async def test_a_search_page_shows_only_its_own_measurements(tmp_path):
     store = Store.for_workspace(tmp_path)
     engine = FakeEngine()
     child = "# ms: 4\n# ms@3: 1\n# ms@4: 1\n"
-    opts = SearchOptions(budget=Budget(proposals=1, patience=None))
+    opts = SearchOptions(near_duplicates=False, budget=Budget(proposals=1, patience=None))
     first = await Search(engine, store, TASK, START, Scripted([[child]]), opts).run()
     assert first.best is not None and "# ms: 4" in first.best.source
     # The next Search starts from the winner and times it again (its 3rd and 4th runs: 1 ms).
@@ -79,7 +79,7 @@ async def test_headline_agrees_with_the_tree(tmp_path):
     store = Store.for_workspace(tmp_path)
     proposer = Scripted([["# ms: 0.05\n# flags: timer_patch,not_counted"]])
     result = await Search(FakeEngine(), store, TASK, START, proposer,
-                          SearchOptions(budget=Budget(proposals=1, patience=None))).run()
+                          SearchOptions(near_duplicates=False, budget=Budget(proposals=1, patience=None))).run()
     assert not result.improved
     page = render_report(store, result.search_id)
     assert "no improvement" in page
@@ -93,7 +93,7 @@ async def test_pytorch_rewrite_is_labelled(tmp_path):
     store = Store.for_workspace(tmp_path)
     proposer = Scripted([["import torch\n# ms: 2\n# flags: torch_fallback"]])
     result = await Search(FakeEngine(), store, TASK, START, proposer,
-                          SearchOptions(budget=Budget(proposals=1, patience=None))).run()
+                          SearchOptions(near_duplicates=False, budget=Budget(proposals=1, patience=None))).run()
     page = render_report(store, result.search_id)
     assert "PyTorch rewrite (no custom kernel)" in page.split("<h2>Tree</h2>")[1]
     # Rewrites count by default (kernels_only off): the headline says it is one.
@@ -105,7 +105,7 @@ async def test_noisy_speedup_is_a_warning(tmp_path):
     store = Store.for_workspace(tmp_path)
     proposer = Scripted([["# ms: 5\n# spread: 40"]])
     result = await Search(FakeEngine(), store, TASK, START, proposer,
-                          SearchOptions(budget=Budget(proposals=1, patience=None), noise_factor=0.01)).run()
+                          SearchOptions(near_duplicates=False, budget=Budget(proposals=1, patience=None), noise_factor=0.01)).run()
     page = render_report(store, result.search_id)
     assert "~2.00x (spread 40%: not reliable)" in page
 
@@ -114,6 +114,6 @@ async def test_a_search_that_could_not_run_says_so(tmp_path):
     store = Store.for_workspace(tmp_path)
     start = START.__class__(source="class ModelNew: ...\n# verdict: not_run\n", kind="python")
     result = await Search(FakeEngine(), store, TASK, start, Scripted([]),
-                          SearchOptions(budget=Budget(proposals=1, patience=None))).run()
+                          SearchOptions(near_duplicates=False, budget=Budget(proposals=1, patience=None))).run()
     page = render_report(store, result.search_id)
     assert "could not run" in page and "no improvement" not in page.split("<table>")[0]

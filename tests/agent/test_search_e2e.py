@@ -109,7 +109,7 @@ async def test_llm_search_repairs_rejects_and_finds_the_faster(engine, tmp_path,
     assert by_src[WRONG]["evaluation"]["verdict"] == "mismatch"
     assert by_src[FASTER]["evaluation"]["verdict"] == "correct"
     # The repair prompt carried the compiler's message.
-    repair_prompt = server.requests[1]["body"]["messages"][1]["content"]
+    repair_prompt = server.requests[1]["body"]["messages"][-1]["content"]  # the turn after the answer
     assert "SyntaxError" in repair_prompt or "expected ':'" in repair_prompt
     failed = [s["reason"] for s in row["budget"]["steps"] if s["failed"] and s["kind"] == "proposal"]
     assert any("prose only" in r for r in failed) and any("empty answer" in r for r in failed)

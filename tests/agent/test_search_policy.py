@@ -52,6 +52,8 @@ class Scripted:
 async def go(tmp_path, script, engine=None, **opts):
     store = Store(tmp_path / "s.sqlite")
     budget = opts.pop("budget", Budget(proposals=20, patience=3))
+    # The fake engine reads `# ms:` comments: sources differing only there are not near-duplicates here.
+    opts.setdefault("near_duplicates", False)
     proposer = Scripted(script)
     events = []
     search = Search(engine or FakeEngine(), store, TASK, START, proposer,
@@ -162,7 +164,7 @@ async def test_progress_callback_errors_do_not_stop_search(tmp_path):
     def bad(ev):
         raise RuntimeError("display broke")
 
-    search = Search(FakeEngine(), store, TASK, START, Scripted([["# ms: 5"]]), SearchOptions())
+    search = Search(FakeEngine(), store, TASK, START, Scripted([["# ms: 5"]]), SearchOptions(near_duplicates=False))
     result = await search.run(bad)
     assert result.improved
 
@@ -170,7 +172,7 @@ async def test_progress_callback_errors_do_not_stop_search(tmp_path):
 async def test_cancel_mid_search_leaves_store_consistent(tmp_path):
     store = Store(tmp_path / "s.sqlite")
     proposer = Scripted([["# ms: 5 good"], ["# hang"]])
-    search = Search(FakeEngine(), store, TASK, START, proposer, SearchOptions(children=1))
+    search = Search(FakeEngine(), store, TASK, START, proposer, SearchOptions(near_duplicates=False, children=1))
     seen = asyncio.Event()
 
     def progress(ev):
@@ -198,7 +200,7 @@ async def test_failing_start_accepts_a_repair(tmp_path):
     store = Store(tmp_path / "s.sqlite")
     broken = Candidate(source="class ModelNew: ...\n# verdict: compile_error\n", kind="python")
     proposer = Scripted([["# ms: 20  fixed but slow"]])
-    result = await Search(FakeEngine(), store, TASK, broken, proposer, SearchOptions()).run()
+    result = await Search(FakeEngine(), store, TASK, broken, proposer, SearchOptions(near_duplicates=False)).run()
     assert proposer.requests[0].mode == "repair"
     assert result.improved and result.speedup is None and "fixed" in result.best.note
 
@@ -210,7 +212,7 @@ async def test_flagged_start_is_still_the_bar_to_beat(tmp_path):
     start = Candidate(source="class ModelNew: ...\n# ms: 10\n# flags: torch_fallback,not_counted\n", kind="python")
     proposer = Scripted([["# ms: 20  slower kernel"], ["# ms: 4  faster kernel"]])
     result = await Search(FakeEngine(), store, TASK, start, proposer,
-                          SearchOptions(children=1, budget=Budget(proposals=2))).run()
+                          SearchOptions(near_duplicates=False, children=1, budget=Budget(proposals=2))).run()
     assert proposer.requests[0].mode == "optimize"
     assert result.improved and result.best.note == "# ms: 4  faster kernel"
     assert result.speedup == pytest.approx(2.5)
@@ -228,12 +230,12 @@ async def test_repair_only_stops_once_repaired(tmp_path):
     broken = Candidate(source="class ModelNew: ...\n# verdict: compile_error\n", kind="python")
     proposer = Scripted([["# verdict: mismatch  still wrong"], ["# ms: 30  fixed"], ["# ms: 1  never asked"]])
     result = await Search(FakeEngine(), store, TASK, broken, proposer,
-                          SearchOptions(repair_only=True, repair_rounds=3)).run()
+                          SearchOptions(near_duplicates=False, repair_only=True, repair_rounds=3)).run()
     assert [r.mode for r in proposer.requests] == ["repair", "repair"]
     assert result.improved and result.best.note == "# ms: 30  fixed" and result.reason == "repaired"
     # A start that already works: nothing to do.
     proposer = Scripted([["# ms: 1"]])
-    result = await Search(FakeEngine(), store, TASK, START, proposer, SearchOptions(repair_only=True)).run()
+    result = await Search(FakeEngine(), store, TASK, START, proposer, SearchOptions(near_duplicates=False, repair_only=True)).run()
     assert proposer.requests == [] and not result.improved
 
 
@@ -310,7 +312,7 @@ async def test_proposer_precheck_and_check_stop_before_timing(tmp_path):
     for cls, words in ((Nothing, "nothing to vary"), (Down, "endpoint unreachable")):
         engine = FakeEngine()
         store = Store(tmp_path / f"{cls.__name__}.sqlite")
-        result = await Search(engine, store, TASK, START, cls([["# ms: 1"]]), SearchOptions()).run()
+        result = await Search(engine, store, TASK, START, cls([["# ms: 1"]]), SearchOptions(near_duplicates=False)).run()
         assert result.outcome == "cannot_run" and words in result.reason
         assert engine.calls == []  # not even the start was timed
         assert result.failed_steps and words in result.failed_steps[0]["reason"]
@@ -346,6 +348,6 @@ async def test_no_gpu_known_from_the_device_stops_before_building(tmp_path):
     engine = CpuEngine()
     start = Candidate(source="__global__ void k() {}\n#define BLOCK 128\n", kind="cuda")
     result = await Search(engine, Store(tmp_path / "s.sqlite"), TASK, start, Scripted([["# ms: 1"]]),
-                          SearchOptions()).run()
+                          SearchOptions(near_duplicates=False)).run()
     assert result.outcome == "cannot_run" and result.reason == "a .cu candidate needs a GPU to run; none is visible"
     assert engine.calls == [] and result.failed_steps[0]["kind"] == "device"

@@ -90,6 +90,14 @@ def _normalize_arch(arch: str) -> str:
     return a
 
 
+def device_arch(major: int, minor: int) -> str:
+    """The arch a GPU of this capability is built for: its arch-specific target (sm_90a) where
+    the configured nvcc compiles one (toolchain/nvcc.py), else the base target."""
+    from kernel_lsp.toolchain.nvcc import device_arch as arch_for
+
+    return arch_for(major, minor, _find_nvcc(None))
+
+
 def target_arch(options: dict[str, Any] | None = None) -> str:
     """options["arch"], else configure(), else $KERNEL_LSP_ARCH, else an initialized
     CUDA device's capability, else DEFAULT_ARCH."""
@@ -105,7 +113,7 @@ def target_arch(options: dict[str, Any] | None = None) -> str:
         try:
             if torch.cuda.is_available():
                 major, minor = torch.cuda.get_device_capability()
-                return f"sm_{major}{minor}"
+                return device_arch(major, minor)
         except Exception:  # a broken driver must not stop a build for an explicit arch
             pass
     return DEFAULT_ARCH

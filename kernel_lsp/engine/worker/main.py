@@ -95,8 +95,9 @@ class Worker:
             torch.empty(1, device="cuda")
             torch.cuda.synchronize()
             major, minor = torch.cuda.get_device_capability()
-            build.configure(f"sm_{major}{minor}")
-            out.update(cuda=True, device=torch.cuda.get_device_name(), arch=f"sm_{major}{minor}")
+            arch = build.device_arch(major, minor)  # sm_90a on an H200: wgmma and TMA compile
+            build.configure(arch)
+            out.update(cuda=True, device=torch.cuda.get_device_name(), arch=arch)
         out["seconds"] = time.perf_counter() - t0
         return out
 

@@ -5,8 +5,12 @@
 * `ncu_profile(task, candidate, options)`: Nsight Compute on a small child script that builds
   the Candidate and calls it once between cudaProfilerStart/Stop (`--profile-from-start off`,
   `--clock-control none` so clocks stay as the benchmark saw them). Per kernel: duration,
-  DRAM and SM throughput (% of peak), achieved occupancy, registers, grid/block, and the
-  limiting unit. Without `ncu` on PATH or without a GPU: a dict with a clear `note`.
+  DRAM and SM throughput (% of peak), achieved and theoretical occupancy, registers, shared
+  memory, grid/block and waves, cache hit rates, DRAM bytes, the sectors a global load uses,
+  shared-memory bank conflicts, tensor-pipe use, the main warp stalls, and the limiting unit;
+  summarized per kernel name (calls, total time, share), the hottest first. An ncu that does not
+  know one of the extra metrics is run again with the base set. Without `ncu` on PATH or without
+  a GPU: a dict with a clear `note`.
 """
 
 from __future__ import annotations
@@ -36,6 +40,24 @@ NCU_METRICS = {
     "launch__grid_size": "grid_size",
     "launch__block_size": "block_size",
 }
+# What a kernel engineer reads next: why the memory or the SM is busy (or idle).
+NCU_EXTRA_METRICS = {
+    "sm__maximum_warps_per_active_cycle_pct": "theoretical_occupancy_pct",
+    "launch__waves_per_multiprocessor": "waves_per_sm",
+    "launch__shared_mem_per_block_static": "static_shared_bytes",
+    "launch__shared_mem_per_block_dynamic": "dynamic_shared_bytes",
+    "dram__bytes_read.sum": "dram_read_bytes",
+    "dram__bytes_write.sum": "dram_write_bytes",
+    "lts__t_sector_hit_rate.pct": "l2_hit_pct",
+    "l1tex__t_sector_hit_rate.pct": "l1_hit_pct",
+    "smsp__sass_average_data_bytes_per_sector_mem_global_op_ld.pct": "global_load_sector_use_pct",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum": "shared_bank_conflicts",
+    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": "tensor_pipe_pct",
+    "smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct": "stall_memory_dependency_pct",
+    "smsp__warp_issue_stalled_barrier_per_warp_active.pct": "stall_barrier_pct",
+    "smsp__warp_issue_stalled_math_pipe_throttle_per_warp_active.pct": "stall_math_pipe_pct",
+}
+_ALL_METRICS = {**NCU_METRICS, **NCU_EXTRA_METRICS}
 
 
 _TIME_UNITS_MS = {"nsecond": 1e-6, "ns": 1e-6, "usecond": 1e-3, "us": 1e-3, "msecond": 1.0, "ms": 1.0,
@@ -96,7 +118,7 @@ def parse_ncu_csv(text: str) -> list[dict[str, Any]]:
         if not metric:
             continue
         k = kernels.setdefault(kid, {"id": kid, "kernel": name})
-        key = NCU_METRICS.get(metric, metric)
+        key = _ALL_METRICS.get(metric, metric)
         raw = (row.get("Metric Value") or "").replace(",", "")
         try:
             value: Any = float(raw)
@@ -156,6 +178,31 @@ def find_ncu() -> str | None:
     return None
 
 
+def summarize(kernels: list[dict[str, Any]], top: int = 8) -> dict[str, Any]:
+    """Per kernel name, the hottest first: calls, total and mean time, share of the profiled
+    time, and the metrics of its longest launch; beyond `top` names, a count and their time
+    (never a kernel cut in the middle)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for k in kernels:
+        groups.setdefault(str(k.get("kernel", "?")), []).append(k)
+    total = sum(float(k.get("duration_ms") or 0.0) for k in kernels) or 0.0
+    rows = []
+    for name, launches in groups.items():
+        spent = sum(float(k.get("duration_ms") or 0.0) for k in launches)
+        longest = max(launches, key=lambda k: float(k.get("duration_ms") or 0.0))
+        row = {"kernel": name, "calls": len(launches), "total_ms": round(spent, 6),
+               "share_pct": round(100.0 * spent / total, 1) if total else None}
+        row.update({k: v for k, v in longest.items() if k not in ("id", "kernel", "duration_ms")})
+        row["duration_ms"] = spent / len(launches)  # per call, as one launch reads
+        rows.append(row)
+    rows.sort(key=lambda r: -r["total_ms"])
+    out: dict[str, Any] = {"kernels": rows[:top], "total_ms": round(total, 6), "launches": len(kernels)}
+    if len(rows) > top:
+        rest = rows[top:]
+        out["other_kernels"] = {"names": len(rest), "total_ms": round(sum(r["total_ms"] for r in rest), 6)}
+    return out
+
+
 def ncu_profile(task: Task, candidate: Candidate | None, options: dict[str, Any]) -> dict[str, Any]:
     ncu = find_ncu()
     if ncu is None:
@@ -171,17 +218,25 @@ def ncu_profile(task: Task, candidate: Candidate | None, options: dict[str, Any]
                        "seed": int(options.get("seed", 42))}, fh)
         with open(script, "w") as fh:
             fh.write(_CHILD)
-        cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--target-processes", "all",
-               "--csv", "--print-units", "base", "--metrics", ",".join(NCU_METRICS), sys.executable, script, job]
         env = dict(os.environ)
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-        except subprocess.TimeoutExpired:
-            return {"tool": "ncu", "note": f"ncu ran past {timeout:.0f} s", "command": cmd}
+        dropped = ""
+        for metrics in (_ALL_METRICS, NCU_METRICS):
+            cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--target-processes", "all",
+                   "--csv", "--print-units", "base", "--metrics", ",".join(metrics), sys.executable, script, job]
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+            except subprocess.TimeoutExpired:
+                return {"tool": "ncu", "note": f"ncu ran past {timeout:.0f} s", "command": cmd}
+            if "failed to find metric" not in (proc.stdout + proc.stderr).lower() or metrics is NCU_METRICS:
+                break
+            dropped = "this ncu does not know some of the extra metrics: the base set only"
     kernels = parse_ncu_csv(proc.stdout)
-    result: dict[str, Any] = {"tool": "ncu", "kernels": kernels, "command": " ".join(cmd[:-2]) + " child.py job.json"}
+    result: dict[str, Any] = {"tool": "ncu", **summarize(kernels),
+                              "command": " ".join(cmd[:-2]) + " child.py job.json"}
+    if dropped:
+        result["metrics_note"] = dropped
     if proc.returncode != 0 or not kernels:
         tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-5:]
         result["note"] = f"ncu exited {proc.returncode} with {len(kernels)} kernels: " + " | ".join(tail)
