@@ -4,6 +4,7 @@
 
 For each reference (a file with ``Model``, ``get_inputs``, ``get_init_inputs``) it writes
 ``DIR/<name>/<mode>_<i>.py`` (Inductor's output modules, as ``run_and_get_code`` returns them),
+``DIR/<name>/<mode>.json`` (each graph input's place in the module, the autotuner's launch choices),
 and ``DIR/index.json`` with eager and compiled times (CUDA events, median of do_bench) and errors.
 The recorded modules feed the no-LLM writer's CPU tests.
 """
@@ -29,8 +30,10 @@ def load(path: Path):
 
 def main() -> int:
     import torch
-    from torch._inductor.utils import run_and_get_code
     from triton.testing import do_bench
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from kernel_lsp.engine.worker import inductor_code
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -61,13 +64,23 @@ def main() -> int:
                     torch._dynamo.reset()
                     t0 = time.time()
                     compiled = torch.compile(model, mode=None if mode == "default" else mode)
-                    _, codes = run_and_get_code(compiled, *inputs)
+                    compiled(*inputs)
                     row[f"{mode}_compile_s"] = round(time.time() - t0, 2)
                     row[f"{mode}_ms"] = do_bench(lambda: compiled(*inputs), return_mode="median")
+                    # The code, each graph input's place in the module and the autotuner's launch
+                    # choices, as the Worker's inductor_code request records them (cudagraph-free mode).
+                    rec_mode = "max-autotune-no-cudagraphs" if mode == "max-autotune" else mode
+                    rec = inductor_code.record(path.read_text(), (rec_mode,))
+                    got = rec.get("modes", {}).get(rec_mode, {})
+                    if rec.get("why") or got.get("error"):
+                        row[f"{mode}_record_error"] = rec.get("why") or got.get("error")
+                    codes = got.get("codes") or []
                     d = out / name
                     d.mkdir(exist_ok=True)
                     for i, code in enumerate(codes):
                         (d / f"{mode}_{i}.py").write_text(code)
+                    (d / f"{mode}.json").write_text(json.dumps({"args": got.get("args"), "configs": got.get("configs"),
+                                                                "torch": rec.get("torch")}, indent=1))
                     row[f"{mode}_modules"] = len(codes)
             (out / name / "reference.py").write_text(path.read_text()) if (out / name).exists() else None
         except Exception as e:  # noqa: BLE001 - a row per failure, the run goes on

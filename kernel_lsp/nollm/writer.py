@@ -548,8 +548,9 @@ def _launch(kernel: Kernel, call: ast.Call, conv: _Expr) -> tuple[Launch, str]:
         grid[axis] = f"triton.cdiv({numels[dim]}, cfg[{(dim.upper() + 'BLOCK')!r}])"
     while len(grid) > 1 and grid[-1] == "1":
         grid.pop()
+    grid_text = f"({grid[0]},)" if len(grid) == 1 else f"({', '.join(grid)})"
     line = (f"cfg = CONFIGS[{kernel.name!r}]\n"
-            f"{kernel.name}[({', '.join(grid)},)]({', '.join(texts)}, **cfg)")
+            f"{kernel.name}[{grid_text}]({', '.join(texts)}, **cfg)")
     return Launch(kernel.name, texts, numels), line
 
 
