@@ -105,14 +105,10 @@ def _make_proposer(ns: argparse.Namespace, settings: Any) -> Any:
 
 
 def module_proposer(proposer: Any, start: Candidate) -> Any:
-    """The tuner on a module Target (no kernel of its own: its UPPER_CASE integers are the Task's
-    shapes, not launch parameters) becomes the no-LLM writer: torch.compile's kernels as a file, then their launches tuned."""
-    from kernel_lsp.agent.tuner import TunerProposer
-    from kernel_lsp.nollm.proposer import InductorProposer, is_module_start
+    """The tuner on a module Target becomes the no-LLM writer (kernel_lsp/nollm/proposer.py)."""
+    from kernel_lsp.nollm.proposer import for_start
 
-    if isinstance(proposer, TunerProposer) and is_module_start(start):
-        return InductorProposer()
-    return proposer
+    return for_start(proposer, start)
 
 
 class _Live:

@@ -168,6 +168,16 @@ class InductorProposer:
         return out
 
 
+def for_start(proposer: Any, start: Candidate) -> Any:
+    """The tuner on a module Target (no kernel of its own: its UPPER_CASE integers are the Task's
+    shapes, not launch parameters) becomes the no-LLM writer; any other proposer stays."""
+    from kernel_lsp.agent.tuner import TunerProposer
+
+    if isinstance(proposer, TunerProposer) and is_module_start(start):
+        return InductorProposer()
+    return proposer
+
+
 def seed_candidate(proposer: InductorProposer, mode: str = "default") -> Candidate | None:
     """The generated file of a finished recording, for a Search that wants to start from it
     (the LLM Search's seed): None when none was written."""
