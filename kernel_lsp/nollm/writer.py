@@ -573,19 +573,22 @@ def _render(ref: str, sig: str, body: list[str], kernels: list[Kernel], cfgs: di
             torch_version: str) -> str:
     lib = sorted(set(externs))
     head = [
-        '"""ModelNew: the Triton kernels torch.compile (Inductor' + (f", torch {torch_version}" if torch_version else "")
+        '"""ModelNew: the Triton kernels Inductor (PyTorch\'s compiler' + (f", torch {torch_version}" if torch_version else "")
         + f", mode {mode!r}) wrote for this module at these input shapes, as a standalone file.",
         "",
-        "Written by kernel-lsp without an LLM. It runs with torch and Triton only: no torch.compile and",
-        "nothing of torch._inductor at run time. CONFIGS holds each kernel's launch configuration (the",
-        "no-LLM tuner sweeps it). "
+        "Written by kernel-lsp without an LLM. It runs with torch and Triton only: nothing is compiled by",
+        "PyTorch and none of its compiler's runtime is imported. CONFIGS holds each kernel's launch",
+        "configuration (the no-LLM tuner sweeps it). "
         + (f"Library work stays with torch: {', '.join(lib)}. " if lib else "")
         + "Inputs of other shapes, strides, dtypes or",
-        "devices than the recorded ones run the reference's forward.",
+        "devices than the recorded ones run the reference's forward. Inference only: outputs carry no",
+        "autograd graph.",
         '"""',
         "",
     ]
-    out = head + [ref.strip("\n"), "", "", "import triton", "import triton.language as tl"]
+    future = re.findall(r"^from __future__ import [^\n]+$", ref, re.M)  # must stay first
+    ref = re.sub(r"^from __future__ import [^\n]+$", "", ref, flags=re.M)
+    out = head + future + [ref.strip("\n"), "", "", "import triton", "import triton.language as tl"]
     if needs_libdevice:
         out.append("from triton.language.extra import libdevice")
     if helper_names:
@@ -603,9 +606,12 @@ def _render(ref: str, sig: str, body: list[str], kernels: list[Kernel], cfgs: di
     if guard:
         out.append("        if (" + (" or\n                ".join(guard)) + "):")
         out.append("            return super().forward(" + ", ".join(sig.split(", ")[1:]) + ")  # not the recorded shapes")
+    # Inference only: the launches build no autograd graph, and torch's out= calls refuse
+    # parameters that require grad unless grad mode is off.
+    out.append("        with torch.no_grad():")
     for line in body:
         for piece in line.split("\n"):
-            out.append("        " + piece)
+            out.append("            " + piece)
     return "\n".join(out) + "\n"
 
 
