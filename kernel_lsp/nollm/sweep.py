@@ -20,7 +20,8 @@ _BLOCK_DIM = {"XBLOCK": "x", "YBLOCK": "y", "ZBLOCK": "z", "R0_BLOCK": "r0_", "R
 MAX_BLOCK = {"x": 4096, "y": 1024, "z": 1024, "r0_": 4096, "r1_": 4096}  # larger blocks spill registers
 MAX_ELEMENTS = 16384     # elements one program holds (XBLOCK * R0_BLOCK ...): past it, spills
 WARPS = (1, 2, 4, 8, 16)  # 16 warps = 512 threads; 32 rejected (rarely faster, often fails to fit)
-STAGES = (1, 2, 3, 4)     # software pipelining depth for loops with loads
+STAGES = (1, 2, 3, 4)
+MAX_GRID_YZ = 65535      # CUDA's limit on a grid's y and z dimensions     # software pipelining depth for loops with loads
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,8 @@ def config_ok(facts: KernelFacts, cfg: dict[str, int]) -> bool:
             if value > _pow2_ceil(numel):
                 return False  # a block past the whole dim only wastes lanes
         elements *= value
+        if dim in ("y", "z") and numel is not None and -(-numel // value) > MAX_GRID_YZ:
+            return False  # the launch grid's y and z axes stop at 65535 programs
     if cfg.get("num_warps", 4) not in WARPS or cfg.get("num_stages", 1) not in STAGES:
         return False
     return elements <= MAX_ELEMENTS

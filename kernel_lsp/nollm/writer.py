@@ -424,6 +424,8 @@ def write_model_new(reference_source: str, code: str | list[str], arg_exprs: lis
     from kernel_lsp.engine.protocol import reference_only_source
 
     if isinstance(code, list):
+        if not code:
+            raise NotConvertible("the recording holds no Inductor output module")
         if len(code) != 1:
             raise NotConvertible(f"torch.compile split this module into {len(code)} graphs (graph breaks); "
                                  "the writer needs a single graph")

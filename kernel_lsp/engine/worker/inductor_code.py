@@ -121,14 +121,17 @@ def record(reference_source: str, modes: tuple[str, ...] = MODES, seed: int = 0)
         t0 = time.perf_counter()
         row: dict[str, Any] = {}
         try:
-            options = {} if mode == "default" else torch._inductor.list_mode_options(mode)
+            options = {} if mode == "default" else dict(torch._inductor.list_mode_options(mode))
+            options["fx_graph_cache"] = False  # compile now, so that run_and_get_code sees the code
             with torch.no_grad(), torch._inductor.config.patch(options):
                 _, codes = run_and_get_code(torch.compile(model, backend=backend, dynamic=False), *inputs)
             row["codes"] = list(codes)
             row["args"] = seen[0] if len(seen) == 1 else None
-            if len(seen) != 1:
+            if len(seen) > 1:
                 row["error"] = (f"torch.compile split this module into {len(seen)} graphs (graph breaks); "
                                 "the writer needs a single graph")
+            elif not codes or not seen:
+                row["error"] = "torch.compile produced no GPU code for this module (nothing for Inductor to compile)"
             elif any(a is None for a in seen[0]):
                 row["error"] = "a graph input is neither a parameter, a buffer nor a forward input of the module"
             row["configs"] = {}
