@@ -239,11 +239,12 @@ async def _run_searches(ops: list[OpResult], engines: list[Any], store: Any,
                                   "budget": Budget(proposals=op.budget, patience=opts.patience)})
             if opts.eval_timeout is not None:
                 so.eval_timeout = opts.eval_timeout
-            proposer = make_proposer(op)
+            start = _reference_as_start(op_task)
+            proposer = _for_op(make_proposer(op), start, engine)
             await _report(progress, f"{op.name}: searching ({op.budget} proposal{'s' * (op.budget != 1)}, "
                                     f"{100 * op.share:.1f}% of forward)")
             try:
-                op.search = await Search(engine, store, op_task, _reference_as_start(op_task), proposer, so).run()
+                op.search = await Search(engine, store, op_task, start, proposer, so).run()
             finally:
                 close = getattr(proposer, "aclose", None)
                 if close is not None:
@@ -322,6 +323,17 @@ async def _end_to_end(engine: Any, task: Task, source: str, opts: WholeModelOpti
            "holds": held, "label": holds_label(held)}
     doc["faster"] = bool(s_eager is not None and limit is not None and s_eager > limit)
     return ev, doc
+
+
+def _for_op(proposer: Any, start: Any, engine: Any) -> Any:
+    """With the tuner (no model configured), an op's module gets the no-LLM writer: the kernels
+    torch.compile writes for it, then their launches tuned (kernel_lsp/nollm)."""
+    from kernel_lsp.nollm.proposer import for_start
+
+    proposer = for_start(proposer, start)
+    if hasattr(proposer, "engine") and proposer.engine is None:
+        proposer.engine = engine
+    return proposer
 
 
 async def optimize_model(path: str, engine: Any, store: Any, make_proposer: Callable[[OpResult], Any],
