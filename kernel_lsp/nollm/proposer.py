@@ -169,13 +169,17 @@ class InductorProposer:
 
 
 def for_start(proposer: Any, start: Candidate) -> Any:
-    """The tuner on a module Target (no kernel of its own: its UPPER_CASE integers are the Task's
-    shapes, not launch parameters) becomes the no-LLM writer; any other proposer stays."""
-    from kernel_lsp.agent.tuner import TunerProposer
+    """The tuner on a module Target (no kernel of its own, and no constants of its own beside the
+    reference's, which are the Task's shapes) becomes the no-LLM writer; any other stays."""
+    from kernel_lsp.agent.tuner import TunerProposer, find_tunables
+    from kernel_lsp.engine.protocol import reference_only_source
 
-    if isinstance(proposer, TunerProposer) and is_module_start(start):
-        return InductorProposer()
-    return proposer
+    if not isinstance(proposer, TunerProposer) or not is_module_start(start):
+        return proposer
+    # A ModelNew of the user's with its own constants (CHUNK = 4) keeps the constant tuner.
+    reference = reference_only_source(start.source) or ""
+    own = {t.name for t in find_tunables(start.source, "python")} - {t.name for t in find_tunables(reference, "python")}
+    return proposer if own else InductorProposer()
 
 
 def seed_candidate(proposer: InductorProposer, mode: str = "default") -> Candidate | None:

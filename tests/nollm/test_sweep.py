@@ -158,3 +158,13 @@ def test_a_module_with_its_own_kernel_keeps_the_constant_tuner():
     assert isinstance(module_proposer(TunerProposer(), bare), InductorProposer)
     own = Candidate(source=_generated("relu"), kind="python")
     assert isinstance(module_proposer(TunerProposer(), own), TunerProposer)
+
+
+def test_a_modelnew_with_its_own_constants_keeps_the_constant_tuner():
+    from kernel_lsp.agent.tuner import TunerProposer
+    from kernel_lsp.nollm.proposer import for_start
+
+    ref, _, _ = load("relu")  # ROWS, COLS: the reference's shapes, not tunables of a ModelNew
+    chunked = ref + "\n\nCHUNK = 4\n\n\nclass ModelNew(Model):\n    def forward(self, x):\n" \
+        "        return torch.cat([torch.relu(c) for c in x.chunk(CHUNK)])\n"
+    assert isinstance(for_start(TunerProposer(), Candidate(source=chunked, kind="python")), TunerProposer)
