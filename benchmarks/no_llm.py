@@ -1,7 +1,7 @@
 """The no-LLM path over the project's module Tasks, on a GPU.
 
     python benchmarks/no_llm.py [--only relu,softmax] [--limit N] [--budget 6] [--no-max-autotune]
-                                [--out benchmarks/results/no_llm] [PATH ...]
+                                [--out benchmarks/results/no_llm] [--resume] [PATH ...]
 
 Per Task (each reference alone in a fresh folder, no ModelNew of its own): `kernel-lsp optimize
 TASK --proposer tuner --json` (the Worker records torch.compile's code, the writer makes the
@@ -196,6 +196,7 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per Task's optimize")
     ap.add_argument("--no-max-autotune", action="store_true")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "no_llm"))
+    ap.add_argument("--resume", action="store_true", help="keep the rows already in --out and skip their Tasks")
     a = ap.parse_args()
     paths = [Path(p).resolve() for p in a.paths] or default_paths()
     if a.only:
@@ -211,12 +212,19 @@ def main() -> int:
     except ImportError:
         device = "no torch"
     rows: list[dict] = []
+    out = Path(a.out)
+    if a.resume and out.with_suffix(".json").exists():  # runs under a time limit add up
+        old = json.loads(out.with_suffix(".json").read_text())
+        rows = list(old.get("rows") or [])
+        command = old.get("command", command) + f" ; {command}"
+        done = {r["task"] for r in rows}
+        paths = [p for p in paths if task_name(p) not in done]
     for p in paths:
         row = run_task(p, a.budget, a.timeout, not a.no_max_autotune)
         rows.append(row)
         print(json.dumps(row), flush=True)
-        write(rows, Path(a.out), command, device)
-    write(rows, Path(a.out), command, device)
+        write(rows, out, command, device)
+    write(rows, out, command, device)
     return 0
 
 
