@@ -256,13 +256,14 @@ async def _run_searches(ops: list[OpResult], engines: list[Any], store: Any,
             so = SearchOptions(**{**template.__dict__, "budget": budget})
             if opts.eval_timeout is not None:
                 so.eval_timeout = opts.eval_timeout
-            proposer = make_proposer(op)
+            start = _reference_as_start(op_task)
+            proposer = _for_op(make_proposer(op), start, engine)
             await _report(progress, f"{op.name}: searching ({granted} proposal{'s' * (granted != 1)}"
                                     + (f", {granted - op.budget} handed on by earlier ops" if granted > op.budget else "")
                                     + ", "
                                     f"{100 * op.share:.1f}% of forward)")
             try:
-                op.search = await Search(engine, store, op_task, _reference_as_start(op_task), proposer, so).run()
+                op.search = await Search(engine, store, op_task, start, proposer, so).run()
                 spare[0] += max(0, granted - budget.used_proposals)  # handed on to the next op
             finally:
                 close = getattr(proposer, "aclose", None)
@@ -342,6 +343,17 @@ async def _end_to_end(engine: Any, task: Task, source: str, opts: WholeModelOpti
            "holds": held, "label": holds_label(held)}
     doc["faster"] = bool(s_eager is not None and limit is not None and s_eager > limit)
     return ev, doc
+
+
+def _for_op(proposer: Any, start: Any, engine: Any) -> Any:
+    """With the tuner (no model configured), an op's module gets the no-LLM writer: the kernels
+    torch.compile writes for it, then their launches tuned (kernel_lsp/nollm)."""
+    from kernel_lsp.nollm.proposer import for_start
+
+    proposer = for_start(proposer, start)
+    if hasattr(proposer, "engine") and proposer.engine is None:
+        proposer.engine = engine
+    return proposer
 
 
 async def optimize_model(path: str, engine: Any, store: Any, make_proposer: Callable[[OpResult], Any],

@@ -104,6 +104,13 @@ def _make_proposer(ns: argparse.Namespace, settings: Any) -> Any:
     return LLMProposer(LLMConfig.from_env(model=model, base_url=base_url))
 
 
+def module_proposer(proposer: Any, start: Candidate) -> Any:
+    """The tuner on a module Target becomes the no-LLM writer (kernel_lsp/nollm/proposer.py)."""
+    from kernel_lsp.nollm.proposer import for_start
+
+    return for_start(proposer, start)
+
+
 class _Live:
     """The live progress display (stderr)."""
 
@@ -248,6 +255,8 @@ def search_facts(result: SearchResult, search: Any = None) -> dict[str, Any]:
     facts["compile_faster"] = facts["compile_beats_best"] if result.best is not None else None
     facts["shared_gpu"] = _attr(result, "shared_gpu")
     facts["proposer"] = getattr(getattr(search, "proposer", None), "name", None)
+    label_for = getattr(getattr(search, "proposer", None), "label_for", None)  # the no-LLM writer's
+    facts["generated"] = label_for(result.best.id) if label_for is not None and result.best is not None else None
     facts["noisy"] = numbers.noisy(spread) or numbers.noisy(facts["speedup_eager_spread"])
     return facts
 
@@ -369,6 +378,7 @@ async def _optimize(ns: argparse.Namespace, path: str, show: bool) -> tuple[Sear
         cand = Candidate(source=task.reference_source.rstrip("\n") + "\n\n\nclass ModelNew(Model):\n    pass\n",
                          kind="python", note="the reference as ModelNew")
     proposer = _make_proposer(ns, settings)  # before anything starts: no model is an immediate error
+    proposer = module_proposer(proposer, cand)
     store = Store.for_workspace(root)
     try:  # the local Engine, or a Ray cluster (ExecutorUnavailable: could not run)
         engine = await open_executor(store=None, python=getattr(settings, "python", None),
@@ -378,6 +388,8 @@ async def _optimize(ns: argparse.Namespace, path: str, show: bool) -> tuple[Sear
     except BaseException:
         await proposer.aclose()
         raise
+    if hasattr(proposer, "engine"):
+        proposer.engine = engine  # the no-LLM writer records torch.compile's code through it
     see = getattr(engine, "see", None)  # the Task's folder, before device_info starts the Worker
     if see is not None:
         see([task])
@@ -487,6 +499,8 @@ def optimize_main(ns: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=2, default=str))
     else:
         _table(result, facts, search)
+        if facts.get("generated"):
+            print(facts["generated"])
         if written:
             print(f"wrote the best candidate to {written}")
         elif result.improved:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from lsprotocol import types
 
 from kernel_lsp.model import Candidate, Evaluation, Task, TargetKind
-from kernel_lsp.server import handback, op_action
+from kernel_lsp.server import handback, nollm_action, op_action
 from kernel_lsp.server.commands import CommandError, DocumentArgs, JobArgs, OptimizeArgs, SearchArgs, parse_args
 from kernel_lsp.server.engine_host import ExecutionDisabled
 from kernel_lsp.server.evaluation import NOISY_SPREAD, REWRITE, anchor_target, fmt_ms, is_rewrite, reference_candidate
@@ -77,6 +77,7 @@ class OptimizeFeature(LanguageFeature):
                                   "kernel-lsp.optimize", {"uri": state.uri, **({"op": op} if op else {})},
                                   llm, [diag]))
         out += op_action.code_actions(self, state, params)  # per op, through the whole-model flow
+        out += nollm_action.code_actions(self, state, params)  # torch.compile's kernels as a file
         target = anchor_target(doc)
         if target is not None:
             what = "module" if target.kind in (TargetKind.TASK_MODEL, TargetKind.CANDIDATE_MODEL) else "kernel"
@@ -103,7 +104,11 @@ class OptimizeFeature(LanguageFeature):
             "kernel-lsp.previewCandidate": self.preview,
             "kernel-lsp.applyCandidate": self.apply,
             op_action.COMMAND: self.optimize_op,
+            nollm_action.COMMAND: self.write_kernels,
         }
+
+    async def write_kernels(self, *args: Any) -> dict[str, Any]:
+        return await nollm_action.write_kernels_command(self, args, SearchRun)
 
     async def optimize_op(self, *args: Any) -> dict[str, Any]:
         return await op_action.optimize_op_command(self, args, SearchRun, make_proposer)
@@ -227,6 +232,12 @@ class OptimizeFeature(LanguageFeature):
                     candidate = reference_candidate(run.text, note)
                 engine = await ls.host.executor(progress.report)  # a Ray cluster: N candidates at once
             proposer = make_proposer(ls, kind)
+            if not repair_only:
+                from kernel_lsp.nollm.proposer import for_start
+
+                proposer = for_start(proposer, candidate)  # a module and the tuner: the no-LLM writer
+                if hasattr(proposer, "engine"):
+                    proposer.engine = engine
             search = Search(engine, ls.host.store(), task, candidate, proposer, options)
             job = ls.jobs.get(("search", run.uri))
 

@@ -35,6 +35,7 @@ export const RESTART_SETTINGS = ["python", "serverArgs"];
 export const SERVER_COMMANDS = {
   optimize: "kernel-lsp.optimize",
   tune: "kernel-lsp.tune",
+  writeKernels: "kernel-lsp.writeKernels",
   benchmark: "kernel-lsp.benchmark",
   cancel: "kernel-lsp.cancel",
   showReport: "kernel-lsp.showReport",
@@ -391,6 +392,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<Contro
   context.subscriptions.push(
     vscode.commands.registerCommand("kernelLsp.optimize", onDocument(SERVER_COMMANDS.optimize)),
     vscode.commands.registerCommand("kernelLsp.tune", onDocument(SERVER_COMMANDS.tune)),
+    vscode.commands.registerCommand("kernelLsp.writeKernels", onDocument(SERVER_COMMANDS.writeKernels)),
     vscode.commands.registerCommand("kernelLsp.benchmark", onDocument(SERVER_COMMANDS.benchmark)),
     vscode.commands.registerCommand("kernelLsp.cancel", async (arg?: unknown) => {
       let job = arg && typeof arg === "object" ? (arg as Args).job : undefined;

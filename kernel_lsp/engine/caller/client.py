@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 
 Progress = Callable[[str], Any]
 # The requests that use the GPU: each takes the GPU's machine-wide turn (caller/gpu_lock.py).
-GPU_OPS = frozenset({"evaluate", "profile", "extract", "prepare_reference", "prepare_compile"})
+GPU_OPS = frozenset({"evaluate", "profile", "extract", "prepare_reference", "prepare_compile", "inductor_code"})
 
 class Engine:
     """Runs Candidates in a Worker that owns one GPU (docs/architecture.md)."""

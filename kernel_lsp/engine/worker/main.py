@@ -59,6 +59,9 @@ class Worker:
             "extract": lambda params: importlib.import_module("kernel_lsp.engine.worker.extract").worker_op(params, build),
             "prepare_reference": self.op_prepare_reference,
             "prepare_compile": self.op_prepare_compile,
+            # torch.compile's output code for a Task's module (the no-LLM writer's input)
+            "inductor_code": lambda params: importlib.import_module(
+                "kernel_lsp.engine.worker.inductor_code").worker_op(params),
             "prepare_build": lambda params: importlib.import_module("kernel_lsp.engine.worker.fastbuild").prepare_op(
                 params, build),
         }

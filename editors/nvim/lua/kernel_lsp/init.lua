@@ -107,7 +107,7 @@ local function remember(command, arg)
   end
   if command == 'kernel-lsp.previewCandidate' or command == 'kernel-lsp.applyCandidate' then
     M.state.last_preview = { search = arg.search, candidate = arg.candidate }
-  elseif command == 'kernel-lsp.optimize' or command == 'kernel-lsp.tune' then
+  elseif command == 'kernel-lsp.optimize' or command == 'kernel-lsp.tune' or command == 'kernel-lsp.writeKernels' then
     M.state.last_preview = nil -- a new search: ids of the last one would apply the wrong result
   end
 end
@@ -234,6 +234,8 @@ local COMMANDS = {
   end), { nargs = '?', complete = function() return { 'llm', 'tuner' } end,
            desc = 'kernel-lsp: optimize the kernel under the cursor [llm|tuner]' } },
   KernelLspTune = { document_command('kernel-lsp.tune'), { desc = 'kernel-lsp: tune (no LLM)' } },
+  KernelLspWriteKernels = { document_command('kernel-lsp.writeKernels'),
+                            { desc = "kernel-lsp: write this module's kernels from torch.compile (no LLM)" } },
   KernelLspBenchmark = { document_command('kernel-lsp.benchmark', nil, function(err, result)
     -- A run that did nothing: the server says why itself (window/showMessage); not twice.
     if err or type(result) ~= 'table' or result.error then return end

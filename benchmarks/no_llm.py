@@ -1,0 +1,232 @@
+"""The no-LLM path over the project's module Tasks, on a GPU.
+
+    python benchmarks/no_llm.py [--only relu,softmax] [--limit N] [--budget 6] [--no-max-autotune]
+                                [--out benchmarks/results/no_llm] [--resume] [PATH ...]
+
+Per Task (each reference alone in a fresh folder, no ModelNew of its own): `kernel-lsp optimize
+TASK --proposer tuner --json` (the Worker records torch.compile's code, the writer makes the
+standalone file, the sweep tunes its launches; every candidate verified and timed by the engine,
+eager and torch.compile default timed with it), and, in a separate process, torch.compile
+max-autotune-no-cudagraphs timed against eager with triton's do_bench (its own eager, so the ratio
+is same-method). Reported: eager, torch.compile default and max-autotune, the generated file before
+and after tuning, its verdict, label and the seconds it took. Results are rewritten after every
+Task (partial results survive a stop), as JSON and a Markdown table with the command.
+
+Default Tasks: examples/*.py, benchmarks/tasks/*.py, benchmarks/models/*.py and, where present,
+benchmarks/corpus/inline_build/*/reference.py (KernelBench level-1/2 references).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+MEASURE_MAX = r'''
+import importlib.util, json, sys, torch
+from triton.testing import do_bench
+spec = importlib.util.spec_from_file_location("ref", sys.argv[1])
+m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+torch.manual_seed(0)
+model = m.Model(*m.get_init_inputs()).cuda().eval()
+xs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in m.get_inputs()]
+with torch.no_grad():
+    eager = do_bench(lambda: model(*xs), return_mode="median")
+    c = torch.compile(model, mode="max-autotune-no-cudagraphs")
+    c(*xs)
+    ms = do_bench(lambda: c(*xs), return_mode="median")
+print(json.dumps({"eager_ms": eager, "max_autotune_ms": ms}))
+'''
+
+
+def default_paths() -> list[Path]:
+    out = sorted(p for p in (ROOT / "examples").glob("*.py") if p.name != "time_variants.py")
+    out += sorted(p for p in (ROOT / "benchmarks" / "tasks").glob("*.py")
+                  if not p.stem.endswith("_new") and p.name != "generate.py")
+    out += sorted((ROOT / "benchmarks" / "models").glob("*.py"))
+    out += sorted((ROOT / "benchmarks" / "corpus" / "inline_build").glob("*/reference.py"))
+    return out
+
+
+def task_name(path: Path) -> str:
+    return path.parent.name if path.name == "reference.py" else path.stem
+
+
+def reference_only(path: Path) -> str | None:
+    from kernel_lsp.engine.protocol import reference_only_source
+
+    text = path.read_text()
+    if "class Model" not in text or "def get_inputs" not in text:
+        return None
+    return reference_only_source(text)
+
+
+def run_task(path: Path, budget: int, timeout: float, max_autotune: bool) -> dict:
+    name = task_name(path)
+    row: dict = {"task": name, "path": str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)}
+    ref = reference_only(path)
+    if ref is None:
+        row["skipped"] = "not a module Task (no Model/get_inputs)"
+        return row
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "KERNEL_LSP_MODEL"):
+        env.pop(var, None)
+    with tempfile.TemporaryDirectory(prefix="nollm_") as d:
+        task = Path(d) / f"{name}.py"
+        task.write_text(ref)
+        t0 = time.perf_counter()
+        try:
+            r = subprocess.run([sys.executable, "-m", "kernel_lsp.cli", "optimize", task.name, "--proposer", "tuner",
+                                "--budget", str(budget), "--json", "--out", "best.py"], cwd=d, env=env,
+                               capture_output=True, text=True, timeout=timeout)
+            row["seconds"] = round(time.perf_counter() - t0, 1)
+            row["status"] = r.returncode
+            doc = json.loads(r.stdout) if r.stdout.strip().startswith("{") else {}
+            if not doc:
+                row["error"] = (r.stderr.strip().splitlines() or ["no output"])[-1][:300]
+        except subprocess.TimeoutExpired:
+            row["seconds"] = round(time.perf_counter() - t0, 1)
+            row["error"] = f"optimize ran past {timeout:g} s"
+            doc = {}
+        if doc:
+            row.update(summarize(doc))
+        if max_autotune:
+            try:
+                m = subprocess.run([sys.executable, "-c", MEASURE_MAX, str(task)], env=env, capture_output=True,
+                                   text=True, timeout=timeout)
+                got = json.loads(m.stdout.strip().splitlines()[-1]) if m.returncode == 0 else {}
+                if got:
+                    row["max_autotune_vs_eager"] = got["eager_ms"] / got["max_autotune_ms"]
+                else:
+                    row["max_autotune_error"] = (m.stderr.strip().splitlines() or ["failed"])[-1][:200]
+            except (subprocess.TimeoutExpired, ValueError, IndexError) as exc:
+                row["max_autotune_error"] = str(exc)[:200]
+    return row
+
+
+def summarize(doc: dict) -> dict:
+    out: dict = {"reason": doc.get("reason"), "eager_ms": doc.get("eager_ms"), "compile_ms": doc.get("compile_ms"),
+                 "improved": doc.get("improved"), "label": doc.get("generated") or doc.get("label"),
+                 "custom_kernel": doc.get("custom_kernel")}
+    rows = doc.get("ranking") or []
+    gen = [r for r in rows if str(r.get("note") or "").startswith("Triton kernels generated from torch.compile")
+           and "tuned" not in str(r.get("note"))]
+    if gen:
+        first = min(gen, key=lambda r: r.get("time_ms") or math.inf)
+        out["generated_ms"] = first.get("time_ms")
+        out["generated_verdict"] = "correct"
+    else:
+        failed = [s for s in doc.get("failed_steps") or [] if s.get("kind") in ("evaluation", "proposal")]
+        out["generated_verdict"] = failed[0].get("verdict") or "not made" if failed else "not made"
+        out["generated_why"] = str(failed[0].get("reason"))[:200] if failed else doc.get("reason")
+    if doc.get("improved") and doc.get("best_ms"):
+        out["best_ms"] = doc.get("best_ms")
+    elif gen:
+        out["best_ms"] = None  # the generated file did not beat eager: the start stays
+    for k in ("eager_ms", "compile_ms", "generated_ms", "best_ms"):
+        if out.get(k) is not None:
+            out[k] = float(out[k])
+    if out.get("eager_ms"):
+        for k, name in (("compile_ms", "compile_vs_eager"), ("generated_ms", "generated_vs_eager"),
+                        ("best_ms", "best_vs_eager")):
+            if out.get(k):
+                out[name] = out["eager_ms"] / out[k]
+        out["result_vs_eager"] = out.get("best_vs_eager") or 1.0  # never slower than eager: the start stays
+    return out
+
+
+def geomean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def write(rows: list[dict], out: Path, command: str, device: str) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    done = [r for r in rows if "skipped" not in r]
+    comp = [r for r in done if r.get("compile_vs_eager")]
+    summary = {
+        "tasks": len(done),
+        "torch_compile_compiled": len(comp),
+        "generated_correct": sum(1 for r in done if r.get("generated_verdict") == "correct"),
+        "geomean_result_vs_eager": geomean([r.get("result_vs_eager") for r in comp]),
+        "geomean_compile_vs_eager": geomean([r["compile_vs_eager"] for r in comp]),
+        "at_least_10pct_faster_than_compile": sum(
+            1 for r in comp if r.get("result_vs_eager") and r["result_vs_eager"] >= 1.1 * r["compile_vs_eager"]),
+    }
+    out.with_suffix(".json").write_text(json.dumps({"command": command, "device": device, "summary": summary,
+                                                    "rows": rows}, indent=1))
+    f = lambda v, d=2: "-" if v is None else (f"{v:.{d}f}" if isinstance(v, float) else str(v))  # noqa: E731
+    lines = [f"# The no-LLM path ({device})", "", f"Command: `{command}`", "",
+             "Ratios are eager time over the other's time (higher is faster). eager, torch.compile default, "
+             "the generated file and its tuned best: the engine's timing (CUDA events, L2 flushed, median); "
+             "max-autotune: triton do_bench against its own eager in a separate process. "
+             "'result' is what the user keeps: the tuned file where it beat eager, else eager (1.00x).", "",
+             "| task | eager ms | compile | max-autotune | generated | tuned | result | verdict | label | s |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        if "skipped" in r:
+            continue
+        verdict = r.get("generated_verdict") or r.get("error") or "-"
+        if r.get("generated_why") and verdict != "correct":
+            verdict = f"{verdict}: {r['generated_why'][:90]}"
+        lines.append(f"| {r['task']} | {f(r.get('eager_ms'), 4)} | {f(r.get('compile_vs_eager'))}x | "
+                     f"{f(r.get('max_autotune_vs_eager'))}x | {f(r.get('generated_vs_eager'))}x | "
+                     f"{f(r.get('best_vs_eager'))}x | {f(r.get('result_vs_eager'))}x | {verdict} | "
+                     f"{(r.get('label') or '-')[:80]} | {f(r.get('seconds'), 0)} |")
+    lines += ["", "Summary: " + ", ".join(f"{k} {f(v)}" for k, v in summary.items()), ""]
+    out.with_suffix(".md").write_text("\n".join(lines))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("paths", nargs="*")
+    ap.add_argument("--only", default="", help="comma-separated task names")
+    ap.add_argument("--limit", type=int, default=0)
+    ap.add_argument("--budget", type=int, default=6, help="proposals per Task (1-2 generated files, then sweeps)")
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per Task's optimize")
+    ap.add_argument("--no-max-autotune", action="store_true")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "no_llm"))
+    ap.add_argument("--resume", action="store_true", help="keep the rows already in --out and skip their Tasks")
+    a = ap.parse_args()
+    paths = [Path(p).resolve() for p in a.paths] or default_paths()
+    if a.only:
+        wanted = set(a.only.split(","))
+        paths = [p for p in paths if task_name(p) in wanted]
+    if a.limit:
+        paths = paths[: a.limit]
+    command = "python benchmarks/no_llm.py " + " ".join(shlex.quote(x) for x in sys.argv[1:])
+    try:
+        import torch
+        device = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
+        device += f", torch {torch.__version__}"
+    except ImportError:
+        device = "no torch"
+    rows: list[dict] = []
+    out = Path(a.out)
+    if a.resume and out.with_suffix(".json").exists():  # runs under a time limit add up
+        old = json.loads(out.with_suffix(".json").read_text())
+        rows = list(old.get("rows") or [])
+        command = old.get("command", command) + f" ; {command}"
+        done = {r["task"] for r in rows}
+        paths = [p for p in paths if task_name(p) not in done]
+    for p in paths:
+        row = run_task(p, a.budget, a.timeout, not a.no_max_autotune)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        write(rows, out, command, device)
+    write(rows, out, command, device)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

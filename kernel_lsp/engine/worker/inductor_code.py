@@ -1,0 +1,153 @@
+"""The Worker's `inductor_code` request: what torch.compile (Inductor) writes for a Task's module.
+
+For each mode ("default", "max-autotune-no-cudagraphs"), on this GPU and the Task's inputs:
+Inductor's output modules (as `run_and_get_code` returns them), what each graph input is in
+the module ("self.weight" or a forward argument, matched by storage pointer at the call), the
+launch configuration Inductor's autotuner picked for each Triton kernel, and the seconds it
+took. The no-LLM writer (kernel_lsp/nollm) turns that into a standalone ModelNew file.
+
+Imports torch lazily; says in one sentence why it cannot run (no CUDA, a CPU-only torch).
+Private torch APIs used here, only here, at record time (never by a generated file):
+torch._inductor.utils.run_and_get_code, torch._inductor.compile_fx.compile_fx,
+torch._inductor.codecache.PyCodeCache (checked with torch 2.11 and 2.13).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import os
+import sys
+import tempfile
+import time
+from typing import Any
+
+MODES = ("default", "max-autotune-no-cudagraphs")
+
+
+def why_not() -> str | None:
+    """Why this machine cannot record Inductor's GPU code, or None."""
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed here, so torch.compile cannot write kernels for this module"
+    if torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
+        return (f"this torch ({torch.__version__}) is a CPU-only build: torch.compile writes GPU kernels only "
+                "with a CUDA build of torch and a GPU")
+    if not torch.cuda.is_available():
+        return "no CUDA GPU is visible here: torch.compile writes its Triton kernels for a GPU"
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return "Triton is not installed here: torch.compile's GPU kernels are Triton kernels"
+    return None
+
+
+def _load(source: str, name: str) -> Any:
+    fd, path = tempfile.mkstemp(suffix=".py", prefix="kernel_lsp_ref_")
+    with os.fdopen(fd, "w") as f:
+        f.write(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[name] = mod
+    try:
+        spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    finally:
+        os.unlink(path)
+    return mod
+
+
+def _chosen_configs(code: str) -> dict[str, dict[str, Any]]:
+    """The launch config Inductor's autotuner kept for each kernel named in `code`."""
+    import re
+
+    from torch._inductor.codecache import PyCodeCache
+
+    names = set(re.findall(r"^(\w+) = async_compile\.triton\(", code, re.M))
+    mods = PyCodeCache.modules if isinstance(PyCodeCache.modules, list) else list(PyCodeCache.modules.values())
+    mods = list(mods) + list(getattr(PyCodeCache, "modules_no_attr", {}).values())
+    out: dict[str, dict[str, Any]] = {}
+    for mod in reversed(mods):
+        for name in names - set(out):
+            k = getattr(mod, name, None)
+            launchers = getattr(k, "launchers", None) or []
+            cfg = getattr(launchers[0], "config", None) if len(launchers) == 1 else None
+            if cfg is None and len(getattr(k, "configs", None) or []) == 1:
+                cfg = k.configs[0]
+            if cfg is not None:
+                out[name] = {"kwargs": {a: v for a, v in dict(cfg.kwargs).items() if isinstance(v, int)},
+                             "num_warps": int(cfg.num_warps), "num_stages": int(cfg.num_stages)}
+    return out
+
+
+def record(reference_source: str, modes: tuple[str, ...] = MODES, seed: int = 0) -> dict[str, Any]:
+    """{"torch", "triton", "device", "modes": {mode: {"codes", "args", "configs", "seconds",
+    "error"?}}} or {"why": sentence}."""
+    why = why_not()
+    if why:
+        return {"why": why}
+    import torch
+    import triton
+    from torch._inductor.compile_fx import compile_fx
+    from torch._inductor.utils import run_and_get_code
+
+    mod = _load(reference_source, f"kernel_lsp_inductor_ref_{os.getpid()}")
+    torch.manual_seed(seed)
+    model = mod.Model(*mod.get_init_inputs()).cuda().eval()
+    inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in mod.get_inputs()]
+    names = list(inspect.signature(mod.Model.forward).parameters)[1:]
+    where: dict[int, str] = {}
+    for n, p in model.named_parameters():
+        where.setdefault(p.data_ptr(), f"self.{n}")
+    for n, b in model.named_buffers():
+        where.setdefault(b.data_ptr(), f"self.{n}")
+    for n, x in zip(names, inputs):
+        if isinstance(x, torch.Tensor):
+            where[x.data_ptr()] = n  # an input wins over a parameter sharing its storage
+    out: dict[str, Any] = {"torch": torch.__version__, "triton": triton.__version__,
+                           "device": torch.cuda.get_device_name(), "modes": {}}
+    for mode in modes:
+        seen: list[list[str | None]] = []
+
+        def backend(gm: Any, example_inputs: list[Any]) -> Any:
+            compiled = compile_fx(gm, example_inputs)
+
+            def run(*args: Any) -> Any:
+                seen.append([where.get(a.data_ptr()) if isinstance(a, torch.Tensor) else None for a in args])
+                return compiled(*args)
+            return run
+
+        torch._dynamo.reset()
+        t0 = time.perf_counter()
+        row: dict[str, Any] = {}
+        try:
+            options = {} if mode == "default" else dict(torch._inductor.list_mode_options(mode))
+            options["fx_graph_cache"] = False  # compile now, so that run_and_get_code sees the code
+            with torch.no_grad(), torch._inductor.config.patch(options):
+                _, codes = run_and_get_code(torch.compile(model, backend=backend, dynamic=False), *inputs)
+            row["codes"] = list(codes)
+            row["args"] = seen[0] if len(seen) == 1 else None
+            if len(seen) > 1:
+                row["error"] = (f"torch.compile split this module into {len(seen)} graphs (graph breaks); "
+                                "the writer needs a single graph")
+            elif not codes or not seen:
+                row["error"] = "torch.compile produced no GPU code for this module (nothing for Inductor to compile)"
+            elif any(a is None for a in seen[0]):
+                row["error"] = "a graph input is neither a parameter, a buffer nor a forward input of the module"
+            row["configs"] = {}
+            for code in row["codes"]:
+                try:
+                    row["configs"].update(_chosen_configs(code))
+                except Exception:  # noqa: BLE001 - the configs are a hint; the writer has defaults
+                    pass
+        except Exception as exc:  # noqa: BLE001 - one sentence per mode
+            row["error"] = f"torch.compile failed on this module: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+        row["seconds"] = round(time.perf_counter() - t0, 2)
+        out["modes"][mode] = row
+    torch._dynamo.reset()
+    return out
+
+
+def worker_op(params: dict[str, Any]) -> dict[str, Any]:
+    modes = tuple(params.get("modes") or MODES)
+    return record(str(params["reference_source"]), modes)

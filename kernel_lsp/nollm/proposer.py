@@ -1,0 +1,201 @@
+"""The no-LLM Proposer for module Targets (the tuner's family).
+
+Round 1, from the start (the reference as ModelNew, i.e. eager): the Worker records what
+torch.compile writes for the module (default and max-autotune), and each recording that converts
+becomes a standalone ModelNew file (writer.py): candidate 1 is the default one; the max-autotune
+one (its GEMM/convolution and launch choices) is a second candidate when it differs. Later rounds,
+from a generated file: every one-parameter change of one kernel's launch configuration
+(sweep.py). Each is a Candidate, verified, timed and guarded like any other; the start, eager,
+stays the floor (the guard keeps only what beats it), so the result is never slower than eager.
+
+`custom_kernel` comes from the engine's own static checks: Triton kernels count; a file whose
+forward also calls torch.mm/convolution is labelled as such by the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kernel_lsp.model import Candidate
+
+from kernel_lsp.agent.proposer import Proposal, ProposalRequest
+
+from . import sweep
+from .writer import Generated, NotConvertible, describe, write_model_new
+
+MODE_LABELS = {"default": "default", "max-autotune-no-cudagraphs": "max-autotune"}
+NO_GPU = ("writing this module's kernels needs a CUDA GPU: torch.compile writes its Triton kernels for "
+          "the GPU it runs on, and none is visible here")
+
+
+def is_module_start(start: Candidate) -> bool:
+    """A Python Task with no kernel of its own: the reference as ModelNew, or a ModelNew that
+    only calls PyTorch."""
+    from kernel_lsp.engine.worker.static_checks import has_kernel
+
+    return start.kind == "python" and not has_kernel(start.source)
+
+
+def label(gen: Generated, mode: str, tuned: int = 0) -> str:
+    text = f"Triton kernels generated from torch.compile ({MODE_LABELS.get(mode, mode)})"
+    text += f", tuned: {tuned} launch change{'s' if tuned != 1 else ''}" if tuned else ""
+    return f"{text}: {describe(gen)}"
+
+
+async def generate(engine: Any, reference_source: str, modes: tuple[str, ...] | None = None,
+                   timeout: float = 600.0) -> tuple[dict[str, Generated], dict[str, str]]:
+    """({mode: Generated}, {mode: why not}) for a reference, through the engine's Worker.
+    A machine that cannot record at all gives {"*": why}."""
+    from kernel_lsp.engine.worker.inductor_code import MODES
+
+    params = {"reference_source": reference_source, "modes": list(modes or MODES)}
+    try:
+        rec = await engine.request("inductor_code", params, timeout=timeout, warm=True)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a dead or timed-out Worker is one sentence
+        return {}, {"*": f"recording torch.compile's code failed: {exc}"}
+    if not isinstance(rec, dict) or rec.get("why"):
+        return {}, {"*": str((rec or {}).get("why") or "the Worker gave no recording")}
+    return convert_recording(reference_source, rec)
+
+
+def convert_recording(reference_source: str, rec: dict[str, Any]) -> tuple[dict[str, Generated], dict[str, str]]:
+    out: dict[str, Generated] = {}
+    why: dict[str, str] = {}
+    for mode, row in (rec.get("modes") or {}).items():
+        if row.get("error"):
+            why[mode] = str(row["error"])
+            continue
+        try:
+            out[mode] = write_model_new(reference_source, row.get("codes") or [], row.get("args"),
+                                        row.get("configs"), mode=MODE_LABELS.get(mode, mode),
+                                        torch_version=str(rec.get("torch") or ""))
+        except NotConvertible as exc:
+            why[mode] = str(exc)
+    return out, why
+
+
+class InductorProposer:
+    """Generated Triton kernels, then their launch configurations swept. No model, no network."""
+
+    name = "tuner"
+    model: str | None = None
+    can_repair = False
+    uses_profile = False
+
+    def __init__(self, engine: Any = None, *, timeout: float = 600.0) -> None:
+        self.engine = engine          # set by the caller once its Engine is open
+        self.timeout = timeout
+        self.generated: dict[str, Generated] = {}
+        self.why: dict[str, str] = {}
+        self._labels: dict[str, str] = {}      # candidate id -> label
+        self._tuned: dict[str, int] = {}       # candidate id -> launch changes from its generated file
+        self._modes: dict[str, str] = {}       # candidate id -> the mode its file came from
+        self._queues: dict[str, list[Candidate]] = {}
+        self._seen: set[str] = set()
+
+    async def aclose(self) -> None:
+        pass
+
+    def precheck(self, start: Candidate, device: dict) -> str | None:
+        if device.get("cuda") is False:
+            return NO_GPU
+        if not is_module_start(start):
+            return "the no-LLM writer starts from a module without kernels of its own"
+        return None
+
+    def label_for(self, candidate_id: str) -> str | None:
+        return self._labels.get(candidate_id)
+
+    async def _first(self, request: ProposalRequest) -> list[Proposal]:
+        if self.engine is None:
+            return [Proposal.failed("the no-LLM proposer has no engine to record torch.compile's code with",
+                                    fatal=True, form="tuner")]
+        self.generated, self.why = await generate(self.engine, request.task.reference_source,
+                                                  timeout=self.timeout)
+        if not self.generated:
+            reasons = "; ".join(f"{MODE_LABELS.get(m, m) if m != '*' else 'here'}: {w}" for m, w in self.why.items())
+            return [Proposal.failed(f"no standalone file could be written from torch.compile's code ({reasons})",
+                                    fatal=True, form="tuner")]
+        out: list[Candidate] = []
+        sources: set[str] = set()
+        for mode, gen in self.generated.items():
+            if gen.source in sources:
+                continue
+            sources.add(gen.source)
+            lab = label(gen, mode)
+            cand = Candidate(source=gen.source, kind="python", origin="tuner", parent=request.parent.id, note=lab)
+            self._labels[cand.id], self._tuned[cand.id], self._modes[cand.id] = lab, 0, mode
+            out.append(cand)
+        return [Proposal(candidate=c, form="tuner") for c in out]
+
+    def _sweep(self, parent: Candidate) -> list[Candidate]:
+        base_tuned = self._tuned.get(parent.id, 0)
+        mode = self._modes.get(parent.id, "default")
+        gen = self.generated.get(mode)
+        out = []
+        for source, note in sweep.variants(parent.source):
+            cand = Candidate(source=source, kind="python", origin="tuner", parent=parent.id, note=note)
+            self._tuned[cand.id] = base_tuned + 1
+            self._modes[cand.id] = mode
+            if gen is not None:
+                self._labels[cand.id] = label(gen, mode, base_tuned + 1)
+            out.append(cand)
+        return out
+
+    async def propose(self, request: ProposalRequest) -> list[Proposal]:
+        if request.mode == "repair":
+            return [Proposal.failed("the no-LLM proposer cannot repair a failing candidate", form="tuner")]
+        pid = request.parent.id
+        self._seen.add(pid)
+        if pid not in self._queues:
+            if pid not in self._tuned:  # the start (or any file not generated here)
+                self._queues[pid] = []
+                if not self.generated and not self.why:
+                    return await self._first(request)
+                return []
+            self._queues[pid] = self._sweep(request.parent)
+        queue = self._queues[pid]
+        out: list[Proposal] = []
+        while queue and len(out) < max(1, request.count):
+            cand = queue.pop(0)
+            if cand.id in self._seen:
+                continue
+            self._seen.add(cand.id)
+            out.append(Proposal(candidate=cand, form="tuner"))
+        return out
+
+
+def for_start(proposer: Any, start: Candidate) -> Any:
+    """The tuner on a module Target (no kernel of its own, and no constants of its own beside the
+    reference's, which are the Task's shapes) becomes the no-LLM writer; any other stays."""
+    from kernel_lsp.agent.tuner import TunerProposer, find_tunables
+    from kernel_lsp.engine.protocol import reference_only_source
+
+    if not isinstance(proposer, TunerProposer) or not is_module_start(start):
+        return proposer
+    # A ModelNew of the user's with its own constants (CHUNK = 4) keeps the constant tuner.
+    reference = reference_only_source(start.source) or ""
+    own = {t.name for t in find_tunables(start.source, "python")} - {t.name for t in find_tunables(reference, "python")}
+    return proposer if own else InductorProposer()
+
+
+def seed_candidate(proposer: InductorProposer, mode: str = "default") -> Candidate | None:
+    """The generated file of a finished recording, for a Search that wants to start from it
+    (the LLM Search's seed): None when none was written."""
+    gen = proposer.generated.get(mode) or next(iter(proposer.generated.values()), None)
+    if gen is None:
+        return None
+    return Candidate(source=gen.source, kind="python", origin="tuner", note=label(gen, mode))
+
+
+async def seed_for(engine: Any, reference_source: str, timeout: float = 600.0) -> tuple[Candidate | None, str]:
+    """The generated file for a reference, for a Search that starts from the best kernels the
+    machine can already write (the LLM Search's seed, behind its setting): (candidate, "") or
+    (None, why not). The caller verifies it like any candidate."""
+    gens, why = await generate(engine, reference_source, timeout=timeout)
+    for mode, gen in gens.items():
+        return Candidate(source=gen.source, kind="python", origin="tuner", note=label(gen, mode)), ""
+    return None, "; ".join(why.values()) or "no file was written"

@@ -1,0 +1,129 @@
+"""Launch-configuration variants of a generated file: one kernel, one parameter at a time.
+
+A generated file holds `CONFIGS = {"kernel": dict(XBLOCK=1024, num_warps=4, num_stages=1), ...}`.
+Each variant doubles or halves one block size, or moves num_warps / num_stages one step, for
+one kernel, within what the kernel can launch with (the kernel's text, also in the file, says
+its numels and which dims have no bounds mask: there a block must divide the numel). With the
+Search expanding its best node, that is coordinate descent over every kernel's configuration.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_CONFIG_LINE = re.compile(r"^    '(\w+)': dict\(([^()]*)\),$", re.M)
+_NUMEL = re.compile(r"^    (x|y|z|r0_|r1_)numel = (\d+)$", re.M)
+_BLOCK_DIM = {"XBLOCK": "x", "YBLOCK": "y", "ZBLOCK": "z", "R0_BLOCK": "r0_", "R1_BLOCK": "r1_"}
+
+# Limits that keep every variant launchable and sane (what they accept / reject):
+MAX_BLOCK = {"x": 4096, "y": 1024, "z": 1024, "r0_": 4096, "r1_": 4096}  # larger blocks spill registers
+MAX_ELEMENTS = 16384     # elements one program holds (XBLOCK * R0_BLOCK ...): past it, spills
+WARPS = (1, 2, 4, 8, 16)  # 16 warps = 512 threads; 32 rejected (rarely faster, often fails to fit)
+STAGES = (1, 2, 3, 4)
+MAX_GRID_YZ = 65535      # CUDA's limit on a grid's y and z dimensions     # software pipelining depth for loops with loads
+
+
+@dataclass(frozen=True)
+class KernelFacts:
+    name: str
+    numels: dict[str, int]
+    unmasked: frozenset[str]
+    fixed_elements: int  # elements per program from blocks fixed in the text (a persistent R0_BLOCK)
+
+
+def configs(source: str) -> dict[str, dict[str, int]]:
+    """The CONFIGS table of a generated file ({} when it has none)."""
+    out: dict[str, dict[str, int]] = {}
+    for m in _CONFIG_LINE.finditer(source):
+        cfg: dict[str, int] = {}
+        for part in filter(None, (p.strip() for p in m.group(2).split(","))):
+            k, _, v = part.partition("=")
+            if v.strip().lstrip("-").isdigit():
+                cfg[k.strip()] = int(v)
+        out[m.group(1)] = cfg
+    return out
+
+
+def kernel_facts(source: str, name: str) -> KernelFacts:
+    start = source.find(f"\ndef {name}(")
+    end = source.find("\n@triton.jit", start + 1)
+    end = source.find("\n\n\n", start + 1) if end < 0 else end
+    body = source[start:end if end > 0 else len(source)]
+    numels = {m.group(1): int(m.group(2)) for m in _NUMEL.finditer(body)}
+    unmasked = frozenset(d for d in ("x", "y", "z", "r0_", "r1_") if re.search(rf"^\s*{d}mask = tl\.full\(", body, re.M))
+    fixed = 1
+    for m in re.finditer(r"^    R\d_BLOCK: tl\.constexpr = (\d+)$", body, re.M):
+        fixed *= int(m.group(1))
+    return KernelFacts(name, numels, unmasked, fixed)
+
+
+def _pow2_ceil(n: int) -> int:
+    return 1 << max(0, (max(1, n) - 1).bit_length())
+
+
+def config_ok(facts: KernelFacts, cfg: dict[str, int]) -> bool:
+    elements = facts.fixed_elements
+    for key, value in cfg.items():
+        dim = _BLOCK_DIM.get(key)
+        if dim is None:
+            continue
+        if value < 1 or value & (value - 1) or value > MAX_BLOCK[dim]:
+            return False
+        numel = facts.numels.get(dim)
+        if dim in facts.unmasked and (numel is None or numel % value):
+            return False  # no bounds mask: a partial block would read and write out of bounds
+        if numel is not None:
+            if value > _pow2_ceil(numel):
+                return False  # a block past the whole dim only wastes lanes
+        elements *= value
+        if dim in ("y", "z") and numel is not None and -(-numel // value) > MAX_GRID_YZ:
+            return False  # the launch grid's y and z axes stop at 65535 programs
+    if cfg.get("num_warps", 4) not in WARPS or cfg.get("num_stages", 1) not in STAGES:
+        return False
+    return elements <= MAX_ELEMENTS
+
+
+def _render(cfg: dict[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in cfg.items())
+
+
+def neighbours(facts: KernelFacts, cfg: dict[str, int]) -> list[tuple[dict[str, int], str]]:
+    out: list[tuple[dict[str, int], str]] = []
+    for key, value in cfg.items():
+        if key in _BLOCK_DIM:
+            steps = [value * 2, value // 2]
+        elif key == "num_warps":
+            i = WARPS.index(value) if value in WARPS else 2
+            steps = [WARPS[j] for j in (i + 1, i - 1) if 0 <= j < len(WARPS)]
+        elif key == "num_stages":
+            i = STAGES.index(value) if value in STAGES else 0
+            steps = [STAGES[j] for j in (i + 1, i - 1) if 0 <= j < len(STAGES)]
+        else:
+            continue
+        for new in steps:
+            c = {**cfg, key: new}
+            if new != value and config_ok(facts, c):
+                out.append((c, f"{key} {value} -> {new}"))
+    return out
+
+
+def variants(source: str) -> list[tuple[str, str]]:
+    """(new source, note) for every one-parameter change of one kernel's launch config."""
+    out: list[tuple[str, str]] = []
+    for m in _CONFIG_LINE.finditer(source):
+        name = m.group(1)
+        cfg = configs(m.group(0)).get(name, {})
+        facts = kernel_facts(source, name)
+        for new, note in neighbours(facts, cfg):
+            line = f"    {name!r}: dict({_render(new)}),"
+            out.append((source[:m.start()] + line + source[m.end():], f"{name}: {note}"))
+    return out
+
+
+def with_config(source: str, name: str, cfg: dict[str, int]) -> str:
+    """`source` with kernel `name`'s configuration replaced (the max-autotune choice, a recorded one)."""
+    for m in _CONFIG_LINE.finditer(source):
+        if m.group(1) == name:
+            return source[:m.start()] + f"    {name!r}: dict({_render(cfg)})," + source[m.end():]
+    return source

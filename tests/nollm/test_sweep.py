@@ -1,0 +1,170 @@
+"""The no-LLM tuner's candidates on recorded Inductor output: the launch-config sweep and the
+Proposer's rounds (the Worker's recording replayed from tests/data/inductor)."""
+
+from __future__ import annotations
+
+import asyncio
+import ast
+
+import pytest
+
+from kernel_lsp.agent.proposer import ProposalRequest
+from kernel_lsp.model import Candidate, Task
+from kernel_lsp.nollm import sweep
+from kernel_lsp.nollm.proposer import InductorProposer, convert_recording, is_module_start
+from kernel_lsp.nollm.writer import write_model_new
+
+from .fixtures import load, recordings
+
+
+def _generated(task: str, module: str = "default_0.py") -> str:
+    ref, code, args = load(task, module)
+    return write_model_new(ref, code, args).source
+
+
+@pytest.mark.parametrize("task,module", recordings())
+def test_every_variant_changes_one_parameter_of_one_kernel_and_stays_launchable(task, module):
+    src = _generated(task, module)
+    base = sweep.configs(src)
+    seen = set()
+    for new, note in sweep.variants(src):
+        ast.parse(new)
+        assert new not in seen
+        seen.add(new)
+        cfgs = sweep.configs(new)
+        changed = [(k, p) for k in base for p in base[k] if cfgs[k][p] != base[k][p]]
+        assert len(changed) == 1, note
+        kernel, param = changed[0]
+        assert note.startswith(f"{kernel}: {param} ")
+        assert sweep.config_ok(sweep.kernel_facts(new, kernel), cfgs[kernel])
+    if base:
+        assert seen, f"{task}: nothing to sweep"
+
+
+def test_unmasked_blocks_divide_the_numel():
+    src = _generated("bias_gelu")  # xnumel 25165824 = 3 * 2**23, no bounds mask
+    facts = sweep.kernel_facts(src, "triton_poi_fused_add_gelu_0")
+    assert facts.numels == {"x": 25165824} and facts.unmasked == {"x"}
+    notes = [n for _, n in sweep.variants(src)]
+    assert "triton_poi_fused_add_gelu_0: XBLOCK 1024 -> 2048" in notes
+    assert "triton_poi_fused_add_gelu_0: XBLOCK 1024 -> 512" in notes
+    assert "triton_poi_fused_add_gelu_0: num_warps 4 -> 8" in notes
+    assert "triton_poi_fused_add_gelu_0: num_stages 1 -> 2" in notes
+    assert not sweep.config_ok(facts, {"XBLOCK": 3, "num_warps": 4, "num_stages": 1})
+    assert not sweep.config_ok(facts, {"XBLOCK": 8192, "num_warps": 4, "num_stages": 1})  # past MAX_BLOCK
+
+
+def test_reductions_keep_their_elements_per_program_bounded():
+    src = _generated("softmax")
+    name = "triton_red_fused__softmax_exp_prepare_softmax_online_sub_0"
+    facts = sweep.kernel_facts(src, name)
+    assert facts.numels == {"x": 4096, "r0_": 4096}
+    for new, _ in sweep.variants(src):
+        cfg = sweep.configs(new)[name]
+        assert cfg["XBLOCK"] * cfg["R0_BLOCK"] <= sweep.MAX_ELEMENTS
+    # A persistent reduction's R0_BLOCK is fixed in its text and counts toward the bound.
+    src = _generated("mingpt_block")
+    facts = sweep.kernel_facts(src, "triton_per_fused_native_layer_norm_0")
+    assert facts.fixed_elements == 1024
+    assert not sweep.config_ok(facts, {"XBLOCK": 32, "num_warps": 4, "num_stages": 1})
+
+
+def test_with_config_replaces_one_line():
+    src = _generated("bias_gelu")
+    new = sweep.with_config(src, "triton_poi_fused_add_gelu_0", {"XBLOCK": 256, "num_warps": 2, "num_stages": 1})
+    assert sweep.configs(new) == {"triton_poi_fused_add_gelu_0": {"XBLOCK": 256, "num_warps": 2, "num_stages": 1}}
+    assert new.replace("XBLOCK=256, num_warps=2", "XBLOCK=1024, num_warps=4") == src
+
+
+class RecordedEngine:
+    """Answers the Worker's inductor_code request with a recording from tests/data/inductor,
+    in the Worker's own answer format."""
+
+    def __init__(self, task: str, modes: dict[str, str]) -> None:
+        self.task, self.modes, self.calls = task, modes, []
+
+    async def request(self, op, params, **kw):
+        self.calls.append((op, params))
+        ref, _, args = load(self.task)
+        rows = {}
+        for mode, module in self.modes.items():
+            _, code, _ = load(self.task, module)
+            rows[mode] = {"codes": [code], "args": args, "configs": {}, "seconds": 1.0}
+        return {"torch": "2.11.0+cu130", "triton": "3.6.0", "device": "NVIDIA H200", "modes": rows}
+
+
+def _request(task: Task, parent: Candidate, count: int = 4) -> ProposalRequest:
+    return ProposalRequest(task=task, parent=parent, evaluation=None, count=count, device={"cuda": True})
+
+
+def test_proposer_generates_then_sweeps():
+    ref, _, _ = load("relu")
+    task = Task(name="relu", reference_path="relu.py", reference_source=ref)
+    start = Candidate(source=ref + "\n\nclass ModelNew(Model):\n    pass\n", kind="python")
+    assert is_module_start(start)
+    engine = RecordedEngine("relu", {"default": "default_0.py", "max-autotune-no-cudagraphs": "max-autotune_0.py"})
+    prop = InductorProposer(engine)
+    assert prop.precheck(start, {"cuda": True}) is None
+    assert "needs a CUDA GPU" in prop.precheck(start, {"cuda": False})
+
+    first = asyncio.run(prop.propose(_request(task, start)))
+    assert engine.calls[0][0] == "inductor_code" and engine.calls[0][1]["reference_source"] == ref
+    cands = [p.candidate for p in first]
+    assert len(cands) == 2  # the default and max-autotune files differ (their headers say which)
+    assert cands[0].note == "Triton kernels generated from torch.compile (default): 1 Triton kernel"
+    assert cands[1].note.startswith("Triton kernels generated from torch.compile (max-autotune)")
+    assert prop.label_for(cands[0].id) == cands[0].note
+    # The start has nothing more; the generated file is swept, one change at a time.
+    assert asyncio.run(prop.propose(_request(task, start))) == []
+    sweep_round = asyncio.run(prop.propose(_request(task, cands[0], count=3)))
+    assert len(sweep_round) == 3 and all(p.candidate.parent == cands[0].id for p in sweep_round)
+    child = sweep_round[0].candidate
+    assert prop.label_for(child.id).startswith("Triton kernels generated from torch.compile (default), tuned: 1 launch change")
+    grandchildren = asyncio.run(prop.propose(_request(task, child, count=50)))
+    assert grandchildren and "tuned: 2 launch changes" in prop.label_for(grandchildren[0].candidate.id)
+    assert all(p.candidate.source != cands[0].source for p in grandchildren)  # no step back
+
+
+def test_proposer_says_why_when_nothing_converts():
+    ref, _, _ = load("relu")
+    task = Task(name="relu", reference_path="relu.py", reference_source=ref)
+    start = Candidate(source=ref + "\n\nclass ModelNew(Model):\n    pass\n", kind="python")
+
+    class NoGPU:
+        async def request(self, op, params, **kw):
+            return {"why": "no CUDA GPU is visible here: torch.compile writes its Triton kernels for a GPU"}
+
+    out = asyncio.run(InductorProposer(NoGPU()).propose(_request(task, start)))
+    assert len(out) == 1 and out[0].fatal and out[0].candidate is None
+    assert "no CUDA GPU is visible here" in out[0].error
+
+
+def test_convert_recording_keeps_each_modes_reason():
+    ref, code, args = load("relu")
+    gens, why = convert_recording(ref, {"modes": {
+        "default": {"codes": [code], "args": args},
+        "max-autotune-no-cudagraphs": {"codes": [code, code], "args": args},
+        "other": {"error": "torch.compile failed on this module: Unsupported: data-dependent shape"}}})
+    assert list(gens) == ["default"]
+    assert "graph breaks" in why["max-autotune-no-cudagraphs"] and "data-dependent" in why["other"]
+
+
+def test_a_module_with_its_own_kernel_keeps_the_constant_tuner():
+    from kernel_lsp.cli.optimize import module_proposer
+    from kernel_lsp.agent.tuner import TunerProposer
+
+    ref, _, _ = load("relu")
+    bare = Candidate(source=ref + "\n\nclass ModelNew(Model):\n    pass\n", kind="python")
+    assert isinstance(module_proposer(TunerProposer(), bare), InductorProposer)
+    own = Candidate(source=_generated("relu"), kind="python")
+    assert isinstance(module_proposer(TunerProposer(), own), TunerProposer)
+
+
+def test_a_modelnew_with_its_own_constants_keeps_the_constant_tuner():
+    from kernel_lsp.agent.tuner import TunerProposer
+    from kernel_lsp.nollm.proposer import for_start
+
+    ref, _, _ = load("relu")  # ROWS, COLS: the reference's shapes, not tunables of a ModelNew
+    chunked = ref + "\n\nCHUNK = 4\n\n\nclass ModelNew(Model):\n    def forward(self, x):\n" \
+        "        return torch.cat([torch.relu(c) for c in x.chunk(CHUNK)])\n"
+    assert isinstance(for_start(TunerProposer(), Candidate(source=chunked, kind="python")), TunerProposer)
