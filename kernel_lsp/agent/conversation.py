@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from .context import describe_targets, describe_toolchain, op_source
-from .prompts import describe_device, describe_evaluation, describe_profile, instruction, numbered
+from .prompts import SYSTEM, SYSTEM_TOOLS, describe_device, describe_evaluation, describe_profile, instruction, numbered
 from .proposer import ProposalRequest
 
 # About 25k tokens of turns before the oldest source copies are compacted (prompt size is
@@ -150,3 +150,8 @@ def compact(turns: list[dict[str, Any]], limit: int = COMPACT_CHARS) -> list[dic
             if size(out) <= limit:
                 break
     return out
+
+
+def build_messages(req: ProposalRequest, tools: bool = False) -> list[dict[str, Any]]:
+    """The messages of one request: the system prompt for the protocol, then the lineage's turns."""
+    return messages_for(req, SYSTEM_TOOLS if tools else SYSTEM)

@@ -34,7 +34,8 @@ from kernel_lsp.verdicts import EndpointUnreachable, NoModelConfigured
 from .budget import Pricing
 from .conversation import unusable
 from .patches import ParseError, parse_answer
-from .prompts import SYSTEM, SYSTEM_TOOLS, build_messages
+from .conversation import build_messages
+from .prompts import SYSTEM, SYSTEM_TOOLS
 from .proposer import Proposal, ProposalRequest
 
 log = logging.getLogger(__name__)

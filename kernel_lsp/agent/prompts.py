@@ -196,9 +196,3 @@ def instruction(req: ProposalRequest) -> str:
         text += ("\nOther answers from this same source are exploring: "
                  + "; ".join(req.siblings) + ". Take a different idea.")
     return text
-
-
-def build_messages(req: ProposalRequest, tools: bool = False) -> list[dict[str, Any]]:
-    from .conversation import messages_for
-
-    return messages_for(req, SYSTEM_TOOLS if tools else SYSTEM)

@@ -1,4 +1,5 @@
-from kernel_lsp.agent.prompts import build_messages, describe_device
+from kernel_lsp.agent.conversation import build_messages
+from kernel_lsp.agent.prompts import describe_device
 from kernel_lsp.agent.proposer import ProposalRequest
 from kernel_lsp.model import Candidate, CompileResult, Evaluation, Task
 
