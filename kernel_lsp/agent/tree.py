@@ -9,8 +9,10 @@ kernel search keeps its maximum, the mean so one lucky child does not hold a sub
 from __future__ import annotations
 
 import hashlib
+import io
 import math
 import re
+import tokenize
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -90,13 +92,22 @@ def pick_repair(nodes: Iterable[Node], needs_repair: Callable[[Node], bool]) -> 
 
 
 _C_COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
-_PY_COMMENT = re.compile(r"(?m)^\s*#[^\n]*$|[ \t]+#[^\n'\"]*$")
+
+
+def _python_without_comments(source: str) -> str:
+    """Python's own comments only, found by its tokenizer: a `#define` inside a CUDA string is code."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return source  # unparsable text: compare it as written
+    return tokenize.untokenize((t.type, t.string) for t in tokens if t.type != tokenize.COMMENT)
 
 
 def near_key(source: str, kind: str) -> str:
     """Two sources with the same key differ only in comments and whitespace: one is a
     near-duplicate of the other (byte equality misses a re-indented or re-commented copy)."""
-    # Python: `#` comments only (`a // b` is a division there); CUDA: // and /* */ comments.
-    text = _PY_COMMENT.sub(" ", source) if kind == "python" else _C_COMMENT.sub(" ", source)
+    # Python: its `#` comments only (`a // b` is a division, `#define` in a string is CUDA);
+    # CUDA: // and /* */ comments.
+    text = _python_without_comments(source) if kind == "python" else _C_COMMENT.sub(" ", source)
     text = re.sub(r"\s+", " ", text).strip()
     return hashlib.sha256(text.encode()).hexdigest()[:24]

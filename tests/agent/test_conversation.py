@@ -126,6 +126,9 @@ async def test_near_duplicates_are_caught_beyond_byte_equality():
     assert near_key(cu.source, "cuda") == near_key(same, "cuda")
     assert near_key("y = a // b\n", "python") != near_key("y = a // c\n", "python")
     assert near_key("x = 1  # one\n", "python") == near_key("x = 1\n", "python")
+    # a `#define` inside a CUDA string of a Python file is code, not a comment
+    cuda_256 = 'SRC = """\n#define THREADS 256\n"""\n'
+    assert near_key(cuda_256, "python") != near_key(cuda_256.replace("256", "512"), "python")
 
 
 def test_values_are_backed_up_and_steer_selection():
