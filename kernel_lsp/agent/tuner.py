@@ -210,6 +210,18 @@ def parent_is_python(request: ProposalRequest) -> bool:
     return request.parent.kind == "python" and can_compile(request.parent.source)
 
 
+def hand_out(queue: list[Candidate], seen: set[str], count: int) -> list[Proposal]:
+    """Up to `count` (at least one) variants from the front of `queue` not handed out before."""
+    out: list[Proposal] = []
+    while queue and len(out) < max(1, count):
+        cand = queue.pop(0)
+        if cand.id in seen:
+            continue
+        seen.add(cand.id)
+        out.append(Proposal(candidate=cand, form="tuner"))
+    return out
+
+
 class TunerProposer:
     """Sweeps tunable constants; needs no model and no network."""
 
@@ -278,15 +290,7 @@ class TunerProposer:
                        if parent_is_python(request) else "no tunable constants")
                 return [Proposal.failed(f"the tuner has nothing to try for this source ({why}); {NEEDS_LLM}",
                                         fatal=True, form="tuner")]
-        queue = self._queues[pid]
-        out: list[Proposal] = []
-        while queue and len(out) < max(1, request.count):
-            cand = queue.pop(0)
-            if cand.id in self._seen:
-                continue
-            self._seen.add(cand.id)
-            out.append(Proposal(candidate=cand, form="tuner"))
-        return out
+        return hand_out(self._queues[pid], self._seen, request.count)
 
     def exhausted(self, parent: Candidate) -> bool:
         """True once every variant of `parent` has been handed out."""

@@ -20,6 +20,7 @@ from typing import Any
 from kernel_lsp.model import Candidate
 
 from kernel_lsp.agent.proposer import Proposal, ProposalRequest
+from kernel_lsp.agent.tuner import hand_out
 
 from . import sweep
 from .writer import Generated, NotConvertible, describe, write_model_new
@@ -157,15 +158,7 @@ class InductorProposer:
                     return await self._first(request)
                 return []
             self._queues[pid] = self._sweep(request.parent)
-        queue = self._queues[pid]
-        out: list[Proposal] = []
-        while queue and len(out) < max(1, request.count):
-            cand = queue.pop(0)
-            if cand.id in self._seen:
-                continue
-            self._seen.add(cand.id)
-            out.append(Proposal(candidate=cand, form="tuner"))
-        return out
+        return hand_out(self._queues[pid], self._seen, request.count)
 
 
 def for_start(proposer: Any, start: Candidate) -> Any:

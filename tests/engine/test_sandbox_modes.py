@@ -178,7 +178,8 @@ def test_explain_names_each_fence():
 def test_test_only_ops_are_not_in_the_production_table():
     ops = set(Worker().ops)
     assert ops == {"ping", "warm", "device_info", "evaluate", "profile", "build", "extract", "shutdown",
-                   "prepare_build", "prepare_reference", "prepare_compile"}
+                   "prepare_build", "prepare_reference", "prepare_compile",
+                   "inductor_code"}  # the no-LLM path: torch.compile's code for a Task, in the Worker
 
 
 def test_evaluation_carries_sandboxed():
