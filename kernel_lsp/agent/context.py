@@ -30,6 +30,11 @@ ARCH_FEATURES: dict[int, str] = {
 }
 
 
+# FP32 lanes per SM by compute capability (the CUDA programming guide's arithmetic throughput table).
+FP32_LANES_PER_SM: dict[int, int] = {70: 64, 75: 64, 80: 64, 86: 128, 87: 128, 89: 128, 90: 128,
+                                     100: 128, 103: 128, 120: 128}
+
+
 def _capability(info: dict[str, Any]) -> int | None:
     cap = info.get("capability")
     if isinstance(cap, (list, tuple)) and len(cap) == 2:
@@ -54,7 +59,7 @@ def _peaks(name: str) -> dict[str, float]:
     except Exception:  # the table is a hint: a GPU it does not know gets no peaks
         return {}
     out = {}
-    for dtype, key in (("float32", "fp32 (TF32 tensor cores)"), ("float16", "fp16"), ("bfloat16", "bf16"),
+    for dtype, key in (("float32", "tf32 (tensor cores)"), ("float16", "fp16"), ("bfloat16", "bf16"),
                        ("float8_e4m3fn", "fp8"), ("float64", "fp64")):
         roof = for_device(name, dtype)
         if roof.source == "table" and roof.peak_flops:
@@ -92,6 +97,12 @@ def describe_device(info: dict[str, Any]) -> str:
     if info.get("l2_bytes"):
         lines.append(f"- L2 cache {_bytes(info['l2_bytes'])}")
     peaks = _peaks(str(info.get("name", "")))
+    lanes = FP32_LANES_PER_SM.get(cap) if cap is not None else None
+    clock = info.get("max_sm_clock_mhz")
+    if lanes and info.get("sm_count") and isinstance(clock, (int, float)):
+        # Plain fp32 (an FMA is 2 FLOP per lane per clock): the ceiling of a kernel without tensor
+        # cores, 7x below the TF32 figure on Hopper; a model must not aim at the wrong one.
+        peaks = {"fp32 (CUDA cores, FMA)": 2 * lanes * info["sm_count"] * clock * 1e6, **peaks}
     if peaks:
         lines.append("- dense peak: " + ", ".join(f"{k} {v / 1e12:.0f} TFLOP/s" for k, v in peaks.items()))
     if cap is not None and cap in ARCH_FEATURES:

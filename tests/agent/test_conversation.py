@@ -219,7 +219,7 @@ def test_device_in_units_from_what_device_info_really_sets():
     for must in ("GPU: NVIDIA H200", "sm_90", "132 SMs, max SM clock 1980 MHz", "65536 32-bit registers",
                  "228 KiB shared memory", "227 KiB shared memory with the dynamic opt-in", "memory 140 GiB",
                  "DRAM bandwidth 4800 GB/s (from the table)", "L2 cache 60 MiB", "fp16 989 TFLOP/s",
-                 "wgmma", "TMA"):
+                 "wgmma", "TMA", "fp32 (CUDA cores, FMA) 67 TFLOP/s", "tf32 (tensor cores) 495 TFLOP/s"):
         assert must in text, must
     assert "4800000000000" not in text and "python:" not in text
 
