@@ -12,11 +12,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from lsprotocol import types
+
+from kernel_lsp.engine.caller.executor import ray_connect_timeout
 
 if TYPE_CHECKING:
     from kernel_lsp.server.engine_host import EngineHost
@@ -32,10 +33,7 @@ CLOSE_TIMEOUT = 20.0
 
 def connect_timeout() -> float:
     """CONNECT_TIMEOUT, or KERNEL_LSP_RAY_CONNECT_TIMEOUT (seconds) for a slow cluster."""
-    try:
-        return max(1.0, float(os.environ.get("KERNEL_LSP_RAY_CONNECT_TIMEOUT") or CONNECT_TIMEOUT))
-    except ValueError:
-        return CONNECT_TIMEOUT
+    return ray_connect_timeout(CONNECT_TIMEOUT)
 
 
 def cluster_key(settings: Any) -> tuple[Any, ...] | None:

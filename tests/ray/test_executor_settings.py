@@ -28,8 +28,15 @@ def test_flags_lay_over_settings_and_an_address_alone_means_ray():
     ns = parser.parse_args(["bench", "x.py", "--executor", "local"])
     assert executor_settings(Settings().merged({"executor": "ray", "ray_address": "auto"}), ns)["kind"] == "local"
     kw = executor_settings(Settings().merged({"executor": "ray", "gpu": "H200", "max_gpus": 2}), argparse.Namespace())
-    assert kw == {"kind": "ray", "ray_address": None, "gpu": "H200", "max_gpus": 2}
+    assert kw == {"kind": "ray", "ray_address": None, "gpu": "H200", "max_gpus": 2, "connect_timeout": 30.0}
     assert executor_settings(Settings(), None)["kind"] == "local"
+
+
+def test_the_command_line_takes_the_ray_connect_timeout_from_the_environment(monkeypatch):
+    monkeypatch.setenv("KERNEL_LSP_RAY_CONNECT_TIMEOUT", "150")
+    assert executor_settings(Settings(), None)["connect_timeout"] == 150.0
+    monkeypatch.setenv("KERNEL_LSP_RAY_CONNECT_TIMEOUT", "soon")  # not a number: the default, not a traceback
+    assert executor_settings(Settings(), None)["connect_timeout"] == 30.0
 
 
 def test_an_evaluation_says_where_it_ran_in_json():

@@ -16,6 +16,8 @@ and the server keeps working with the local Executor.
 
 from __future__ import annotations
 
+import os
+
 from typing import Any
 
 from kernel_lsp.engine.caller.client import Engine
@@ -81,7 +83,18 @@ def executor_settings(settings: Any, ns: Any = None) -> dict[str, Any]:
     kind = flag_kind or ("ray" if flag_address else None) or getattr(settings, "executor", None) or "local"
     address = flag_address or getattr(settings, "ray_address", None)
     max_gpus = getattr(settings, "max_gpus", 0) or None
-    return {"kind": kind, "ray_address": address, "gpu": getattr(settings, "gpu", None), "max_gpus": max_gpus}
+    return {"kind": kind, "ray_address": address, "gpu": getattr(settings, "gpu", None), "max_gpus": max_gpus,
+            "connect_timeout": ray_connect_timeout(30.0)}
+
+
+def ray_connect_timeout(default: float) -> float:
+    """`default`, or KERNEL_LSP_RAY_CONNECT_TIMEOUT (seconds) for a slow cluster: the same variable
+    for the command line and the server (a Ray Client's first connection can take tens of seconds
+    on a loaded head)."""
+    try:
+        return max(1.0, float(os.environ.get("KERNEL_LSP_RAY_CONNECT_TIMEOUT") or default))
+    except ValueError:
+        return default
 
 
 async def open_or_local(kind: str | None = "local", **kw: Any) -> tuple[Executor, str | None]:
