@@ -62,6 +62,7 @@ class Kernel:
     grid_dims: dict[str, int]   # "x" -> program_id axis
     unmasked: set[str]          # dims with no bounds mask: their block must divide the numel
     helpers: set[str] = field(default_factory=set)
+    grid: str = ""              # the launch grid (3 dims) as an expression of the config `cfg`
 
 
 @dataclass
@@ -312,6 +313,8 @@ class _Expr(ast.NodeTransformer):
         fn = ast.unparse(node.func)
         if fn == "empty_strided_cuda":
             size, stride, dtype = node.args
+            if _contiguous(_const(size, "a buffer size"), _const(stride, "a buffer stride")):
+                return _parse(f"torch.empty({ast.unparse(size)}, dtype={ast.unparse(dtype)}, device={self.device})")
             return _parse(f"torch.empty_strided({ast.unparse(size)}, {ast.unparse(stride)}, "
                           f"dtype={ast.unparse(dtype)}, device={self.device})")
         if fn == "reinterpret_tensor":
@@ -342,6 +345,16 @@ class _Expr(ast.NodeTransformer):
         return _parse(f"torch.convolution({pos[0]}, {pos[1]}, {kw.get('bias', 'None')}, {kw['stride']}, "
                       f"{kw['padding']}, {kw['dilation']}, {kw['transposed']}, {kw['output_padding']}, "
                       f"{kw['groups']})")
+
+
+def _contiguous(size: tuple, stride: tuple) -> bool:
+    """Row-major strides for `size` (size-1 dims may have any stride): torch.empty gives that layout."""
+    want = 1
+    for n, s in zip(reversed(tuple(size)), reversed(tuple(stride))):
+        if n != 1 and s != want:
+            return False
+        want *= n
+    return True
 
 
 def _parse(text: str) -> ast.expr:
@@ -445,8 +458,8 @@ def write_model_new(reference_source: str, code: str | list[str], arg_exprs: lis
     if not inputs:
         raise NotConvertible("the compiled graph reads none of the forward's inputs")
     first_input = next(iter(inputs))
-    conv = _Expr(f"{first_input}.device")
-    body: list[str] = [f"{n} = {e}" for n, e in zip(names, arg_exprs)]
+    conv = _Expr("dev")
+    body: list[str] = [f"{n} = {e}" for n, e in zip(names, arg_exprs)] + [f"dev = {first_input}.device"]
     launches: list[Launch] = []
     cfgs: dict[str, dict[str, int]] = {}
     returned = False
@@ -548,11 +561,8 @@ def _launch(kernel: Kernel, call: ast.Call, conv: _Expr) -> tuple[Launch, str]:
         if dim not in numels:
             raise NotConvertible(f"kernel {kernel.name} has no {dim}numel argument to size its grid")
         grid[axis] = f"triton.cdiv({numels[dim]}, cfg[{(dim.upper() + 'BLOCK')!r}])"
-    while len(grid) > 1 and grid[-1] == "1":
-        grid.pop()
-    grid_text = f"({grid[0]},)" if len(grid) == 1 else f"({', '.join(grid)})"
-    line = (f"cfg = CONFIGS[{kernel.name!r}]\n"
-            f"{kernel.name}[{grid_text}]({', '.join(texts)}, **cfg)")
+    kernel.grid = f"({', '.join(grid)})"
+    line = f"LAUNCHERS[{kernel.name!r}](dev, {', '.join(texts)})"
     return Launch(kernel.name, texts, numels), line
 
 
@@ -565,6 +575,9 @@ def _guard(inputs: dict[str, str], shapes: dict[str, tuple], dtypes: dict[str, s
         conds.append(f"tuple({expr}.shape) != {tuple(size)!r}")
         conds.append(f"{expr}.stride() != {tuple(stride)!r}")
         conds.append(f"not {expr}.is_cuda")
+        # Triton specializes a kernel on 16-byte aligned pointers; a launcher reused across calls
+        # must never see a less aligned one.
+        conds.append(f"{expr}.data_ptr() % 16")
         if expr in dtypes and dtypes[expr].split(".")[-1] in _DTYPES:
             conds.append(f"{expr}.dtype != torch.{dtypes[expr].split('.')[-1]}")
     return conds
@@ -604,10 +617,15 @@ def _render(ref: str, sig: str, body: list[str], kernels: list[Kernel], cfgs: di
     out += ["", "# Launch configuration of each kernel (block sizes, warps, pipeline stages).", "CONFIGS = {"]
     for name, cfg in cfgs.items():
         out.append(f"    {name!r}: dict({', '.join(f'{k}={v}' for k, v in cfg.items())}),")
+    out += ["}", "", "", LAUNCHER.strip("\n"), "", "", "LAUNCHERS = {"]
+    for k in kernels:
+        consts = repr(tuple(k.constexprs))
+        out.append(f"    {k.name!r}: _Launcher({k.name}, {k.name!r}, {consts}, lambda cfg: {k.grid}),")
     out += ["}", "", "", "class ModelNew(Model):", f"    def forward({sig}):"]
+    args = ", ".join(sig.split(", ")[1:])
     if guard:
         out.append("        if (" + (" or\n                ".join(guard)) + "):")
-        out.append("            return super().forward(" + ", ".join(sig.split(", ")[1:]) + ")  # not the recorded shapes")
+        out.append(f"            return super().forward({args})  # not the recorded shapes")
     # Inference only: the launches build no autograd graph, and torch's out= calls refuse
     # parameters that require grad unless grad mode is off.
     out.append("        with torch.no_grad():")
@@ -615,6 +633,36 @@ def _render(ref: str, sig: str, body: list[str], kernels: list[Kernel], cfgs: di
         for piece in line.split("\n"):
             out.append("            " + piece)
     return "\n".join(out) + "\n"
+
+
+# Written into every file with kernels: the lean launch (what Inductor's own launcher does, with
+# Triton's public API). Triton's `kernel[grid](...)` binds and specializes every argument and
+# looks the compiled kernel up on each call: tens of microseconds of Python per launch, more than
+# the kernel itself on small Tasks. The shapes here are fixed, so each kernel is compiled once per
+# device and then launched through the compiled kernel's own runner (`compiled[grid](*args)`, as
+# Triton's fused-softmax tutorial does).
+LAUNCHER = '''
+class _Launcher:
+    """One kernel at the recorded shapes: the first call on a device compiles and launches it through
+    Triton's JIT; later calls launch the compiled kernel directly, with the grid computed once."""
+
+    def __init__(self, kernel, name, constexprs, grid):
+        self.kernel, self.cfg = kernel, CONFIGS[name]
+        self.consts = tuple(self.cfg[c] for c in constexprs)  # passed after the runtime arguments
+        self.grid = grid(self.cfg)
+        self.runs = {}
+
+    def __call__(self, device, *args):
+        run = self.runs.get(device)
+        if run is None:
+            compiled = self.kernel[self.grid](*args, **self.cfg)
+            # Triton's interpreter (TRITON_INTERPRET=1) has no compiled kernel: it keeps the JIT launch.
+            self.runs[device] = compiled[self.grid] if hasattr(compiled, "packed_metadata") else False
+        elif run is False:
+            self.kernel[self.grid](*args, **self.cfg)
+        else:
+            run(*args, *self.consts)
+'''
 
 
 def describe(gen: Generated) -> str:

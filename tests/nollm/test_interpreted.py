@@ -1,6 +1,6 @@
 """The generated files' Triton code run by Triton's interpreter (TRITON_INTERPRET=1, on the CPU;
 skipped where Triton is not installed): the helpers written for the files against torch on the
-same data, and a recorded GEMM + reduction fixture's whole file against its reference. The
+same data, and recorded fixtures' whole files (their lean forward) against their references. The
 interpreter has no libdevice, so libdevice.exp reads tl.exp here (the GPU tests run the real one)."""
 
 from __future__ import annotations
@@ -71,8 +71,9 @@ FIXTURE = r'''
 import sys, torch
 from tests.nollm.fixtures import load
 from kernel_lsp.nollm.writer import write_model_new
-ref, code, args = load("l2_gemm_div_sum")
+ref, code, args = load(sys.argv[1])
 src = write_model_new(ref, code, args).source.replace("not x.is_cuda", "False")  # the interpreter runs on CPU tensors
+src = src.replace("libdevice.exp(", "tl.exp(")
 ns = {"__name__": "generated"}
 exec(compile(src, "generated", "exec"), ns)
 torch.manual_seed(0)
@@ -89,10 +90,10 @@ print("fixture ok")
 '''
 
 
-def _run(code: str) -> subprocess.CompletedProcess:
+def _run(code: str, *argv: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": "",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    return subprocess.run([sys.executable, "-c", code, *argv], env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
 
 
 def test_helpers_match_torch():
@@ -100,6 +101,9 @@ def test_helpers_match_torch():
     assert r.returncode == 0 and "helpers ok" in r.stdout, r.stderr[-3000:]
 
 
-def test_a_recorded_fixture_runs_and_matches_its_reference():
-    r = _run(FIXTURE)
+@pytest.mark.parametrize("task", ["l2_gemm_div_sum", "l1_softmax_split"])
+def test_a_recorded_fixture_runs_and_matches_its_reference(task):
+    """The lean forward (each kernel through its _Launcher) run whole: a GEMM + reduction, and the
+    five-kernel split softmax of KernelBench level 1 problem 23."""
+    r = _run(FIXTURE, task)
     assert r.returncode == 0 and "fixture ok" in r.stdout, r.stderr[-3000:]

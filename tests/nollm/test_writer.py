@@ -52,7 +52,7 @@ def test_every_recording_converts(task, module):
     defs = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("triton_")]
     assert sorted(defs) == sorted(gen.configs) == sorted({launch.kernel for launch in gen.launches})
     for name in defs:
-        assert f"{name}[(" in gen.source
+        assert f"LAUNCHERS[{name!r}](dev, " in gen.source and f"_Launcher({name}, {name!r}, " in gen.source
     # The engine's own checks: Triton kernels are custom kernels; torch's GEMM/convolution
     # calls are flagged as PyTorch work beside them, never hidden.
     flags = static_checks.flags(static_checks.scan(gen.source, "python", ref))
@@ -69,12 +69,17 @@ def test_pointwise_file_reads_like_a_kernel_file():
     assert "@triton.jit\ndef triton_poi_fused_add_gelu_0(in_ptr0, in_ptr1, out_ptr0, xnumel, XBLOCK : tl.constexpr):" in src
     assert "from triton.language.extra import libdevice" in src
     assert "'triton_poi_fused_add_gelu_0': dict(XBLOCK=1024, num_warps=4, num_stages=1)," in src
-    assert "with torch.no_grad():\n            arg0_1 = self.bias\n            arg1_1 = x\n" in src
-    assert ("triton_poi_fused_add_gelu_0[(triton.cdiv(25165824, cfg['XBLOCK']),)](arg1_1, arg0_1, buf0, "
-            "25165824, **cfg)") in src
-    assert "torch.empty_strided((8192, 3072), (3072, 1), dtype=torch.float32, device=arg1_1.device)" in src
+    assert "with torch.no_grad():\n            arg0_1 = self.bias\n            arg1_1 = x\n            dev = arg1_1.device\n" in src
+    assert "LAUNCHERS['triton_poi_fused_add_gelu_0'](dev, arg1_1, arg0_1, buf0, 25165824)" in src
+    # The grid is computed once from CONFIGS, as a 3-dim grid for the compiled kernel's runner.
+    assert ("'triton_poi_fused_add_gelu_0': _Launcher(triton_poi_fused_add_gelu_0, 'triton_poi_fused_add_gelu_0', "
+            "('XBLOCK',), lambda cfg: (triton.cdiv(25165824, cfg['XBLOCK']), 1, 1)),") in src
+    # A row-major buffer is a plain torch.empty (empty_strided only where Inductor planned other strides).
+    assert "buf0 = torch.empty((8192, 3072), dtype=torch.float32, device=dev)" in src
+    assert "empty_strided" not in src
     # Other shapes run the reference's forward.
     assert "tuple(x.shape) != (8192, 3072)" in src and "x.dtype != torch.float32" in src
+    assert "x.data_ptr() % 16" in src  # the compiled kernel is specialized on aligned pointers
     assert "return super().forward(x)" in src
     assert gen.shapes == {"x": ((8192, 3072), (3072, 1))}
 
@@ -108,15 +113,16 @@ def test_max_autotune_partitions_are_inlined():
     ref, code, args = load("relu", "max-autotune_0.py")
     src = write_model_new(ref, code, args, mode="max-autotune").source
     assert "partition" not in src.split("class ModelNew")[1]
-    assert "triton_poi_fused_relu_0[(" in src and "return buf0" in src
+    assert "LAUNCHERS['triton_poi_fused_relu_0'](dev, " in src and "return buf0" in src
 
 
 def test_two_dimensional_grid():
     ref, code, args = load("mingpt_block")
     gen = write_model_new(ref, code, args)
     assert len(gen.kernels) == 9 and gen.externs == ["torch.bmm", "torch.mm"]
-    assert ("triton_poi_fused_addmm_clone_split_transpose_view_2[(triton.cdiv(512, cfg['XBLOCK']), "
-            "triton.cdiv(24576, cfg['YBLOCK']))]") in gen.source
+    assert ("_Launcher(triton_poi_fused_addmm_clone_split_transpose_view_2, "
+            "'triton_poi_fused_addmm_clone_split_transpose_view_2', ('YBLOCK', 'XBLOCK'), "
+            "lambda cfg: (triton.cdiv(512, cfg['XBLOCK']), triton.cdiv(24576, cfg['YBLOCK']), 1)),") in gen.source
 
 
 def test_recorded_configs_are_kept_when_the_kernel_can_take_them():
