@@ -22,7 +22,7 @@ from kernel_lsp.model import Candidate
 from kernel_lsp.agent.proposer import Proposal, ProposalRequest
 from kernel_lsp.agent.tuner import hand_out
 
-from . import sweep
+from . import eager_ops, graphs, sweep
 from .writer import Generated, NotConvertible, describe, write_model_new
 
 MODE_LABELS = {"default": "default", "max-autotune-no-cudagraphs": "max-autotune"}
@@ -38,10 +38,18 @@ def is_module_start(start: Candidate) -> bool:
     return start.kind == "python" and not has_kernel(start.source)
 
 
-def label(gen: Generated, mode: str, tuned: int = 0) -> str:
+def label(gen: Generated, mode: str, tuned: int = 0, source: str | None = None) -> str:
+    """What a file is: "Triton kernels generated from torch.compile (default), tuned: 2 launch changes,
+    1 eager op kept, one CUDA graph: 4 Triton kernels, 1 torch library call (torch.mm)". The kernel
+    count is what the file launches itself (eager ops kept are PyTorch's)."""
     text = f"Triton kernels generated from torch.compile ({MODE_LABELS.get(mode, mode)})"
     text += f", tuned: {tuned} launch change{'s' if tuned != 1 else ''}" if tuned else ""
-    return f"{text}: {describe(gen)}"
+    kept = eager_ops.kept_count(source) if source else 0
+    if kept:
+        text += f", {kept} eager op{'s' if kept != 1 else ''} kept"
+    if source and graphs.is_graphed(source):
+        text += ", one CUDA graph (inputs copied in, outputs copied out)"
+    return f"{text}: {describe(gen, kept)}"
 
 
 async def generate(engine: Any, reference_source: str, modes: tuple[str, ...] | None = None,
@@ -86,9 +94,11 @@ class InductorProposer:
     can_repair = False
     uses_profile = False
 
-    def __init__(self, engine: Any = None, *, timeout: float = 600.0) -> None:
+    def __init__(self, engine: Any = None, *, timeout: float = 600.0, cuda_graphs: bool = True) -> None:
         self.engine = engine          # set by the caller once its Engine is open
         self.timeout = timeout
+        self.cuda_graphs = cuda_graphs  # offer the CUDA-graph variant (the engine flags it `cuda_graph`)
+        self._graph_offered = False
         self.generated: dict[str, Generated] = {}
         self.why: dict[str, str] = {}
         self._labels: dict[str, str] = {}      # candidate id -> label
@@ -133,16 +143,30 @@ class InductorProposer:
         return [Proposal(candidate=c, form="tuner") for c in out]
 
     def _sweep(self, parent: Candidate) -> list[Candidate]:
+        """From a generated file: eager's ops in place of each kernel that has them, the whole forward
+        in one CUDA graph, then every one-parameter launch change (few structural variants first,
+        so a small budget still sees them)."""
         base_tuned = self._tuned.get(parent.id, 0)
         mode = self._modes.get(parent.id, "default")
         gen = self.generated.get(mode)
+        steps: list[tuple[str, str, int]] = []
+        for op in (gen.eager.values() if gen is not None else []):
+            source = eager_ops.apply(parent.source, op)
+            if source is not None:
+                steps.append((source, f"{op.kernel} left to eager ({', '.join(op.ops)})", 0))
+        if self.cuda_graphs and not self._graph_offered:  # once per Search: the flag keeps it from counting
+            source = graphs.graphed(parent.source)
+            if source is not None:
+                self._graph_offered = True
+                steps.append((source, "the whole forward replayed from one CUDA graph", 0))
+        steps += [(source, note, 1) for source, note in sweep.variants(parent.source)]
         out = []
-        for source, note in sweep.variants(parent.source):
+        for source, note, tuned in steps:
             cand = Candidate(source=source, kind="python", origin="tuner", parent=parent.id, note=note)
-            self._tuned[cand.id] = base_tuned + 1
+            self._tuned[cand.id] = base_tuned + tuned
             self._modes[cand.id] = mode
             if gen is not None:
-                self._labels[cand.id] = label(gen, mode, base_tuned + 1)
+                self._labels[cand.id] = label(gen, mode, base_tuned + tuned, source)
             out.append(cand)
         return out
 

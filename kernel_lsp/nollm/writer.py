@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import eager_ops as _eager
 from . import helpers as _helpers
 
 
@@ -80,6 +81,8 @@ class Generated:
     configs: dict[str, dict[str, int]]
     externs: list[str]          # torch functions the forward calls (library work: GEMM, convolution)
     shapes: dict[str, tuple]    # forward input -> (size, stride, dtype)
+    eager: dict[str, Any] = field(default_factory=dict)       # kernel -> eager_ops.EagerOp
+    eager_why: dict[str, str] = field(default_factory=dict)   # kernel -> why it has no eager variant
 
 
 # -- kernels ------------------------------------------------------------------------------------
@@ -497,6 +500,7 @@ def write_model_new(reference_source: str, code: str | list[str], arg_exprs: lis
         raise NotConvertible(f"the recorded forward has a statement the writer does not convert: {text[:80]}")
     if not returned:
         raise NotConvertible("the recorded forward returns nothing the writer can see")
+    eager, eager_why = _eager_ops(code, kernels, launches, body, {g: tuple(shapes[g][0]) for g in names if g in shapes})
     used = [k for k in kernels.values() if k.name in cfgs]
     helper_names = _helpers.closure(set().union(*[k.helpers for k in used]) if used else set())
     needs_libdevice = any("libdevice." in k.text for k in used) or _helpers.uses_libdevice(helper_names)
@@ -510,7 +514,44 @@ def write_model_new(reference_source: str, code: str | list[str], arg_exprs: lis
     except SyntaxError as exc:  # a writer bug, said as one
         raise NotConvertible(f"the generated file does not parse ({exc.msg}, line {exc.lineno})") from None
     return Generated(source, used, launches, cfgs, sorted(set(conv.externs)),
-                     {inputs[n]: shapes.get(n, ((), ())) for n in inputs})
+                     {inputs[n]: shapes.get(n, ((), ())) for n in inputs}, eager, eager_why)
+
+
+_ALLOC = re.compile(r"^(\w+) = torch\.(?:empty|empty_strided)\(\(([\d, ]*)\)")
+
+
+def _eager_ops(code: str, kernels: dict[str, Kernel], launches: list[Launch], body: list[str],
+               input_sizes: dict[str, tuple]) -> tuple[dict[str, _eager.EagerOp], dict[str, str]]:
+    """For each launched kernel, eager's ops in its place where its graph fragment allows (eager_ops.py),
+    else why not."""
+    frags = _eager.fragments(code)
+    known = {g: g for g in input_sizes}
+    sizes = dict(input_sizes)
+    ops: dict[str, _eager.EagerOp] = {}
+    why: dict[str, str] = {}
+    it = iter(launches)
+    for i, line in enumerate(body):
+        m = _ALLOC.match(line)
+        if m:
+            sizes[m.group(1)] = tuple(int(v) for v in filter(None, (p.strip() for p in m.group(2).split(","))))
+        if not line.startswith("LAUNCHERS["):
+            continue
+        launch = next(it)
+        k, frag = kernels[launch.kernel], frags.get(launch.kernel)
+        if frag is None:
+            why.setdefault(k.name, "Inductor's code does not say which ATen nodes it computes")
+            continue
+        outs = [launch.args[j] for j, p in enumerate(k.params) if p.startswith(("out_ptr", "in_out_ptr"))]
+        earlier = "\n".join(body[:i])
+        aliased = bool(outs) and re.search(rf"\b{re.escape(outs[0])}\b[^=\n]*\)", earlier) is not None
+        if k.name not in ops and k.name not in why:
+            try:
+                ops[k.name] = _eager.eager_op(frag, k.params, launch.args, line, known, sizes, aliased)
+            except _eager.NotEager as exc:
+                why[k.name] = str(exc)
+        if len(frag.returns) == 1 and len(outs) == 1 and re.fullmatch(r"\w+", outs[0]):
+            known[frag.returns[0]] = outs[0]
+    return ops, why
 
 
 _SHORT_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16", "f64": "float64", "i64": "int64",
@@ -665,9 +706,9 @@ class _Launcher:
 '''
 
 
-def describe(gen: Generated) -> str:
-    """One line for labels: how many kernels, which library calls."""
-    n = len(gen.kernels)
+def describe(gen: Generated, eager_kept: int = 0) -> str:
+    """One line for labels: how many kernels the file launches, which library calls."""
+    n = len(gen.kernels) - eager_kept
     text = f"{n} Triton kernel{'s' if n != 1 else ''}"
     if gen.externs:
         text += f", {len(gen.externs)} torch library call{'s' if len(gen.externs) != 1 else ''} ({', '.join(gen.externs)})"

@@ -72,7 +72,12 @@ import sys, torch
 from tests.nollm.fixtures import load
 from kernel_lsp.nollm.writer import write_model_new
 ref, code, args = load(sys.argv[1])
-src = write_model_new(ref, code, args).source.replace("not x.is_cuda", "False")  # the interpreter runs on CPU tensors
+gen = write_model_new(ref, code, args)
+src = gen.source
+if len(sys.argv) > 2:  # a variant: that kernel left to eager's ATen ops
+    from kernel_lsp.nollm import eager_ops
+    src = eager_ops.apply(src, gen.eager[sys.argv[2]])
+src = src.replace("not x.is_cuda", "False")  # the interpreter runs on CPU tensors
 src = src.replace("libdevice.exp(", "tl.exp(")
 ns = {"__name__": "generated"}
 exec(compile(src, "generated", "exec"), ns)
@@ -101,9 +106,11 @@ def test_helpers_match_torch():
     assert r.returncode == 0 and "helpers ok" in r.stdout, r.stderr[-3000:]
 
 
-@pytest.mark.parametrize("task", ["l2_gemm_div_sum", "l1_softmax_split"])
-def test_a_recorded_fixture_runs_and_matches_its_reference(task):
-    """The lean forward (each kernel through its _Launcher) run whole: a GEMM + reduction, and the
-    five-kernel split softmax of KernelBench level 1 problem 23."""
-    r = _run(FIXTURE, task)
+@pytest.mark.parametrize("task,eager", [("l2_gemm_div_sum", None), ("l1_softmax_split", None),
+                                        ("l1_softmax_split", "triton_poi_fused__softmax_exp_sub_4")])
+def test_a_recorded_fixture_runs_and_matches_its_reference(task, eager):
+    """The lean forward (each kernel through its _Launcher) run whole: a GEMM + reduction, the
+    five-kernel split softmax of KernelBench level 1 problem 23, and that softmax with its last
+    kernel left to eager's ATen ops (reading the buffers the split reductions wrote)."""
+    r = _run(FIXTURE, task, *([eager] if eager else []))
     assert r.returncode == 0 and "fixture ok" in r.stdout, r.stderr[-3000:]

@@ -10,7 +10,7 @@ import pytest
 
 from kernel_lsp.agent.proposer import ProposalRequest
 from kernel_lsp.model import Candidate, Task
-from kernel_lsp.nollm import sweep
+from kernel_lsp.nollm import graphs, sweep
 from kernel_lsp.nollm.proposer import InductorProposer, convert_recording, is_module_start
 from kernel_lsp.nollm.writer import write_model_new
 
@@ -118,11 +118,39 @@ def test_proposer_generates_then_sweeps():
     assert asyncio.run(prop.propose(_request(task, start))) == []
     sweep_round = asyncio.run(prop.propose(_request(task, cands[0], count=3)))
     assert len(sweep_round) == 3 and all(p.candidate.parent == cands[0].id for p in sweep_round)
-    child = sweep_round[0].candidate
+    # First the whole forward in one CUDA graph (relu's one kernel left to eager would be the
+    # reference itself, so no eager variant), then launch changes.
+    graphed = sweep_round[0].candidate
+    assert prop.label_for(graphed.id) == ("Triton kernels generated from torch.compile (default), one CUDA graph "
+                                          "(inputs copied in, outputs copied out): 1 Triton kernel")
+    child = sweep_round[1].candidate
     assert prop.label_for(child.id).startswith("Triton kernels generated from torch.compile (default), tuned: 1 launch change")
     grandchildren = asyncio.run(prop.propose(_request(task, child, count=50)))
     assert grandchildren and "tuned: 2 launch changes" in prop.label_for(grandchildren[0].candidate.id)
     assert all(p.candidate.source != cands[0].source for p in grandchildren)  # no step back
+    assert not any(graphs.is_graphed(p.candidate.source) for p in grandchildren)  # the graph is offered once
+
+
+def test_proposer_offers_eager_ops_in_place_of_a_kernel():
+    """KernelBench l1_p23's split softmax: its last kernel (sub, exp, div) has eager ATen ops to
+    stand in for it; the four split-reduction kernels do not (they write partial buffers)."""
+    ref, _, _ = load("l1_softmax_split")
+    task = Task(name="sm", reference_path="sm.py", reference_source=ref)
+    start = Candidate(source=ref + "\n\nclass ModelNew(Model):\n    pass\n", kind="python")
+    prop = InductorProposer(RecordedEngine("l1_softmax_split", {"default": "default_0.py"}), cuda_graphs=False)
+    gen = asyncio.run(prop.propose(_request(task, start)))[0].candidate
+    assert gen.note == "Triton kernels generated from torch.compile (default): 5 Triton kernels"
+    first = asyncio.run(prop.propose(_request(task, gen, count=1)))[0].candidate
+    assert first.note == "triton_poi_fused__softmax_exp_sub_4 left to eager (aten.sub, aten.exp, aten.div)"
+    assert prop.label_for(first.id) == ("Triton kernels generated from torch.compile (default), 1 eager op kept: "
+                                        "4 Triton kernels")
+    assert "def triton_poi_fused__softmax_exp_sub_4(" not in first.source
+    assert "'triton_poi_fused__softmax_exp_sub_4'" not in first.source  # no CONFIGS or launcher row left
+    assert "buf4 = _keep_layout(torch.ops.aten.div.Tensor(_e_exp_default, buf3), buf4)" in first.source
+    # The kept op's file is swept like any other; its children keep the count.
+    more = asyncio.run(prop.propose(_request(task, first, count=1)))[0].candidate
+    assert prop.label_for(more.id).startswith("Triton kernels generated from torch.compile (default), tuned: 1 "
+                                              "launch change, 1 eager op kept: 4 Triton kernels")
 
 
 def test_proposer_says_why_when_nothing_converts():
