@@ -1,19 +1,26 @@
 """The no-LLM path over the project's module Tasks, on a GPU.
 
-    python benchmarks/no_llm.py [--only relu,softmax] [--limit N] [--budget 6] [--no-max-autotune]
-                                [--out benchmarks/results/no_llm] [--resume] [PATH ...]
+    python benchmarks/no_llm.py [--only relu,softmax] [--limit N] [--budget 8] [--no-max-autotune]
+                                [--stop-after SECONDS] [--out benchmarks/results/no_llm] [--resume] [PATH ...]
 
 Per Task (each reference alone in a fresh folder, no ModelNew of its own): `kernel-lsp optimize
 TASK --proposer tuner --json` (the Worker records torch.compile's code, the writer makes the
-standalone file, the sweep tunes its launches; every candidate verified and timed by the engine,
-eager and torch.compile default timed with it), and, in a separate process, torch.compile
+standalone file; the Search then tries eager's ops in place of single kernels, the whole forward in
+one CUDA graph and the launch sweep; every candidate verified and timed by the engine, eager and
+torch.compile default timed with it), and, in a separate process, torch.compile
 max-autotune-no-cudagraphs timed against eager with triton's do_bench (its own eager, so the ratio
-is same-method). Reported: eager, torch.compile default and max-autotune, the generated file before
-and after tuning, its verdict, label and the seconds it took. Results are rewritten after every
-Task (partial results survive a stop), as JSON and a Markdown table with the command.
+is same-method). Reported per Task: eager, torch.compile default and max-autotune, and each kind of
+variant the Search evaluated, read from the Task folder's store: the generated file (default and
+max-autotune recordings), its launch-tuned best, its best with eager ops kept, the CUDA-graph
+variant (flagged `cuda_graph` by the engine, so shown but not counted), then what the user keeps,
+its label and verdict, and the seconds the Task took. Results are rewritten after every Task
+(partial results survive a stop), as JSON and a Markdown table with the command, and the issue's
+targets are computed over the Tasks run.
 
 Default Tasks: examples/*.py, benchmarks/tasks/*.py, benchmarks/models/*.py and, where present,
-benchmarks/corpus/inline_build/*/reference.py (KernelBench level-1/2 references).
+benchmarks/corpus/inline_build/*/reference.py (KernelBench level-1/2 references; one per distinct
+reference). Runs under a time limit: `--stop-after` starts no Task past that many seconds and
+`--resume` continues where the last run stopped.
 """
 
 from __future__ import annotations
@@ -54,7 +61,14 @@ def default_paths() -> list[Path]:
     out += sorted(p for p in (ROOT / "benchmarks" / "tasks").glob("*.py")
                   if not p.stem.endswith("_new") and p.name != "generate.py")
     out += sorted((ROOT / "benchmarks" / "models").glob("*.py"))
-    out += sorted((ROOT / "benchmarks" / "corpus" / "inline_build").glob("*/reference.py"))
+    seen: set[str] = set()  # several published solutions share one KernelBench reference: run it once
+    for p in sorted((ROOT / "benchmarks" / "corpus" / "inline_build").glob("*/reference.py"),
+                    key=lambda p: (p.parent.name.split("_")[0], int(p.parent.name.split("_")[1][1:])
+                                   if p.parent.name.split("_")[1][1:].isdigit() else 0, p.parent.name)):
+        text = p.read_text()
+        if text not in seen:
+            seen.add(text)
+            out.append(p)
     return out
 
 
@@ -100,6 +114,9 @@ def run_task(path: Path, budget: int, timeout: float, max_autotune: bool) -> dic
             doc = {}
         if doc:
             row.update(summarize(doc))
+            row.update(variants(Path(d)))
+            if not doc.get("improved") and row.get("eager_ms"):
+                row["label"] = "eager kept: the reference's own forward (no correct, counted variant beat it)"
         if max_autotune:
             try:
                 m = subprocess.run([sys.executable, "-c", MEASURE_MAX, str(task)], env=env, capture_output=True,
@@ -145,34 +162,120 @@ def summarize(doc: dict) -> dict:
     return out
 
 
+KINDS = ("generated", "tuned", "eager_kept", "graphed")
+
+
+def kind_of(source: str, note: str) -> str | None:
+    """Which variant a stored candidate is: generated (a recording's file as written), tuned (launch
+    changes only), eager_kept (some kernel left to eager's ops), graphed (one CUDA graph)."""
+    from kernel_lsp.nollm import eager_ops, graphs
+
+    if "LAUNCHERS" not in source and "@triton.jit" not in source:
+        return None  # the start: the reference's forward
+    if graphs.is_graphed(source):
+        return "graphed"
+    if eager_ops.kept_count(source):
+        return "eager_kept"
+    if note.startswith("Triton kernels generated from torch.compile"):
+        return "generated"
+    return "tuned"
+
+
+def variants(folder: Path) -> dict:
+    """Each kind of variant's best evaluation in a Task folder's store: time, ratio to the eager and
+    torch.compile measured with it, verdict, flags."""
+    from kernel_lsp.store import Store, store_path
+
+    path = store_path(folder)
+    if not path.exists():
+        return {}
+    best: dict[str, dict] = {}
+    with Store(path) as store:
+        for task in store.tasks():
+            sources = {c.id: c for c in store.candidates(task.name)}
+            for ev in store.evaluations(task.name):
+                cand = sources.get(ev.candidate)
+                kind = kind_of(cand.source, cand.note or "") if cand is not None else None
+                if kind is None:
+                    continue
+                t = ev.time.median_ms if ev.time else None
+                row = {"ms": t, "verdict": ev.verdict, "flags": [f for f in ev.flags if f != "not_counted"],
+                       "vs_eager": (ev.eager.median_ms / t) if t and ev.eager else None,
+                       "vs_compile": (ev.compiled.median_ms / t) if t and ev.compiled else None,
+                       "note": cand.note}
+                old = best.get(kind)
+                better = old is None or (row["verdict"] == "correct" and (
+                    old["verdict"] != "correct" or (t or 1e9) < (old["ms"] or 1e9)))
+                if better:
+                    best[kind] = row
+    return {f"variant_{k}": v for k, v in best.items()}
+
+
 def geomean(xs: list[float]) -> float | None:
     xs = [x for x in xs if x and x > 0]
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
 
 
-def write(rows: list[dict], out: Path, command: str, device: str) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
+NOISE = 0.05  # "beyond the measured noise": a kept result may read this much under eager's time and
+               # still count as eager's (the engine's own guard keeps only measurably faster files)
+QUICK_S = 120.0  # the issue's "one Task's no-LLM optimize within 2 minutes on the H200"
+
+
+def targets(rows: list[dict]) -> dict:
+    """The issue's targets over the Tasks run (those torch.compile compiled), each with pass/fail."""
     done = [r for r in rows if "skipped" not in r]
     comp = [r for r in done if r.get("compile_vs_eager")]
-    summary = {
-        "tasks": len(done),
-        "torch_compile_compiled": len(comp),
-        "generated_correct": sum(1 for r in done if r.get("generated_verdict") == "correct"),
-        "geomean_result_vs_eager": geomean([r.get("result_vs_eager") for r in comp]),
-        "geomean_compile_vs_eager": geomean([r["compile_vs_eager"] for r in comp]),
-        "at_least_10pct_faster_than_compile": sum(
-            1 for r in comp if r.get("result_vs_eager") and r["result_vs_eager"] >= 1.1 * r["compile_vs_eager"]),
+    correct = [r for r in comp if any((r.get(f"variant_{k}") or {}).get("verdict") == "correct" for k in KINDS)
+               or r.get("generated_verdict") == "correct"]
+    slower = [r["task"] for r in done if r.get("result_vs_eager") and r["result_vs_eager"] < 1 - NOISE]
+    g_res = geomean([r.get("result_vs_eager") for r in comp])
+    g_comp = geomean([r["compile_vs_eager"] for r in comp])
+    # Only a kept generated file counts here: eager itself beating torch.compile is not the path's gain.
+    past = [r["task"] for r in comp if r.get("best_vs_eager") and r["result_vs_eager"] >= 1.1 * r["compile_vs_eager"]]
+    quick = [r for r in done if r.get("seconds") is not None and r["seconds"] <= QUICK_S and not r.get("error")]
+    need = math.ceil(len(comp) / 4) if comp else 1
+    return {
+        "tasks": len(done), "torch_compile_compiled": len(comp),
+        "correct_standalone": f"{len(correct)}/{len(comp)}",
+        "correct_standalone_ok": bool(comp) and len(correct) >= 0.9 * len(comp),
+        "slower_than_eager_beyond_noise": slower, "never_slower_ok": not slower,
+        "geomean_result_vs_eager": g_res, "geomean_compile_vs_eager": g_comp,
+        "geomean_ok": g_res is not None and g_comp is not None and g_res >= g_comp,
+        "at_least_10pct_faster_than_compile": past, "quarter_needed": need, "quarter_ok": len(past) >= need,
+        "fastest_task_s": min((r["seconds"] for r in quick), default=None),
+        "one_task_within_2_min_ok": bool(quick),
     }
+
+
+def write(rows: list[dict], out: Path, command: str, device: str) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    summary = targets(rows)
     out.with_suffix(".json").write_text(json.dumps({"command": command, "device": device, "summary": summary,
                                                     "rows": rows}, indent=1))
     f = lambda v, d=2: "-" if v is None else (f"{v:.{d}f}" if isinstance(v, float) else str(v))  # noqa: E731
+
+    def var(r: dict, kind: str) -> str:
+        v = r.get(f"variant_{kind}")
+        if not v:
+            return "-"
+        if v["verdict"] != "correct":
+            return v["verdict"]
+        text = f"{f(v.get('vs_eager'))}x"
+        bad = [x for x in v.get("flags") or [] if x in ("cuda_graph", "side_stream", "result_cache")]
+        return f"{text} ({', '.join(bad)}: not counted)" if bad else text
+
     lines = [f"# The no-LLM path ({device})", "", f"Command: `{command}`", "",
-             "Ratios are eager time over the other's time (higher is faster). eager, torch.compile default, "
-             "the generated file and its tuned best: the engine's timing (CUDA events, L2 flushed, median); "
-             "max-autotune: triton do_bench against its own eager in a separate process. "
-             "'result' is what the user keeps: the tuned file where it beat eager, else eager (1.00x).", "",
-             "| task | eager ms | compile | max-autotune | generated | tuned | result | verdict | label | s |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "Ratios are eager time over the other's time (higher is faster). eager, torch.compile default "
+             "and every variant: the engine's timing (CUDA events, L2 flushed, median), each variant against "
+             "the eager measured with it; max-autotune: triton do_bench against its own eager in a separate "
+             "process. Variants (best of each kind the Search evaluated): generated = the file written from a "
+             "recording (default or max-autotune), tuned = launch changes only, eager kept = some kernel left "
+             "to eager's ATen ops, graphed = the whole forward replayed from one CUDA graph (the engine flags "
+             "it `cuda_graph`, so it is shown, never kept). 'result' is what the user keeps: the best counted "
+             "variant where it beat eager, else eager itself (1.00x, the reference's forward).", "",
+             "| task | eager ms | compile | max-autotune | generated | tuned | eager kept | graphed | result | "
+             "verdict | label | s |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         if "skipped" in r:
             continue
@@ -180,10 +283,23 @@ def write(rows: list[dict], out: Path, command: str, device: str) -> None:
         if r.get("generated_why") and verdict != "correct":
             verdict = f"{verdict}: {r['generated_why'][:90]}"
         lines.append(f"| {r['task']} | {f(r.get('eager_ms'), 4)} | {f(r.get('compile_vs_eager'))}x | "
-                     f"{f(r.get('max_autotune_vs_eager'))}x | {f(r.get('generated_vs_eager'))}x | "
-                     f"{f(r.get('best_vs_eager'))}x | {f(r.get('result_vs_eager'))}x | {verdict} | "
-                     f"{(r.get('label') or '-')[:80]} | {f(r.get('seconds'), 0)} |")
-    lines += ["", "Summary: " + ", ".join(f"{k} {f(v)}" for k, v in summary.items()), ""]
+                     f"{f(r.get('max_autotune_vs_eager'))}x | {var(r, 'generated')} | {var(r, 'tuned')} | "
+                     f"{var(r, 'eager_kept')} | {var(r, 'graphed')} | {f(r.get('result_vs_eager'))}x | {verdict} | "
+                     f"{(r.get('label') or '-')[:120]} | {f(r.get('seconds'), 0)} |")
+    t = summary
+    ok = lambda b: "met" if b else "NOT met"  # noqa: E731
+    lines += ["", "## The issue's targets", "",
+              f"- a correct, standalone candidate for at least 90 % of the Tasks torch.compile compiles: "
+              f"{t['correct_standalone']} ({ok(t['correct_standalone_ok'])})",
+              f"- never slower than eager beyond the noise ({NOISE:.0%}): "
+              f"{', '.join(t['slower_than_eager_beyond_noise']) or 'none slower'} ({ok(t['never_slower_ok'])})",
+              f"- geometric mean at least torch.compile default's: {f(t['geomean_result_vs_eager'])}x against "
+              f"{f(t['geomean_compile_vs_eager'])}x ({ok(t['geomean_ok'])})",
+              f"- at least 10 % faster than torch.compile default on a quarter of the Tasks: "
+              f"{len(t['at_least_10pct_faster_than_compile'])} of {t['quarter_needed']} needed "
+              f"({', '.join(t['at_least_10pct_faster_than_compile']) or '-'}) ({ok(t['quarter_ok'])})",
+              f"- one Task's no-LLM optimize within {QUICK_S:.0f} s: fastest {f(t['fastest_task_s'], 0)} s "
+              f"({ok(t['one_task_within_2_min_ok'])})", ""]
     out.with_suffix(".md").write_text("\n".join(lines))
 
 
@@ -192,7 +308,10 @@ def main() -> int:
     ap.add_argument("paths", nargs="*")
     ap.add_argument("--only", default="", help="comma-separated task names")
     ap.add_argument("--limit", type=int, default=0)
-    ap.add_argument("--budget", type=int, default=6, help="proposals per Task (1-2 generated files, then sweeps)")
+    ap.add_argument("--budget", type=int, default=8,
+                    help="proposals per Task (1-2 generated files, then eager-kept, graphed and launch variants)")
+    ap.add_argument("--stop-after", type=float, default=0.0,
+                    help="start no new Task after this many seconds (keeps one run under a time limit)")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per Task's optimize")
     ap.add_argument("--no-max-autotune", action="store_true")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "no_llm"))
@@ -202,8 +321,6 @@ def main() -> int:
     if a.only:
         wanted = set(a.only.split(","))
         paths = [p for p in paths if task_name(p) in wanted]
-    if a.limit:
-        paths = paths[: a.limit]
     command = "python benchmarks/no_llm.py " + " ".join(shlex.quote(x) for x in sys.argv[1:])
     try:
         import torch
@@ -219,7 +336,13 @@ def main() -> int:
         command = old.get("command", command) + f" ; {command}"
         done = {r["task"] for r in rows}
         paths = [p for p in paths if task_name(p) not in done]
+    if a.limit:  # after --resume: each run takes the next N
+        paths = paths[: a.limit]
+    began = time.perf_counter()
     for p in paths:
+        if a.stop_after and time.perf_counter() - began > a.stop_after:
+            print(f"stopping: {a.stop_after:g} s spent; rerun with --resume for the rest", file=sys.stderr)
+            break
         row = run_task(p, a.budget, a.timeout, not a.no_max_autotune)
         rows.append(row)
         print(json.dumps(row), flush=True)
