@@ -4,13 +4,17 @@ What the file holds: the reference itself (so `ModelNew(Model)` keeps its constr
 parameters and their state_dict keys), Inductor's Triton kernels as plain `@triton.jit`
 functions (its private helpers replaced by the small ones in helpers.py, `tl_math.*` by
 `tl.*`, `libdevice` from Triton itself), one `CONFIGS` table with each kernel's launch
-configuration (what the tuner sweeps), and a `forward` that allocates its buffers with
-`torch.empty_strided` and launches the kernels with a plain grid. Where Inductor calls a
-library (extern_kernels.mm/addmm/bmm/convolution) the file calls torch's own function.
-Nothing of torch._inductor is imported; nothing is compiled by torch.compile at run time.
+configuration (what the tuner sweeps), and a lean `forward`: buffers from `torch.empty`
+(`empty_strided` only where Inductor planned other strides), each kernel launched through a
+`_Launcher` that compiles it once per device through Triton's JIT and then launches the compiled
+kernel directly with a grid computed once (Triton's `kernel[grid](...)` re-binds every argument
+on every call: tens of microseconds per launch, more than small kernels take). Where Inductor calls
+a library (extern_kernels.mm/addmm/bmm/convolution) the file calls torch's own function. Nothing
+of torch._inductor is imported; nothing is compiled by torch.compile at run time.
 
 The file is written for the recorded shapes (Inductor bakes them into the kernels); any other
-input shape, stride, dtype or device runs the reference's own forward.
+input shape, stride, dtype, device or a pointer not 16-byte aligned runs the reference's own forward.
+Generated.eager holds, per kernel, eager's ATen ops that can stand in for it (eager_ops.py).
 
 Everything it cannot convert raises NotConvertible with one sentence saying why.
 """
@@ -637,8 +641,9 @@ def _render(ref: str, sig: str, body: list[str], kernels: list[Kernel], cfgs: di
         "configuration (the no-LLM tuner sweeps it). "
         + (f"Library work stays with torch: {', '.join(lib)}. " if lib else "")
         + "Inputs of other shapes, strides, dtypes or",
-        "devices than the recorded ones run the reference's forward. Inference only: outputs carry no",
-        "autograd graph.",
+        "devices than the recorded ones (or not 16-byte aligned) run the reference's forward. Each kernel",
+        "is compiled once per device, then launched through Triton's compiled kernel (see _Launcher).",
+        "Inference only: outputs carry no autograd graph.",
         '"""',
         "",
     ]
