@@ -131,6 +131,11 @@ def _kernel(name: str, body: str) -> Kernel:
     params, constexprs = [], []
     for a in fn.args.args:
         ann = ast.unparse(a.annotation) if a.annotation is not None else ""
+        if not ann.endswith("constexpr") and constexprs:
+            # The compiled kernel's runner takes every parameter in order; the file passes the
+            # launch-time constants after the runtime arguments.
+            raise NotConvertible(f"kernel {name} takes a runtime argument ({a.arg}) after its launch-time "
+                                 "constants, which the writer's launcher does not pass")
         (constexprs if ann.endswith("constexpr") else params).append(a.arg)
     used: set[str] = set(re.findall(r"\btriton_helpers\.(\w+)\b", text))
     unknown = sorted(used - set(_helpers.HELPERS))
