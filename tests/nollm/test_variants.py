@@ -83,6 +83,11 @@ def test_eager_variant_text():
     assert src.count("def _keep_layout(") == 1
     # Still a file of kernels (four launched), and the engine's scan reads it so.
     assert src.count("LAUNCHERS['") == 4 and src.count(": _Launcher(") == 4 and static_checks.has_kernel(src)
+    # custom_kernel only for what it launches itself: eager's ops beside the kernels are PyTorch's
+    # work, flagged as torch.mm beside them is (the generated file itself is not).
+    ref = load("l1_softmax_split")[0]
+    assert static_checks.flags(static_checks.scan(src, "python", ref)) == ["torch_fallback"]
+    assert static_checks.flags(static_checks.scan(gen.source, "python", ref)) == []
     # Leaving every kernel to eager is the reference itself, never offered as a variant.
     relu = _gen("relu")
     assert eager_ops.apply(relu.source, relu.eager["triton_poi_fused_relu_0"]) is None

@@ -64,6 +64,9 @@ _CU_RULES: list[tuple[str, str, str]] = [
 _PY_FALLBACK = re.compile(
     r"\b(F|torch\.nn\.functional)\.\w+\(|\btorch\.(matmul|mm|bmm|addmm|einsum|softmax|log_softmax|conv\w*|"
     r"layer_norm|relu|sigmoid|tanh|nn\.functional\.\w+)\(|[\w\)\]]\s*@\s*[\w\(]"
+    # An ATen op called as an op overload (torch.ops.aten.exp.default(...)): eager's kernel beside
+    # the candidate's own, as the no-LLM writer's "eager op kept" files do.
+    r"|\btorch\.ops\.aten\.\w+\.\w+\("
 )
 _PY_HAS_KERNEL = re.compile(r"load_inline|cpp_extension|@triton\.jit|triton\.jit|ctypes\.CDLL|"
                             r"torch\.ops\.(?!aten\b|prims\b|quantized\b)\w+")
