@@ -201,3 +201,27 @@ def test_future_imports_stay_first():
     src = write_model_new(ref, code, args).source
     ast.parse(src)
     assert src.count("from __future__ import annotations") == 1
+
+
+def test_lean_forward_on_the_split_softmax():
+    """KernelBench l1_p23 (softmax, 16 x 16384; the H200 read the older file at 0.07x eager): five
+    launches, one program per block (no launch per row), grids computed once outside the forward, no
+    per-call configuration lookup, allocation through torch.empty."""
+    import re
+
+    ref, code, args = load("l1_softmax_split")
+    gen = write_model_new(ref, code, args)
+    fwd = gen.source.split("class ModelNew(Model):", 1)[1]
+    assert fwd.count("LAUNCHERS['") == 5 and len(gen.kernels) == 5
+    for word in ("CONFIGS", "triton.cdiv", "empty_strided", "cfg", "**"):
+        assert word not in fwd, word
+    cdiv = lambda a, b: -(-a // b)  # noqa: E731
+    ns = {"triton": type("T", (), {"cdiv": staticmethod(cdiv)}), "CONFIGS": {}}
+    exec(gen.source[gen.source.index("CONFIGS = {"):gen.source.index("\n}\n") + 3], ns)  # noqa: S102
+    grids = {m.group(1): eval(m.group(2), ns)(ns["CONFIGS"][m.group(1)])  # noqa: S307
+             for m in re.finditer(r"^    '(\w+)': _Launcher\(\w+, '\w+', \([^)]*\), (lambda cfg: .*)\),$", gen.source, re.M)}
+    assert grids == {"triton_red_fused_prepare_softmax_online_0": (32, 1, 1),
+                     "triton_per_fused_prepare_softmax_online_1": (1, 1, 1),
+                     "triton_red_fused_prepare_softmax_online_2": (32, 1, 1),
+                     "triton_per_fused_prepare_softmax_online_3": (1, 1, 1),
+                     "triton_poi_fused__softmax_exp_sub_4": (256, 1, 1)}
