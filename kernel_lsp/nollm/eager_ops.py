@@ -199,9 +199,10 @@ def apply(source: str, op: EagerOp) -> str | None:
         return None  # no kernel left: that is the reference's own forward, the Search's start
     out = re.sub(rf"^    {re.escape(repr(op.kernel))}: .*\n", "", out, flags=re.M)  # CONFIGS and LAUNCHERS rows
     start = out.find(f"@triton.jit\ndef {op.kernel}(")
-    if start >= 0:
-        end = out.find("\n\n", start)
-        out = out[:start] + out[end + 2:] if end > 0 else out[:start]
+    if start >= 0:  # the def runs to the next unindented line (a kernel may hold blank lines)
+        nxt = re.compile(r"\n(?=\S)").search(out, out.index("\n", start + len("@triton.jit\n")))
+        end = nxt.start() + 1 if nxt else len(out)
+        out = out[:start] + out[end:].lstrip("\n")
     if "def _keep_layout(" not in out:
         out = out.replace("\nLAUNCHERS = {", KEEP_LAYOUT.strip("\n") + "\n\n\nLAUNCHERS = {", 1)
     return out

@@ -191,3 +191,18 @@ def test_graph_wrapper_copies_inputs_returns_fresh_outputs_and_keys_on_storage()
         m.out = torch.empty(8)
         assert torch.equal(m(c), c)                                   # capture failed: plain launches
         assert False in ns["_GRAPHS"].graphs.values()
+
+
+def test_a_kernel_with_blank_lines_is_removed_whole():
+    """Inductor's kernels may hold blank lines (its looped softmax does): the variant drops the whole
+    def, and the other kernels stay."""
+    gen = _gen("l1_softmax_split")
+    name = "triton_poi_fused__softmax_exp_sub_4"
+    src = gen.source.replace("    x1 = xindex // 16384\n", "    x1 = xindex // 16384\n\n", 1)
+    assert src != gen.source
+    out = eager_ops.apply(src, gen.eager[name])
+    ast.parse(out)
+    assert f"def {name}(" not in out and "x1 = xindex // 16384" not in out
+    for k in gen.kernels:
+        if k.name != name:
+            assert f"@triton.jit\ndef {k.name}(" in out
