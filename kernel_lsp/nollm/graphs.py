@@ -9,7 +9,9 @@ What keeps it honest (docs/cheats.md, "caching across calls", "an output returne
 - one graph per key: the inputs' shapes, dtypes and devices and the storage of every parameter and
   buffer of the module (a module given new parameter tensors is captured again); the forward's own
   guard still sends other shapes to the reference's forward before any graph is looked at;
-- where capture fails (an op that cannot be captured), the plain launches run for that key.
+- where capture fails (an op that cannot be captured), the plain launches run for that key, and
+  for inputs past 256 MiB (copying them would cost more than the launches a graph saves); at most
+  four graphs are kept, the oldest dropped first.
 
 The engine still flags the source `cuda_graph` ("replays a CUDA graph the baseline lacks"), and
 that flag keeps a candidate from counting: the graph variant is measured and shown, labelled, and
@@ -21,6 +23,13 @@ from __future__ import annotations
 import re
 
 GRAPHS = '''
+# A graph pays off where launches dominate (small inputs); each keeps a copy of its inputs and
+# its own memory pool, so inputs past MAX_INPUT_BYTES run the plain launches and at most
+# MAX_GRAPHS graphs are kept (the oldest is dropped first).
+MAX_INPUT_BYTES = 256 << 20
+MAX_GRAPHS = 4
+
+
 class _Graphs:
     """The whole forward captured once per key in a CUDA graph and replayed once per call: inputs copied
     into the graph's buffers, outputs copied out fresh (no storage returned twice, nothing reused
@@ -36,6 +45,8 @@ class _Graphs:
                tuple(t.data_ptr() for t in module.parameters()), tuple(t.data_ptr() for t in module.buffers()))
         entry = self.graphs.get(key)
         if entry is None:
+            while len(self.graphs) >= MAX_GRAPHS:  # the oldest first: each holds input copies and a pool
+                self.graphs.pop(next(iter(self.graphs)))
             entry = self.graphs[key] = self._capture(module, args)
         if entry is False:
             return self._plain(module, args)
@@ -54,6 +65,8 @@ class _Graphs:
             self.inside = False
 
     def _capture(self, module, args):
+        if sum(a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor)) > MAX_INPUT_BYTES:
+            return False  # copying inputs this large costs more than the launches a graph saves
         static_args = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
         try:
             self._plain(module, static_args)  # compiles every kernel before the capture

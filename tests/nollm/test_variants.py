@@ -191,6 +191,15 @@ def test_graph_wrapper_copies_inputs_returns_fresh_outputs_and_keys_on_storage()
         m.out = torch.empty(8)
         assert torch.equal(m(c), c)                                   # capture failed: plain launches
         assert False in ns["_GRAPHS"].graphs.values()
+        fake_cuda.graph = Capture
+        for n in range(5, 9):                                          # at most MAX_GRAPHS kept
+            m.w, m.out = torch.nn.Parameter(torch.ones(n)), torch.empty(n)
+            assert torch.equal(m(torch.arange(float(n))), torch.arange(float(n)))
+        assert len(ns["_GRAPHS"].graphs) == ns["MAX_GRAPHS"] == 4
+        ns["MAX_INPUT_BYTES"] = 16                                     # large inputs: never captured
+        m.w, m.out = torch.nn.Parameter(torch.ones(9)), torch.empty(9)
+        assert torch.equal(m(torch.arange(9.0)), torch.arange(9.0))
+        assert list(ns["_GRAPHS"].graphs.values())[-1] is False
 
 
 def test_a_kernel_with_blank_lines_is_removed_whole():
