@@ -112,6 +112,11 @@ async def test_the_seed_reaches_the_prompt_and_a_patch_on_it_is_judged_against_s
     row = Store(tmp_path / "store.sqlite").search(result.search_id)
     origins = {n["candidate"]: n["origin"] for n in row["nodes"]}
     assert origins[seed.id] == "seed" and row["budget"]["result"]["seed"]["status"] == "used"
+    from kernel_lsp.agent.report import render_report
+
+    page = render_report(Store(tmp_path / "store.sqlite"), result.search_id)
+    assert "<th>torch.compile seed</th>" in page and f"seed: {SEED_LABEL} (" in page
+    assert f"the best is {result.seed['vs_seed']:.2f}x faster than the seed" in page
 
 
 async def test_a_patch_slower_than_the_seed_is_not_offered_the_seed_is(engine, tmp_path):
