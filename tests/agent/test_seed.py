@@ -185,10 +185,22 @@ def test_the_setting():
         Settings().merged({"agent": {"seed": "max"}})
 
 
-async def test_with_the_setting_off_nothing_is_seeded():
-    provider = seed_of()
-    with start([patch("# ms: 10", "# ms: 8")]) as server:
-        s, result = await search(server, None)
-    assert provider.calls == [] and s.seed is None and result.seed is None
-    assert "SEED_KERNELS" not in opening(server) and "seed" not in opening(server)
-    assert result.improved and result.best.parent == START.id
+async def test_the_setting_decides_whether_the_search_seeds():
+    """The setting as the CLI and the server apply it (provider_for on the Search's own LLM
+    proposer): "none" gives no seed and no line; "inductor" asks the engine for torch.compile's
+    code (this fake engine has none to give: one line says so)."""
+    got = {}
+    for setting in ("none", "inductor"):
+        with start([patch("# ms: 10", "# ms: 8")]) as server:
+            proposer = LLMProposer(LLMConfig(model="m", base_url=server.base_url, api_key="sk-x", tools="off",
+                                             client_max_retries=0))
+            seed = provider_for(Settings().merged({"agent": {"seed": setting}}).agent_seed, proposer)
+            s = Search(FakeEngine(), None, TASK, START, proposer,
+                       SearchOptions(budget=Budget(proposals=1), children=1, near_duplicates=False, seed=seed))
+            result = await s.run()
+            await proposer.aclose()
+        got[setting] = (result, opening(server))
+    off, on = got["none"][0], got["inductor"][0]
+    assert off.seed is None and not [st for st in off.steps if st["kind"] == "seed"]
+    assert "seed" not in got["none"][1] and off.improved and off.best.parent == START.id
+    assert on.seed["status"] == "not_generated" and "recording torch.compile's code failed" in on.seed["reason"]
