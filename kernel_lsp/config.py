@@ -19,6 +19,7 @@ CHECKS = ("compile", "verify", "bench")
 PROPOSERS = ("auto", "llm", "tuner")
 SANDBOX_MODES = ("required", "auto", "off")  # engine/caller/sandbox.py; docs/sandbox.md
 EXECUTORS = ("local", "ray")
+SEEDS = ("none", "inductor")  # agent/seed.py; docs/agent.md "The torch.compile seed"
 
 
 class SettingsError(ValueError):
@@ -42,6 +43,9 @@ class Settings:
     agent_model: str | None = None
     agent_base_url: str | None = None
     agent_budget: int = 24                  # proposals per Search (and at most 32 evaluations)
+    # An LLM Search over a PyTorch module on a GPU first verifies and times the file torch.compile's
+    # kernels make (one torch.compile, ~20 s on the H200) and builds on it; "none": from the start alone.
+    agent_seed: str = "inductor"
     slow_share: float = 0.3                 # a hot op above this share of forward gets a note
     sandbox: str = "auto"                   # required | auto | off: fence the Workers that run candidates
     whole_model_min_share: float = 0.05     # optimize --whole-model: ops below this share are left alone
@@ -81,6 +85,7 @@ _ALIASES = {
     "model": "agent_model",
     "base_url": "agent_base_url",
     "budget": "agent_budget",
+    "seed": "agent_seed",
     "flags": "extra_flags",
     "include_dirs": "include_paths",
 }
@@ -135,6 +140,8 @@ def _coerce(name: str, value: Any, current: Any) -> Any:
         raise SettingsError(f"setting 'proposer' accepts {', '.join(PROPOSERS)}; got {value!r}")
     if name == "sandbox" and value not in SANDBOX_MODES:
         raise SettingsError(f"setting 'sandbox' accepts {', '.join(SANDBOX_MODES)}; got {value!r}")
+    if name == "agent_seed" and value not in SEEDS:
+        raise SettingsError(f"setting 'agent.seed' accepts {', '.join(SEEDS)}; got {value!r}")
     if name == "executor" and value not in EXECUTORS:
         raise SettingsError(f"setting 'executor' accepts {', '.join(EXECUTORS)}; got {value!r}")
     if name == "arch" and value and not re.fullmatch(r"(sm|compute)_\d+[af]?", str(value)):

@@ -152,10 +152,11 @@ def _ms(t: Any) -> str:
     return "n/a" if t is None else f"{t.median_ms:.4f} ms (spread {t.spread_pct:.1f}%)"
 
 
-def describe_targets(start: Evaluation | None, current: Evaluation | None) -> str:
+def describe_targets(start: Evaluation | None, current: Evaluation | None, seed: Any = None) -> str:
     """The numbers users judge the result by: the reference eager and under torch.compile, the
-    user's starting source, and the hardware floor with the share the current source reaches.
-    Children are timed without baselines: the start's baselines hold (the reference is fixed)."""
+    user's starting source, the torch.compile seed when the Search has one (agent/seed.py: what
+    is offered must beat it too), and the hardware floor with the share the current source
+    reaches. Children are timed without baselines: the start's baselines hold."""
     if start is None:
         return ""
     eager = (current.eager if current is not None and current.eager else None) or start.eager
@@ -164,6 +165,9 @@ def describe_targets(start: Evaluation | None, current: Evaluation | None) -> st
              f"- the reference under torch.compile: {_ms(compiled)}"
              + ("" if compiled is not None else " (not timed)"),
              f"- the user's starting source: {_ms(start.time)}"]
+    if seed is not None and getattr(seed, "evaluation", None) is not None:
+        lines.append(f"- the seed ({seed.label}): {_ms(seed.evaluation.time)}; a version is kept only if it "
+                     "beats this too")
     if current is not None and current.time is not None and current is not start:
         lines.append(f"- the current source: {_ms(current.time)}")
     sol = _speed_of_light(current) or _speed_of_light(start)

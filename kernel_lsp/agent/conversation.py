@@ -54,13 +54,29 @@ def opening(req: ProposalRequest) -> str:
     if op:
         parts.append("The op's own code, from the user's model file (the reference builds it as `self.op`; "
                      "this is what forward runs):\n```python\n" + op + "\n```")
-    targets = describe_targets(req.start_evaluation, req.evaluation)
+    targets = describe_targets(req.start_evaluation, req.evaluation, req.seed)
     if targets:
         parts.append(targets)
-    parts.append(_current(req, "Current source"))
+    if req.seed is not None and req.parent.id == req.seed.id:
+        parts.append(seed_paragraph(req.seed))
+        parts.append(_current(req, "Current source (the seed)"))
+    else:
+        parts.append(_current(req, "Current source"))
     parts.append("Its evaluation:\n" + describe_evaluation(req.evaluation, source=req.parent.source,
                                                            start=req.start_evaluation))
     return "\n\n".join(parts + _tail(req))
+
+
+def seed_paragraph(seed: Any) -> str:
+    """What the seed is and what it measured: the opening of a lineage that starts from it."""
+    nums = [f"{seed.time_ms:.4f} ms" if seed.time_ms is not None else None,
+            f"{seed.speedup:.2f}x vs the user's starting source" if seed.speedup else None,
+            f"{seed.speedup_eager:.2f}x vs PyTorch eager" if seed.speedup_eager else None,
+            f"{seed.speedup_compile:.2f}x vs torch.compile" if seed.speedup_compile else None]
+    return (f"The current source is the seed: {seed.label}. kernel-lsp wrote it without an LLM from the "
+            "Triton kernels torch.compile generates for this module at these input shapes on this GPU, and "
+            f"verified it: {', '.join(n for n in nums if n)}. Build on it: a version is offered to the user "
+            "only if it is faster than this seed as well as the starting source, by more than the measured noise.")
 
 
 def follow_up(req: ProposalRequest) -> str:
@@ -68,7 +84,7 @@ def follow_up(req: ProposalRequest) -> str:
     note = f' ("{req.parent.note}")' if req.parent.note else ""
     parts = [f"Your answer gave candidate {req.parent.id[:8]}{note}. Its evaluation:\n"
              + describe_evaluation(req.evaluation, source=req.parent.source, start=req.start_evaluation)]
-    targets = describe_targets(req.start_evaluation, req.evaluation)
+    targets = describe_targets(req.start_evaluation, req.evaluation, req.seed)
     if targets:
         parts.append(targets)
     parts.append(_current(req, "Current source, as your answer made it"))

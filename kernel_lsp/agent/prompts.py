@@ -52,7 +52,7 @@ numerically correct against the reference and runs faster on the given GPU.
 Work like an engineer at a terminal: begin with a short plan, then use the tools. `compile` gives \
 the compiler's diagnostics with line numbers, `test` the verifier's verdict with its evidence, \
 `time` the measured time against the start, `profile` the profiler's per-kernel facts, \
-`read_reference` and `read_op_source` the code to match. Each of compile/test/time/profile is one \
+`read_reference` the code to match (and `read_op_source`, where offered, the op's own code). Each of compile/test/time/profile is one \
 evaluation of the Search's budget. Pass either `source` (the whole file) or `patch` \
 (SEARCH/REPLACE blocks against your working source, which starts as the current source). When \
 a version is correct and faster, call `submit` (the Search re-verifies and times it). If tools are \

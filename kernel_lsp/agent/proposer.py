@@ -30,6 +30,7 @@ class ProposalRequest:
     direction: str | None = None           # this child's idea to pursue (siblings differ)
     siblings: list[str] = field(default_factory=list)          # what the siblings were asked for
     tools: Any = None                      # a tools.Toolbox: evaluations the model may call itself
+    seed: Any = None                       # agent/seed.py Seed, when a correct torch.compile seed is in the tree
 
 
 @dataclass

@@ -296,6 +296,18 @@ def _headline(result: dict[str, Any], s: dict[str, Any], view: _View, kinds: dic
     return text
 
 
+def _seed_row(seed: dict[str, Any] | None) -> str | None:
+    """The seed's line (agent/seed.py), with how the best compares with it."""
+    if not isinstance(seed, dict) or not seed.get("line"):
+        return None
+    text = str(seed["line"])
+    if seed.get("offered"):
+        text += "; no proposal beat it: the seed itself is the best"
+    elif seed.get("vs_seed"):
+        text += f"; the best is {seed['vs_seed']:.2f}x faster than the seed"
+    return text
+
+
 def render_report(store: Any, search_id: int) -> str:
     s = store.search(search_id)
     if s is None:
@@ -319,7 +331,8 @@ def render_report(store: Any, search_id: int) -> str:
             ("start time", f"{view.root_ms:.4f} ms" if view.root_ms else None),
             ("PyTorch eager", f"{_ms({'time': base.get('eager')}):.4f} ms" if base.get("eager") else None),
             ("torch.compile", f"{_ms({'time': base.get('compiled')}):.4f} ms" if base.get("compiled") else None),
-            ("device", (base.get("device") or {}).get("name"))]
+            ("device", (base.get("device") or {}).get("name")),
+            ("torch.compile seed", _seed_row(result.get("seed")))]
     parts = [f"<!doctype html><html><head><meta charset=utf-8><title>kernel-lsp search {_e(search_id)}: "
              f"{_e(s.get('task'))}</title><style>{_CSS}</style></head><body>",
              f"<h1>Search {_e(search_id)}: {_e(s.get('task'))}</h1><p>{_headline(result, s, view, kinds)}</p><table>",

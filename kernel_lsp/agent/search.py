@@ -37,8 +37,9 @@ from kernel_lsp.model import (DISQUALIFYING_FLAGS, KERNELS_ONLY_FLAGS, Candidate
 
 from .budget import Budget
 from .prompts import DIRECTIONS
+from .seed import Seed
 from .proposer import Proposal, ProposalRequest, Proposer
-from .tools import Toolbox
+from .tools import Toolbox, tool_specs
 from .tree import Node, backup, near_key, pick_repair, ucb_pick, visit
 from .tree import path_to_root as tree_path
 
@@ -87,6 +88,10 @@ class SearchOptions:
     directions: bool = True              # siblings are asked for different directions (prompts.DIRECTIONS)
     near_duplicates: bool = True         # a source equal to one tried up to comments/whitespace is skipped
     tools: bool = True                   # lend the model tools when its Proposer can call them
+    # agent/seed.py: for a module Target, a provider of the torch.compile seed, evaluated before
+    # the first expansion; a correct seed is a child of the start the tree expands, and what
+    # the Search offers must beat it too. None: no seed (the `agent.seed` setting is "none").
+    seed: Any = None
 
 
 @dataclass
@@ -149,6 +154,7 @@ class SearchResult:
     shared_gpu: dict[str, Any] | None = None  # timed while other processes used the GPU
     eager_ms: float | None = None        # the reference eagerly, timed with the start
     compile_ms: float | None = None      # torch.compile of the reference, timed with the start
+    seed: dict[str, Any] | None = None   # agent/seed.py Seed.to_dict() plus "vs_seed"; None: no seed asked
 
     @property
     def failed_steps(self) -> list[dict[str, Any]]:
@@ -183,7 +189,7 @@ class SearchResult:
             "spread_pct": self.spread_pct, "noisy": self.noisy, "measurement": self.measurement,
             "custom_kernel": self.custom_kernel, "label": self.label,
             "compile_faster": self.compile_faster, "shared_gpu": self.shared_gpu,
-            "eager_ms": self.eager_ms, "compile_ms": self.compile_ms,
+            "eager_ms": self.eager_ms, "compile_ms": self.compile_ms, "seed": self.seed,
             "sandboxed": _sandboxed(self.start_evaluation, self.best_evaluation),
         }
 
@@ -233,6 +239,8 @@ class Search:
         self._confirm_note: str | None = None  # why confirmation found no winner
         self._tasks: set[asyncio.Task[Any]] = set()
         self._seen: dict[str, str] = {}      # near_key -> candidate id: near-duplicates caught
+        self.seed: Seed | None = None        # what became of the torch.compile seed (options.seed)
+        self._vs_seed: float | None = None   # the winner's speedup over the seed, when judged against it
 
     # -- events and store ------------------------------------------------------
 
@@ -439,6 +447,8 @@ class Search:
             # No GPU for a GPU Task, execution off, a broken harness: no child could run either.
             self._cannot_run = True
             return root.evaluation.message or "the starting source could not run"
+        if self.options.seed is not None and not self.options.repair_only and not self._built_only():
+            await self._plant_seed(root)
 
         while True:
             why = self.budget.exhausted()
@@ -462,6 +472,71 @@ class Search:
                     self._cannot_run = True
                     return self._fatal
                 return f"proposer cannot go on: {self._fatal}"
+
+    async def _plant_seed(self, root: Node) -> None:
+        """The torch.compile seed (agent/seed.py): generated, evaluated like any candidate, and
+        when correct a child of the start the tree can expand. Whatever happens, one line says it."""
+        from kernel_lsp.nollm.proposer import is_module_start
+
+        if not is_module_start(self.start):
+            return  # the seed is for a PyTorch module; a start with its own kernels is its own seed
+        if not self._start_ok():
+            self.seed = Seed("skipped", "the start did not run, so nothing could be compared with it")
+        elif getattr(self.options.seed, "precheck", None) is not None and self.options.seed.precheck(self._device):
+            self.seed = Seed("skipped", self.options.seed.precheck(self._device))  # no GPU: not a failure
+        else:
+            self._emit("seeding", candidate=root.id,
+                       message="writing torch.compile's kernels for this module as a seed (one torch.compile run)")
+            try:
+                made, why = await self.options.seed(self.engine, self.task, self.start, self._device)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # a provider bug is one line; the Search goes on from the start
+                log.exception("seed provider failed")
+                made, why = None, f"{type(e).__name__}: {e}"
+            if made is None:
+                self.seed = Seed("not_generated", " ".join(str(why or "no file was written").split())[:300])
+            else:
+                self.seed = await self._evaluate_seed(root, made)
+        self._step("seed", self.seed.line(), failed=self.seed.status in ("wrong", "not_generated"), candidate=self.seed.id,
+                   status=self.seed.status)
+        self._emit("seed", candidate=self.seed.id, speedup=self.seed.speedup, note=self.seed.label,
+                   verdict=self.seed.evaluation.verdict if self.seed.evaluation else None, message=self.seed.line())
+
+    async def _evaluate_seed(self, root: Node, made: Candidate) -> Seed:
+        cand = Candidate(source=made.source, kind=made.kind, origin="seed", parent=root.id,
+                         note=made.note or "torch.compile's kernels (seed)")
+        key = near_key(cand.source, cand.kind)
+        if key in self._seen:
+            return Seed("skipped", "the generated file is the start itself, up to comments and whitespace")
+        node = Node(cand, depth=1, parent=root.id, step=len(self.nodes), repairs_left=0)
+        self.nodes[node.id] = node
+        self._seen[key] = node.id
+        self._store("add_node", self.search_id, cand, root.id, node.depth, node.step, "seed")
+        self._emit("evaluating", candidate=node.id, parent=root.id, note=cand.note,
+                   message=f"evaluating the seed: {cand.note}")
+        node.evaluation = await self._evaluate(cand)
+        self._record(node)
+        ev = node.evaluation
+        if not self._qualifies(ev):
+            node.exhausted = True  # never expanded; the start's lineage goes on alone
+            return Seed("wrong", verdicts.evaluation_reason(ev, self.options.kernels_only,
+                                                            self.options.accept_less_accurate)[:300],
+                        candidate=cand, evaluation=ev)
+        first = root.evaluation
+        return Seed("used", candidate=cand, evaluation=ev, speedup=node.speedup,
+                    speedup_eager=_vs(first, "eager", node.speedup, ev),
+                    speedup_compile=_vs(first, "compiled", node.speedup, ev))
+
+    def _seed_node(self) -> Node | None:
+        return self.nodes.get(self.seed.id) if self.seed is not None and self.seed.used and self.seed.id else None
+
+    def _vs_seed_text(self, node: Node) -> str:
+        """", 1.21x vs the seed" for a counted candidate other than the seed; "" otherwise."""
+        seed = self._seed_node()
+        if seed is None or node.id == seed.id or not node.speedup or not seed.speedup:
+            return ""
+        return f", {node.speedup / seed.speedup:.2f}x vs the seed"
 
     def _needs_repair(self, n: Node) -> bool:
         ev = n.evaluation
@@ -535,7 +610,8 @@ class Search:
             return prof if isinstance(prof, dict) else None
 
         return Toolbox(task=self.task, evaluate=evaluate, profile=profile, budget=self.budget,
-                       start_evaluation=self.nodes[self.start.id].evaluation)
+                       start_evaluation=self.nodes[self.start.id].evaluation, specs=tool_specs(self.task),
+                       seed_evaluation=self.seed.evaluation if self.seed is not None and self.seed.used else None)
 
     def _elsewhere(self, node: Node) -> list[str]:
         """What other lineages tried (this lineage's own turns are in its conversation)."""
@@ -565,7 +641,8 @@ class Search:
             profile=await self._profile_for(node) if mode == "optimize" else None,
             start_evaluation=self.nodes[self.start.id].evaluation, round=self.round,
             conversation=list(node.conversation), direction=directions[0],
-            siblings=[d for d in directions[1:] if d], tools=self._toolbox())
+            siblings=[d for d in directions[1:] if d], tools=self._toolbox(),
+            seed=self.seed if self.seed is not None and self.seed.used else None)
         try:
             proposals = await self.proposer.propose(request)
         except asyncio.CancelledError:
@@ -650,9 +727,10 @@ class Search:
         child.speedup = self._speedup(ev) if self._qualifies(ev) else None
         backup(self.nodes, child, child.speedup or 0.0)
         self._store("update_node", self.search_id, child.id, ev.verdict)
-        shown = f"{child.speedup:.2f}x" if child.speedup else ev.verdict
+        shown = (f"{child.speedup:.2f}x" if child.speedup else ev.verdict) + self._vs_seed_text(child)
+        vs_seed = self._vs_seed_text(child)
         self._history.append((child.id, f"{child.id[:8]} {child.candidate.note or child.candidate.origin}: {ev.verdict}"
-                             + (f", {child.speedup:.2f}x vs start" if child.speedup else "")))
+                             + (f", {child.speedup:.2f}x vs start" if child.speedup else "") + vs_seed))
         self._step("evaluation", ev.message or ev.verdict, failed=not self._qualifies(ev),
                    candidate=child.id, parent=child.parent, verdict=ev.verdict, speedup=child.speedup)
         label = verdicts.label(ev.custom_kernel)
@@ -692,7 +770,8 @@ class Search:
                          "custom_kernel": ev.custom_kernel, "label": verdicts.label(ev.custom_kernel),
                          "less_accurate": "less_accurate" in ev.flags,
                          "accuracy": verdicts.accuracy_phrase(ev.accuracy),
-                         "winner": winner is not None and n.id == winner.id})
+                         "winner": winner is not None and n.id == winner.id,
+                         "seed": self.seed is not None and n.id == self.seed.id})
         rows.sort(key=lambda r: (not r["winner"], r["less_accurate"],
                                  -(r["speedup"] if r["speedup"] is not None else -math.inf),
                                  r["time_ms"] if r["time_ms"] is not None else math.inf))
@@ -743,6 +822,8 @@ class Search:
                                 else "no candidate stayed faster than the start when re-timed"))
         elif ranked:  # confirmation off: the Search's own measurement
             winner, win_ev, speedup = ranked[0], ranked[0].evaluation, ranked[0].speedup
+        if winner is not None and self._seed_node() is not None and winner.id != self.seed.id and self._start_ok():
+            winner, win_ev, speedup, confirmed = await self._against_seed(winner, win_ev, speedup, confirmed, start_ev)
         if winner is not None and speedup is None and self._runs(start_ev) and win_ev and win_ev.time:
             speedup = start_ev.time.median_ms / win_ev.time.median_ms  # type: ignore[union-attr]
         if winner is None and not self._cannot_run:
@@ -750,6 +831,48 @@ class Search:
         result = self._final(state, reason, confirmed=confirmed, winner=winner, win_ev=win_ev,
                              speedup=speedup, start_ev=start_ev)
         return result
+
+    async def _against_seed(self, winner: Node, win_ev: Evaluation | None, speedup: float | None,
+                            confirmed: bool, start_ev: Evaluation | None
+                            ) -> tuple[Node | None, Evaluation | None, float | None, bool]:
+        """The winner beat the start; it must beat the seed too, by more than the noise, in the
+        same kind of measurement (re-timed in the confirmation when the winner was). Otherwise
+        the seed is what is offered, when it beats the start; else nothing is."""
+        seed = self._seed_node()
+        assert seed is not None and self.seed is not None and win_ev is not None
+        seed_ev = seed.evaluation
+        if confirmed:
+            if seed.confirmed_evaluation is None:  # not re-timed in the confirmation loop yet
+                seed.confirmed_evaluation = await self._evaluate(seed.candidate)
+                self._evaluated += 1
+                ev = seed.confirmed_evaluation
+                if self._qualifies(ev) and self._runs(start_ev) and ev.time.median_ms > 0:  # type: ignore[union-attr]
+                    seed.confirmed_speedup = start_ev.time.median_ms / ev.time.median_ms  # type: ignore[union-attr]
+            seed_ev = seed.confirmed_evaluation
+            self.seed.confirmed_speedup = seed.confirmed_speedup
+        if not self._qualifies(seed_ev) or win_ev.time is None or win_ev.time.median_ms <= 0:
+            self._step("seed", "the seed did not hold up when re-timed; the best is judged against the start alone",
+                       failed=True, candidate=seed.id)
+            return winner, win_ev, speedup, confirmed
+        assert seed_ev is not None and seed_ev.time is not None
+        ratio = seed_ev.time.median_ms / win_ev.time.median_ms
+        limit = noise_threshold(seed_ev, win_ev, self.options.min_gain, self.options.noise_factor)
+        if ratio > limit:
+            self._vs_seed = ratio
+            self._step("seed", f"{ratio:.3f}x vs the seed (needs > {limit:.3f})", failed=False, candidate=winner.id)
+            return winner, win_ev, speedup, confirmed
+        s_seed = seed.confirmed_speedup if confirmed else seed.speedup
+        beats = s_seed is not None and self._runs(start_ev) and s_seed > noise_threshold(
+            start_ev, seed_ev, self.options.min_gain, self.options.noise_factor)  # type: ignore[arg-type]
+        self._step("seed", f"the best proposal {winner.id[:8]} was {ratio:.2f}x the seed (needs > {limit:.2f}x): "
+                   + ("the seed is offered instead" if beats else "and the seed was not faster than the start"),
+                   failed=True, candidate=winner.id)
+        if beats:
+            self._emit("seed", candidate=seed.id, speedup=s_seed, message="no proposal beat the seed: the seed is offered")
+            return seed, seed_ev, s_seed, confirmed
+        self._confirm_note = (f"no candidate was faster than the torch.compile seed by more than the noise "
+                              f"(best {ratio:.2f}x of it), and the seed was not faster than the start")
+        return None, None, None, False
 
     def _why_not(self, stop: str) -> str:
         """Why the Search stopped, then why no candidate won, in the user's words."""
@@ -813,6 +936,9 @@ class Search:
             best=winner.candidate if winner else None, best_evaluation=win_ev, speedup=speedup,
             confirmed=confirmed, candidates_evaluated=self._evaluated, usage=self.budget.usage(),
             steps=list(self.steps), ranking=ranking, outcome=outcome)
+        if self.seed is not None:
+            result.seed = {**self.seed.to_dict(), "vs_seed": self._vs_seed if winner is not None else None,
+                           "offered": winner is not None and winner.id == self.seed.id}
         if winner is not None and win_ev is not None:
             result.measurement = "confirmation" if confirmed else "first run"
             result.speedup_eager = _vs(first, "eager", speedup, win_ev)

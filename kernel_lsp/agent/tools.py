@@ -39,12 +39,21 @@ TOOL_SPECS: list[dict[str, Any]] = [
     _fn("profile", "Profile the source with Nsight Compute; per-kernel facts, hottest first. One "
         "evaluation.", _SRC),
     _fn("read_reference", "The reference Task (KernelBench format): the ground truth."),
-    _fn("read_op_source", "The op's own class and helpers from the user's model file (whole-model op "
-        "Tasks only)."),
+    _fn("read_op_source", "The op's own class and helpers from the user's model file (this Task is one "
+        "op of a whole model)."),
     _fn("submit", "Hand in the version to keep; the Search re-verifies and times it. Ends this turn.",
         {**_SRC, "note": {"type": "string", "description": "one line: what this version changes"}},
         ["note"]),
 ]
+
+
+
+def tool_specs(task: Task) -> list[dict[str, Any]]:
+    """The tools that mean something for this Task: `read_op_source` only for an op Task of the
+    whole-model flow (context.op_source finds the op's class in the user's file)."""
+    has_op = op_source(task) is not None
+    return [s for s in TOOL_SPECS if s["function"]["name"] != "read_op_source" or has_op]
+
 
 Evaluate = Callable[[Candidate, tuple[str, ...]], Awaitable[Evaluation]]
 Profile = Callable[[Candidate], Awaitable[dict[str, Any] | None]]
@@ -62,6 +71,10 @@ class Toolbox:
     budget: Budget
     start_evaluation: Evaluation | None = None
     specs: list[dict[str, Any]] = field(default_factory=lambda: list(TOOL_SPECS))
+    seed_evaluation: Evaluation | None = None   # the torch.compile seed's, when the Search has one
+
+    def offers(self, name: str) -> bool:
+        return any(s["function"]["name"] == name for s in self.specs)
 
     def session(self, parent: Candidate) -> "ToolSession":
         return ToolSession(self, parent)
@@ -103,6 +116,9 @@ class ToolSession:
             return f"error: the arguments are not JSON ({e.msg} at char {e.pos}); nothing was run"
         if not isinstance(args, dict):
             return "error: the arguments must be a JSON object; nothing was run"
+        if name in ("read_reference", "read_op_source", "submit", "profile", *CHECKS) and not self.box.offers(name):
+            return f"error: the tool {name!r} is not offered for this Task; the tools are " + ", ".join(
+                s["function"]["name"] for s in self.box.specs)
         if name == "read_reference":
             return "```python\n" + self.box.task.reference_source + "\n```"
         if name == "read_op_source":
@@ -145,4 +161,7 @@ class ToolSession:
         if name == "time" and ev.time is not None and self.box.start_evaluation is not None \
                 and self.box.start_evaluation.time is not None and ev.time.median_ms > 0:
             text += f"\n{self.box.start_evaluation.time.median_ms / ev.time.median_ms:.2f}x vs the start"
+            seed = self.box.seed_evaluation
+            if seed is not None and seed.time is not None:
+                text += f", {seed.time.median_ms / ev.time.median_ms:.2f}x vs the seed (it must beat both)"
         return head + text

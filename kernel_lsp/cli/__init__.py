@@ -122,6 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
     optimize.add_argument("--budget", type=int, default=24, metavar="N",
                           help="cap on proposals (default 24; each Search also stops at 32 evaluations)")
     optimize.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS")
+    optimize.add_argument("--seed", choices=("none", "inductor"), default=None,
+                          help="LLM Search of a PyTorch module on a GPU: 'inductor' first verifies and times the "
+                               "file torch.compile's kernels make (one torch.compile, ~20 s) and builds on it; "
+                               "'none' starts from your code alone (default: the agent.seed setting, 'inductor')")
     optimize.add_argument("--no-baselines", dest="baselines", action="store_false",
                           help="skip timing PyTorch eager and torch.compile (slow for some references on a CPU)")
     optimize.add_argument("--kernels-only", dest="kernels_only", action="store_true", default=None,

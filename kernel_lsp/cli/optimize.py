@@ -104,6 +104,15 @@ def _make_proposer(ns: argparse.Namespace, settings: Any) -> Any:
     return LLMProposer(LLMConfig.from_env(model=model, base_url=base_url))
 
 
+def seed_provider(ns: argparse.Namespace, settings: Any, proposer: Any) -> Any:
+    """--seed, else the agent.seed setting: the torch.compile seed's provider for an LLM Search
+    (kernel_lsp/agent/seed.py), or None."""
+    from kernel_lsp.agent.seed import provider_for
+
+    setting = getattr(ns, "seed", None) or getattr(settings, "agent_seed", "none")
+    return provider_for(setting, proposer)
+
+
 def module_proposer(proposer: Any, start: Candidate) -> Any:
     """The tuner on a module Target becomes the no-LLM writer (kernel_lsp/nollm/proposer.py)."""
     from kernel_lsp.nollm.proposer import for_start
@@ -147,7 +156,7 @@ class _Live:
         done = (self.budget - left) if (self.budget is not None and left is not None) else None
         msg = ev.message[:70]
         self.progress.update(self.task_id, completed=done, best=best, msg=msg)
-        if ev.kind in ("new_best", "proposal_failed", "confirmed", "not_confirmed", "baseline"):
+        if ev.kind in ("new_best", "proposal_failed", "confirmed", "not_confirmed", "baseline", "seed"):
             style = {"new_best": "green", "proposal_failed": "yellow", "confirmed": "green"}.get(ev.kind, "")
             self.progress.console.print(f"[{style}]{ev.kind}[/]: {ev.message}" if style else f"{ev.kind}: {ev.message}",
                                         markup=bool(style), highlight=False)
@@ -329,6 +338,9 @@ def summary_lines(result: SearchResult, facts: dict[str, Any]) -> list[str]:
     """The plain sentences under the table: why it stopped, the best against both baselines,
     its kind, and a warning or a better option where there is one."""
     lines = [f"why: {facts['reason']}"]
+    seed = getattr(result, "seed", None)
+    if isinstance(seed, dict) and seed.get("line"):
+        lines.append(seed_summary(seed, result))
     if result.best is not None:
         lines.append(f"best: {facts['label']}; its time from the {facts['measurement']} run: "
                      f"vs PyTorch eager {numbers.speedup_text(facts['speedup_eager'], facts['speedup_eager_spread'])}, "
@@ -407,6 +419,7 @@ async def _optimize(ns: argparse.Namespace, path: str, show: bool) -> tuple[Sear
         opts.accept_less_accurate = bool(getattr(settings, "accept_less_accurate", False))
     if getattr(ns, "baselines", True) is False:  # --no-baselines: skip eager/torch.compile timing
         opts.start_engine_options = {"baselines": False}
+    opts.seed = seed_provider(ns, settings, proposer)
     search = Search(engine, store, task, cand, proposer, opts)
     live = _Live(show, budget.proposals)
     prep = prepare.start(engine, [cand], sys.stderr)  # precompiled headers, while the Search starts
@@ -420,6 +433,19 @@ async def _optimize(ns: argparse.Namespace, path: str, show: bool) -> tuple[Sear
         await proposer.aclose()
         await engine.aclose()
     return result, search, target_path
+
+
+def seed_summary(seed: dict[str, Any], result: SearchResult) -> str:
+    """One line on the torch.compile seed: what it measured and how the best compares with it,
+    or why there was none."""
+    text = seed["line"]
+    if seed.get("status") != "used" or result.best is None:
+        return text
+    if seed.get("offered"):
+        return text + "; no proposal beat it: the seed itself is the best"
+    if seed.get("vs_seed"):
+        return text + f"; the best is {seed['vs_seed']:.2f}x faster than the seed"
+    return text
 
 
 def exit_status(result: SearchResult, facts: dict[str, Any]) -> int:

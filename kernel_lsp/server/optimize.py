@@ -238,6 +238,9 @@ class OptimizeFeature(LanguageFeature):
                 proposer = for_start(proposer, candidate)  # a module and the tuner: the no-LLM writer
                 if hasattr(proposer, "engine"):
                     proposer.engine = engine
+                from kernel_lsp.agent.seed import provider_for
+
+                options.seed = provider_for(ls.settings.agent_seed, proposer)  # the LLM's torch.compile seed
             search = Search(engine, ls.host.store(), task, candidate, proposer, options)
             job = ls.jobs.get(("search", run.uri))
 
@@ -282,8 +285,10 @@ class OptimizeFeature(LanguageFeature):
         else:
             why = reason_words(result)
             summary["reason"] = why
-            progress.end(f"no improvement: {why}")
-            ls.show(f"kernel-lsp: no correct, faster version of {name} found: {why}. Your file is unchanged.")
+            seed = (result.seed or {}).get("line")
+            progress.end(f"no improvement: {why}" + (f" ({seed})" if seed else ""))
+            ls.show(f"kernel-lsp: no correct, faster version of {name} found: {why}. Your file is unchanged."
+                    + (f" {seed[0].upper()}{seed[1:]}." if seed else ""))
         return summary
 
     def _compile_only(self, state: DocumentState, text: str) -> tuple[Task, Candidate, Any]:
@@ -376,6 +381,11 @@ def describe_gain(result: "SearchResult", store: Any = None) -> str:
             parts.append("noisy timing: the confirmation passed the guard, the ratios are rough")
     if b["custom_kernel"] is False:
         parts.append(REWRITE)
+    seed = result.seed or {}
+    if seed.get("offered"):
+        parts.append(f"the torch.compile seed ({seed.get('label')}): no proposal beat it")
+    elif seed.get("vs_seed"):
+        parts.append(f"{seed['vs_seed']:.2f}x the torch.compile seed")
     return " · ".join(parts)
 
 

@@ -102,3 +102,29 @@ def test_optimize_without_improvement_leaves_file(workspace, capsys, monkeypatch
 def test_optimize_bad_path(workspace, capsys):
     assert optimize_main(ns("missing.py")) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_optimize_llm_seed_setting_and_flag(workspace, capsys, monkeypatch):
+    """agent.seed / --seed reach the Search: on this CPU machine the production seed says in one
+    line why there is none and the Search goes on; "none" asks for nothing; a bad value is bad input."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible: the production seed runs here (tests/agent/test_gpu.py covers it)")
+    server = start([], default="no idea")
+    monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+    try:
+        rc = optimize_main(ns("rowsum_new.py", proposer="llm", model="m", budget=1))  # the default: inductor
+        out = capsys.readouterr().out
+        assert rc == 1 and "the torch.compile seed was not generated: no CUDA GPU is visible" in " ".join(out.split())
+        (workspace / "pyproject.toml").write_text('[tool.kernel-lsp]\nagent_seed = "none"\n')
+        rc = optimize_main(ns("rowsum_new.py", proposer="llm", model="m", budget=1, json=True))
+        assert rc == 1 and json.loads(capsys.readouterr().out)["seed"] is None
+        rc = optimize_main(ns("rowsum_new.py", proposer="llm", model="m", budget=1, json=True, seed="inductor"))
+        doc = json.loads(capsys.readouterr().out)
+        assert rc == 1 and doc["seed"]["status"] == "skipped" and "no CUDA GPU" in doc["seed"]["reason"]
+        (workspace / "pyproject.toml").write_text('[tool.kernel-lsp]\nagent_seed = "yes"\n')
+        rc = optimize_main(ns("rowsum_new.py", proposer="llm", model="m", budget=1))
+        assert rc == 2 and "setting 'agent.seed' accepts none, inductor; got 'yes'" in capsys.readouterr().err
+    finally:
+        server.close()

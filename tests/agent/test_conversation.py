@@ -175,8 +175,10 @@ async def test_tool_calling_compile_sees_the_error_patches_tests_submits():
         s, result = await search(server, children=1, budget=Budget(proposals=1, evaluations=10))
     bodies = [r["body"] for r in server.requests]
     assert all(b.get("tools") for b in bodies)
+    # read_op_source only where there is an op's source to read (an op Task of a whole model).
     assert {t["function"]["name"] for t in bodies[0]["tools"]} == {
-        "compile", "test", "time", "profile", "read_reference", "read_op_source", "submit"}
+        "compile", "test", "time", "profile", "read_reference", "submit"}
+    assert "read_op_source" not in json.dumps(bodies[0]["tools"])
     assert "use the tools" in bodies[0]["messages"][0]["content"]
     opening = bodies[0]["messages"][1]["content"]  # the same context as the text protocol's
     for must in ("132 SMs", "  1| import torch", "Numbers to beat", "torch.compile: 4.0000 ms", "REFERENCE_MARKER"):
@@ -266,12 +268,34 @@ async def test_op_source_reaches_the_model(tmp_path):
         "SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'net.py')\n"
         "class Model:\n    def __init__(self):\n        self.op = _original().Op()\n"))
     try:
-        with start([fenced("p", "# ms: 5")]) as server:
+        with start([{"tool_calls": [{"name": "read_op_source", "arguments": {}}]},
+                    fenced("p", "# ms: 5")]) as server:
             await search(server, children=1, budget=Budget(proposals=1))
     finally:
         TASK = saved
     assert "The op's own code" in user_texts(server.requests[0])[0]
     assert "OP_MARKER" in user_texts(server.requests[0])[0]
+    # An op Task offers read_op_source, and calling it reads the op's class from the user's file.
+    names = {t["function"]["name"] for t in server.requests[0]["body"]["tools"]}
+    assert "read_op_source" in names and "read_reference" in names
+    tool_answers = [m["content"] for m in server.requests[1]["body"]["messages"] if m["role"] == "tool"]
+    assert "class Op:" in tool_answers[-1] and "OP_MARKER" in tool_answers[-1]
+
+
+def test_read_op_source_is_refused_where_it_is_not_offered():
+    """A model that calls a tool it was not offered (read_op_source on a plain Task) is told which
+    tools there are; nothing is read."""
+    import asyncio
+
+    from kernel_lsp.agent.tools import Toolbox, tool_specs
+
+    async def never(*a):
+        raise AssertionError("no evaluation for a read")
+
+    box = Toolbox(task=TASK, evaluate=never, profile=None, budget=Budget(), specs=tool_specs(TASK))
+    answer = asyncio.run(box.session(START).call("read_op_source", "{}"))
+    assert answer.startswith("error: the tool 'read_op_source' is not offered for this Task")
+    assert "read_reference" in answer and "submit" in answer
 
 
 def test_compaction_says_what_it_left_out_and_keeps_the_reference_and_the_last_turn():

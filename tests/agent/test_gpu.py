@@ -95,3 +95,80 @@ async def _llm_repairs_then_tunes_softmax(tmp_path):
     # The third request optimizes the correct repaired node (depth 2): profiler facts included
     # (the empty answers after it are sent back, so more requests may follow).
     assert len(prompts) >= 3 and "Profiler facts" in prompts[2]
+
+
+SEEDED_MODULE = '''import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self, cols):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(cols))
+
+    def forward(self, x):
+        return F.gelu(x + self.bias) * 0.5
+
+
+def get_inputs():
+    return [torch.randn(4096, 2048, device="cuda")]
+
+
+def get_init_inputs():
+    return [2048]
+'''
+
+
+def _patch_the_seed(body):
+    """The scripted model's answer: a launch change in the seed's CONFIGS, read off the prompt it
+    was sent (the seed's text is known only once torch.compile wrote it on this GPU)."""
+    import re
+
+    prompt = [m["content"] for m in body["messages"] if m["role"] == "user"][-1]
+    if "The current source is the seed" not in prompt:
+        return "No idea for this one."
+    m = re.search(r"^\s*\d+\| (    '\w+': dict\([^\n]*num_warps=(\d+)[^\n]*\),)$", prompt, re.M)
+    if not m:
+        return "No CONFIGS line found."
+    line, warps = m.group(1), m.group(2)
+    other = line.replace(f"num_warps={warps}", f"num_warps={8 if warps != '8' else 4}")
+    return f"Plan: other warps.\n<<<<<<< SEARCH\n{line}\n=======\n{other}\n>>>>>>> REPLACE\n"
+
+
+def test_llm_search_seeded_by_torch_compile(tmp_path):
+    """`optimize --seed inductor` with an LLM on a PyTorch module: the Worker writes torch.compile's
+    kernels as the seed, the engine verifies and times it, the prompt shows it, the scripted
+    model's patch on its CONFIGS is judged against the seed and the start."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "plain.py").write_text(SEEDED_MODULE)
+    root = Path(__file__).parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "KERNEL_LSP_MODEL"):
+        env.pop(var, None)
+    server = start([_patch_the_seed], default="No more ideas.")
+    try:
+        r = subprocess.run([sys.executable, "-m", "kernel_lsp.cli", "optimize", "plain.py", "--model", "local",
+                            "--base-url", server.base_url, "--seed", "inductor", "--budget", "1", "--json"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=480)
+    finally:
+        server.close()
+    assert r.returncode in (0, 1), r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    seed = doc["seed"]
+    assert seed["status"] == "used", seed
+    assert seed["label"].startswith("Triton kernels generated from torch.compile (default)")
+    assert seed["speedup_eager"] and seed["speedup_compile"] and seed["time_ms"]
+    prompt = [m["content"] for m in server.requests[0]["body"]["messages"] if m["role"] == "user"][0]
+    assert "The current source is the seed" in prompt and "@triton.jit" in prompt
+    child = [e for e in doc["evaluations"] if e["candidate"] not in (doc["start"], seed["candidate"])]
+    assert child and child[0]["verdict"] == "correct", doc["failed_steps"]
+    if doc["improved"] and doc["best"] != seed["candidate"]:
+        assert seed["vs_seed"] and seed["vs_seed"] > 1.0  # an improvement over the seed, said as such
+    if doc["improved"] and doc["best"] == seed["candidate"]:
+        assert seed["offered"]
+    print(json.dumps({"seed": seed, "best": doc["best"], "speedup": doc["speedup"], "reason": doc["reason"]}))

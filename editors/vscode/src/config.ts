@@ -16,7 +16,7 @@ export interface ServerSettings {
   includePaths: string[];
   onSave: string[];
   execution: { enabled: boolean };
-  agent: { model?: string; baseUrl?: string; budget?: number };
+  agent: { model?: string; baseUrl?: string; budget?: number; seed?: string };
   occupancyThreshold?: number;
   proposer?: string;
   timeout?: number;
@@ -70,6 +70,7 @@ export function serverSettings(cfg: ConfigReader, trusted: boolean): ServerSetti
       model: str(cfg, "agent.model"),
       baseUrl: str(cfg, "agent.baseUrl"),
       budget: num(cfg, "agent.budget"),
+      seed: str(cfg, "agent.seed"),
     }),
     occupancyThreshold: num(cfg, "occupancyThreshold"),
     proposer: str(cfg, "proposer"),

@@ -31,6 +31,7 @@ test("every setting the server reads is contributed", () => {
     "kernelLsp.agent.baseUrl",
     "kernelLsp.agent.budget",
     "kernelLsp.agent.model",
+    "kernelLsp.agent.seed",
     "kernelLsp.arch",
     "kernelLsp.buildWhileTyping",
     "kernelLsp.device",
