@@ -197,22 +197,3 @@ def for_start(proposer: Any, start: Candidate) -> Any:
     reference = reference_only_source(start.source) or ""
     own = {t.name for t in find_tunables(start.source, "python")} - {t.name for t in find_tunables(reference, "python")}
     return proposer if own else InductorProposer()
-
-
-def seed_candidate(proposer: InductorProposer, mode: str = "default") -> Candidate | None:
-    """The generated file of a finished recording, for a Search that wants to start from it
-    (the LLM Search's seed): None when none was written."""
-    gen = proposer.generated.get(mode) or next(iter(proposer.generated.values()), None)
-    if gen is None:
-        return None
-    return Candidate(source=gen.source, kind="python", origin="tuner", note=label(gen, mode))
-
-
-async def seed_for(engine: Any, reference_source: str, timeout: float = 600.0) -> tuple[Candidate | None, str]:
-    """The generated file for a reference, for a Search that starts from the best kernels the
-    machine can already write (the LLM Search's seed, behind its setting): (candidate, "") or
-    (None, why not). The caller verifies it like any candidate."""
-    gens, why = await generate(engine, reference_source, timeout=timeout)
-    for mode, gen in gens.items():
-        return Candidate(source=gen.source, kind="python", origin="tuner", note=label(gen, mode)), ""
-    return None, "; ".join(why.values()) or "no file was written"
