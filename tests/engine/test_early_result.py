@@ -70,6 +70,37 @@ def test_the_evaluation_field_round_trips():
     assert Evaluation.from_dict({"task": "t", "candidate": "c"}).compiled_pending is False  # older rows
 
 
+# -- a real Worker process with the stand-in run module (fast) ----------------------------------
+
+FAKE = {"KERNEL_LSP_RUN_MODULE": "tests.engine.fake_run", "KERNEL_LSP_WORKER_PRELOAD": ""}
+
+
+def test_engine_routes_the_partial_to_early_and_callers_that_do_not_ask_see_nothing(tmp_path):
+    """A real Worker process whose stand-in run module sends a partial when asked (as the real
+    one does): `early` gets it, as an Evaluation, before the answer; an evaluate without `early`
+    does not ask, and its answer is what it always was."""
+    from kernel_lsp.engine import Engine
+
+    task = Task(name="t", reference_path=str(tmp_path / "t.py"), reference_source="x = 1\n")
+    cand = Candidate(source="def run():\n    return 3\n", kind="python")
+
+    async def go():
+        async with Engine(timeout=20, warm=False, env=FAKE, prebuild=False) as e:
+            order: list[str] = []
+
+            async def take(part: Evaluation) -> None:
+                order.append(f"early {part.message} pending={part.compiled_pending}")
+            ev = await e.evaluate(task, cand, early=take)
+            order.append(f"final {ev.message}")
+            plain = await e.evaluate(task, cand)
+            return order, ev, plain
+
+    order, ev, plain = asyncio.run(go())
+    assert order == ["early early: 3 pending=True", "final ran: 3"]
+    assert ev.compiled is not None and ev.evidence["early_result"]["sent"] is True
+    assert plain.compiled is None and not (plain.evidence or {}).get("early_result")
+
+
 # -- a real Worker process on the CPU -------------------------------------------------------------
 
 @pytest.mark.slow
