@@ -6,7 +6,6 @@ replaces them. An edit while it runs hides the early numbers (they are of the ol
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 
@@ -61,7 +60,7 @@ async def _hover(client: EditorClient, uri: str, text: str) -> str:
     return got.contents.value if got else ""
 
 
-async def _watch(client: EditorClient, uri: str, text: str, on_early=None) -> tuple[list[str], str, list[str]]:
+async def _watch(client: EditorClient, uri: str, text: str) -> tuple[list[str], str, list[str]]:
     """Poll the lenses (every 50 ms; torch.compile takes seconds on the CPU) until the measurement
     ends: (the early lenses seen, the hover read while one showed, the final lenses)."""
     early: list[str] = []
@@ -74,8 +73,6 @@ async def _watch(client: EditorClient, uri: str, text: str, on_early=None) -> tu
             if len(titles) > 1 and titles[1].startswith("so far:") and not early:
                 early.append(titles[1])
                 hover = await _hover(client, uri, text)
-                if on_early is not None:
-                    on_early()
             return None
         return titles if any(t.startswith(("correct ·", "edited since")) for t in titles) else None
     final = await wait_for(done, timeout=300, interval=0.05, what="the measurement")

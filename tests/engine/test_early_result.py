@@ -220,7 +220,7 @@ class ModelNew(nn.Module):
 
 
 def get_inputs():
-    return [torch.randn(4096, 8192, device="cuda")]
+    return [torch.randn(4096, 8192)]
 
 
 def get_init_inputs():
@@ -254,6 +254,7 @@ def test_on_a_gpu_the_partial_comes_first_and_agrees_with_the_final(tmp_path):
     got, ev, total = asyncio.run(go())
     assert len(got) == 1, ev.message
     part, at = got[0]
+    assert ev.verdict == "correct" and ev.compiled is not None, ev.message
     print(f"partial at {at:.2f} s: {part.speedup_eager:.3f}x eager ±{part.time.spread_pct:.1f}%; "
           f"final at {total:.2f} s: {ev.speedup_eager:.3f}x eager, {ev.speedup_compile:.3f}x torch.compile; "
           f"torch.compile {ev.evidence['phases'].get('torch_compile_s', 0):.2f} s")
@@ -261,5 +262,7 @@ def test_on_a_gpu_the_partial_comes_first_and_agrees_with_the_final(tmp_path):
     assert ev.compiled is not None and part.compiled is None
     # Within the final ratio's spread: the two ratios' spreads added, and at least 3 % (the same
     # kernel's ratio moved 0.1-2.4 % run to run on a quiet H200); a partial 5 % off fails.
-    spread = max(3.0, (numbers.ratio_spread(ev.time, ev.eager) or 0.0) + (numbers.ratio_spread(part.time, part.eager) or 0.0))
-    assert abs(part.speedup_eager / ev.speedup_eager - 1.0) * 100 <= spread, (part.speedup_eager, ev.speedup_eager, spread)
+    spread = max(3.0, (numbers.ratio_spread(ev.time, ev.eager) or 0.0)
+                 + (numbers.ratio_spread(part.time, part.eager) or 0.0))
+    off_pct = abs(part.speedup_eager / ev.speedup_eager - 1.0) * 100
+    assert off_pct <= spread, (part.speedup_eager, ev.speedup_eager, spread)
