@@ -271,6 +271,10 @@ class Evaluation(_Record):
     # "keep": whether the caller should keep them); "key"/"parts" say what they hold for
     # (docs/baselines.md). None when no baselines were asked for.
     baselines: dict[str, Any] | None = None
+    # True on a partial Evaluation (protocol.partial): the verdict and the candidate and eager
+    # timings are final-method numbers, torch.compile's baseline is still compiling; the
+    # complete Evaluation follows and replaces it. Never True on a stored Evaluation.
+    compiled_pending: bool = False
 
     @property
     def speedup_eager(self) -> float | None:

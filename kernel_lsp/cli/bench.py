@@ -232,6 +232,9 @@ async def _bench_with(ns: argparse.Namespace, err: TextIO, rows: list[tuple[str,
                 from kernel_lsp.cli.timings import progress_stamper
 
                 more["progress"] = progress_stamper(phases, os.path.basename(path))
+            early = _early_taker(ns, os.path.basename(path))
+            if early is not None:
+                more["early"] = early
             ev = await engine.evaluate(task, cand, checks, timeout=timeout, options=opts, **more)
             if phases is not None:
                 from kernel_lsp.cli.timings import worker_phases
@@ -249,6 +252,43 @@ async def _bench_with(ns: argparse.Namespace, err: TextIO, rows: list[tuple[str,
     customs = [getattr(ev, "custom_kernel", None) if getattr(ev, "custom_kernel", None) is not None else k
                for ev, k in zip(evs, kernels)]
     return evs, info, names, customs
+
+
+PENDING = "torch.compile: pending (compiling)"
+
+
+def early_line(name: str, ev: Evaluation) -> str:
+    """The early result, one line: "relu.py: correct · 4.36x eager ±1.2% · 0.0168 ±0.4% ms,
+    eager 0.07329 ±1.0% ms · torch.compile: pending (compiling)", the kind of result after the
+    verdict when it is a PyTorch rewrite (docs/baselines.md)."""
+    parts = [ev.verdict]
+    if ev.verdict == "correct" and numbers.is_rewrite(ev.flags, getattr(ev, "custom_kernel", None)):
+        parts.append(numbers.REWRITE_LABEL)  # the kind of result, as the table's "kind" says it
+    bad = disqualified_by(ev.flags, accept_less_accurate=True)
+    if bad:  # as in the table: a disqualified number is not shown as a gain
+        parts.append(f"not counted ({', '.join(bad)})")
+    else:
+        parts.append(numbers.speedup_text(ev.speedup_eager, numbers.ratio_spread(ev.time, ev.eager), against="eager"))
+    parts.append(f"{_ms_spread(ev.time)} ms, eager {_ms_spread(ev.eager)} ms")
+    parts.append(PENDING)
+    return f"{name}: " + " · ".join(parts)
+
+
+def _early_taker(ns: argparse.Namespace, name: str) -> Any:
+    """Engine.evaluate's `early` for one file: the text output prints the early line at once
+    (the table follows when everything is measured); --timings marks when it came. None when
+    neither wants it (--json alone): the Worker then does not time anything early."""
+    out = getattr(ns, "_early_out", None)
+    phases = getattr(ns, "_phases", None)
+    if out is None and phases is None:
+        return None
+
+    def take(part: Evaluation) -> None:
+        if phases is not None:
+            phases.mark(f"{name}: early result (verdict, eager ratio; torch.compile pending)")
+        if out is not None:
+            print(early_line(name, part), file=out, flush=True)
+    return take
 
 
 def _start_stamper(phases: Any) -> Any:
@@ -352,6 +392,8 @@ def bench_main(ns: argparse.Namespace) -> int:
         from kernel_lsp.cli.timings import Phases
 
         ns._phases = Phases()
+    if not getattr(ns, "json", False):
+        ns._early_out = out  # the early line, before the table (_early_taker)
     try:
         evs, info, names, customs = asyncio.run(_bench(ns, err))
     except KeyboardInterrupt:

@@ -37,6 +37,8 @@ class Phases:
             self.rows.append(("interpreter start and imports", age))
         self._last = self.t0
         self._open: str | None = "reading the Tasks"
+        self._age0 = age or 0.0  # the rows' total counts from the interpreter's start
+        self.marks: list[tuple[str, float]] = []  # moments (the early result), seconds from the start
 
     def begin(self, name: str | None) -> None:
         """Close the span under way (under its name) and open `name`."""
@@ -48,6 +50,10 @@ class Phases:
     def rename(self, name: str) -> None:
         """Name the span under way ``name`` (what it turned out to be)."""
         self._open = name
+
+    def mark(self, name: str) -> None:
+        """A moment, not a span: when something came, in seconds from the command's start."""
+        self.marks.append((name, self._age0 + time.monotonic() - self.t0))
 
     def end(self) -> None:
         self.begin(None)
@@ -61,7 +67,8 @@ class Phases:
 
     def to_dict(self) -> dict[str, Any]:
         return {"phases": [{"phase": n.strip(), "seconds": round(s, 4), "inside": n.startswith("  ")}
-                           for n, s in self.rows], "total_s": round(self.total(), 4)}
+                           for n, s in self.rows], "total_s": round(self.total(), 4),
+                "marks": [{"mark": n, "at_s": round(s, 4)} for n, s in self.marks]}
 
     def print(self, out: TextIO) -> None:
         width = max((len(n) for n, _ in self.rows), default=10)
@@ -69,6 +76,8 @@ class Phases:
         for name, s in self.rows:
             print(f"  {name:<{width}}  {s:7.3f}", file=out)
         print(f"  {'total':<{width}}  {self.total():7.3f}", file=out)
+        for name, s in self.marks:
+            print(f"  {name}: at {s:.3f} s from the start", file=out)
 
 
 def progress_stamper(phases: Phases, label: str):

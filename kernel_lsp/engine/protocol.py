@@ -4,6 +4,10 @@ Request  ``{"id": int, "op": str, "params": {...}}``
 Response ``{"id": int, "result": ...}`` or
          ``{"id": int, "error": {"type", "message", "traceback"}, "fatal": bool}``
 At start the Worker sends ``{"id": null, "ready": {...}}`` once.
+Partial   ``{"id": null, "partial": {...}, "request": int, "kind": str}``: what an op knows
+          before its answer (an evaluate's verdict and eager ratio while torch.compile
+          compiles), sent only when the request's options ask (EARLY_RESULT). Its id is null,
+          so a reader that matches answers by id passes over it; the answer still follows.
 ``fatal: true`` says the Worker will exit after this response (a sticky CUDA error
 poisoned its context); the client starts a fresh one for the next request.
 
@@ -71,6 +75,22 @@ def _default(obj: Any) -> Any:
 
 def request(req_id: int, op: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"id": req_id, "op": op, "params": params or {}}
+
+
+# -- partial results (in-op notifications) -------------------------------------------------------
+# An evaluate whose options carry EARLY_RESULT: true sends one "evaluation" partial once the
+# verdict is known and the candidate and eager are timed, when torch.compile's baseline is still
+# to be compiled (none kept). It is shown until the answer replaces it; never stored.
+EARLY_RESULT = "early_result"
+PARTIAL_EVALUATION = "evaluation"
+
+
+def partial(req_id: Any, kind: str, data: dict[str, Any]) -> dict[str, Any]:
+    return {"id": None, "partial": data, "request": req_id, "kind": kind}
+
+
+def is_partial(message: dict[str, Any]) -> bool:
+    return message.get("id") is None and isinstance(message.get("partial"), dict)
 
 
 def error_payload(exc: BaseException) -> dict[str, Any]:

@@ -44,6 +44,7 @@ NOISY_SPREAD = 10.0    # percent: above it a speedup is a warning, not a fact
 # A reference-only file is measured (and optimized) as a ModelNew that is the reference.
 MODELNEW_SHIM = "\n\nclass ModelNew(Model):\n    \"\"\"Starts as the reference; the agent rewrites it.\"\"\"\n"
 REWRITE = "PyTorch rewrite (no custom kernel)"
+PENDING = "torch.compile pending"  # an early result: torch.compile's baseline still compiling
 
 
 def reference_candidate(text: str, note: str = "") -> Candidate:
@@ -192,9 +193,19 @@ class EvaluationFeature(LanguageFeature):
             def report(name: Any, *rest: Any) -> Any:
                 steps.mark(str(name))
                 return progress.report(str(name))
+
+            def early(part: Evaluation) -> None:
+                steps.mark("evaluating (torch.compile pending)")
+                self._show_early(state, job, Measurement(evaluation=part, version=version, text=text,
+                                                         reference_only=reference_only,
+                                                         sandboxed=getattr(part, "sandboxed", None)), progress)
+            if "bench" in checks:
+                more["early"] = early
             ev = await engine.evaluate(task, candidate, checks=checks, progress=report, **more)
             steps.mark("evaluated")
+            self._drop_early(state, job)
         except (TaskError, ExecutionDisabled) as exc:
+            self._drop_early(state, job)
             self._settle_unmeasured(state, version)
             progress.end(str(exc))
             if job is not None:
@@ -203,6 +214,7 @@ class EvaluationFeature(LanguageFeature):
                 ls.show(f"kernel-lsp: {exc}", types.MessageType.Warning)
             return None
         except BaseException:
+            self._drop_early(state, job)
             self._settle_unmeasured(state, version)
             progress.end("cancelled")
             ls.refresh_lenses()  # no longer "measuring…"
@@ -238,6 +250,28 @@ class EvaluationFeature(LanguageFeature):
                     f"{ev.message or 'nothing could run'}", types.MessageType.Warning)
         ls.send_status()
         return ev
+
+    def _show_early(self, state: DocumentState, job: "Job | None", m: Measurement, progress: WorkProgress) -> None:
+        """The early result of the job under way: in the lens and hover beside "measuring…", until
+        the complete one replaces it. Dropped when a newer job took this one's place."""
+        if job is None or self.server.jobs.get(("evaluate", state.uri)) is not job:
+            return
+        state.early, state.early_job = m, job
+        progress.report(f"{numbers(m)}; torch.compile compiling")
+        self.server.refresh_lenses()
+
+    def _drop_early(self, state: DocumentState, job: "Job | None") -> None:
+        if state.early_job is job and state.early is not None:
+            state.early = state.early_job = None
+
+    def early_shown(self, state: DocumentState) -> Measurement | None:
+        """The early result to show now: its job still runs and the text is the one it measured
+        (never a number of an older version)."""
+        m = state.early
+        running = self.server.jobs.get(("evaluate", state.uri))
+        if m is None or running is None or running is not state.early_job or running.task.done():
+            return None
+        return m if m.fresh_for(state.text) else None
 
     async def _profile_reference(self, state: DocumentState, m: Measurement, engine: Any, task: Any,
                                  key: tuple[str, str]) -> None:
@@ -382,8 +416,10 @@ class EvaluationFeature(LanguageFeature):
         args = [{"uri": state.uri}]
         running = ls.jobs.get(("evaluate", state.uri))
         tooltip = None
+        early = None
         if running is not None:
             title = "measuring…"
+            early = self.early_shown(state)
         elif state.measurement is not None:
             title = lens_title(state.measurement, state.text)
             tooltip = lens_tooltip(state.measurement)
@@ -391,6 +427,8 @@ class EvaluationFeature(LanguageFeature):
             title = "not measured yet"
         lenses = [(title, "kernel-lsp.benchmark", tooltip), ("Benchmark", "kernel-lsp.benchmark", None),
                   ("Optimize", "kernel-lsp.optimize", None)]
+        if early is not None:  # what is known already, beside "measuring…" (docs/baselines.md)
+            lenses.insert(1, (early_title(early), "kernel-lsp.benchmark", lens_tooltip(early)))
         if running is None and state.measurement is not None and baselines_kept(state.measurement.evaluation):
             # Only where kept baselines were used: re-measuring fresh ones would do nothing new.
             lenses.append(("Re-measure baselines", "kernel-lsp.remeasureBaselines",
@@ -413,6 +451,9 @@ class EvaluationFeature(LanguageFeature):
             return []
         self._load(state)
         lines = []
+        early = self.early_shown(state)
+        if early is not None:
+            lines.extend(early_markdown(early, state.text))
         m = state.measurement
         if m is not None:
             lines.extend(measurement_markdown(m, state.text))
@@ -503,6 +544,8 @@ def numbers(m: Measurement) -> str:
             gain = eager.median_ms / ev.compiled.median_ms if ev.compiled.median_ms > 0 else None
             parts.append(f"torch.compile {fmt_ms(ev.compiled.median_ms)}"
                          + (f" ({gain:.2f}x eager)" if gain else ""))
+        elif pending(ev):
+            parts.append(PENDING)
         return " · ".join(parts) or "correct"
     if ev.verdict != "correct":
         return verdict_words(ev)
@@ -511,6 +554,8 @@ def numbers(m: Measurement) -> str:
         parts.append(f"{ev.speedup_eager:.2f}x eager")
     if ev.speedup_compile is not None:
         parts.append(f"{ev.speedup_compile:.2f}x torch.compile")
+    elif pending(ev):
+        parts.append(PENDING)
     if ev.time is not None:
         parts.append(f"{fmt_ms(ev.time.median_ms)} ±{ev.time.spread_pct:.1f}%")
         if ev.time.spread_pct > NOISY_SPREAD:  # a warning, not a number shown as fact
@@ -525,6 +570,25 @@ def numbers(m: Measurement) -> str:
     if "algebraic_shortcut" in ev.flags:
         parts.append("algebraic shortcut")
     return " · ".join(parts)
+
+
+def pending(ev: Evaluation) -> bool:
+    """A partial Evaluation: torch.compile's baseline is still compiling."""
+    return bool(getattr(ev, "compiled_pending", False)) and ev.compiled is None
+
+
+def early_title(m: Measurement) -> str:
+    """The early result's lens, beside "measuring…": "so far: correct · 4.36x eager ·
+    torch.compile pending · 16.8 us ±0.4%"."""
+    return f"so far: {numbers(m)}"
+
+
+def early_markdown(m: Measurement, text: str) -> list[str]:
+    """The hover's part for the early result: as the complete one, headed as what it is."""
+    lines = measurement_markdown(m, text)
+    lines[0] = (f"**So far** ({version_words(m)}; torch.compile pending: its baseline is still compiling, "
+                f"the complete result replaces this): {numbers(m)}")
+    return lines
 
 
 def lens_title(m: Measurement, text: str | None = None) -> str:
@@ -557,6 +621,8 @@ def measurement_markdown(m: Measurement, text: str) -> list[str]:
                      ("PyTorch eager", ev.eager), ("torch.compile", ev.compiled)):
         if t is not None:
             rows.append(f"| {label} | {fmt_ms(t.median_ms)} | ±{t.spread_pct:.1f}% | {t.runs} |")
+    if pending(ev):
+        rows.append("| torch.compile | pending (compiling) | | |")
     if rows:
         lines.append("| | median | spread | runs |\n| --- | --- | --- | --- |\n" + "\n".join(rows))
     said = baselines_words(ev)

@@ -79,6 +79,11 @@ class DocumentState:
     save_publish: SavePublish | None = None
     # What the latest build while typing did (server/build_ahead.py): version, state, seconds.
     built_ahead: dict[str, Any] | None = None
+    # The measurement under way's early result (verdict and eager ratio, torch.compile pending)
+    # and the job it belongs to: shown beside "measuring…" while that job runs and the text is
+    # the one it measures (server/evaluation.py), dropped when the job ends.
+    early: Measurement | None = None
+    early_job: Any = None
     _parsing: asyncio.Future[None] | None = field(default=None, repr=False)
     _positions: tuple[str, Positions] | None = field(default=None, repr=False)
     _symbols: tuple[Document, list[dict[str, Any]]] | None = field(default=None, repr=False)

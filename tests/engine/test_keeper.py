@@ -122,6 +122,29 @@ def test_another_configuration_gets_another_worker(keeper_dir, tmp_path):
     assert "other" not in "".join(p.name for p in Path(keeper_dir).iterdir())
 
 
+def test_the_keeper_relays_an_evaluates_early_result_before_its_answer(keeper_dir, tmp_path):
+    """A kept Worker's partial result (protocol.partial) reaches the Engine's `early` through the
+    keeper, before the answer, in a first and in a reusing Engine."""
+    from kernel_lsp.model import Candidate, Task
+
+    task = Task(name="t", reference_path=str(tmp_path / "t.py"), reference_source="x = 1\n")
+    cand = Candidate(source="def run():\n    return 3\n", kind="python")
+
+    async def run() -> list:
+        seen: list = []
+        for _ in range(2):
+            async with Engine(timeout=20, warm=False, env=FAKE, keep_worker=30, prebuild=False) as e:
+                got: list = []
+                ev = await e.evaluate(task, cand, early=got.append)
+                seen.append((got, ev, e.worker_keeping["reused"]))
+        return seen
+
+    for got, ev, _ in asyncio.run(run()):
+        assert [p.message for p in got] == ["early: 3"] and got[0].compiled_pending and got[0].compiled is None
+        assert ev.message == "ran: 3" and not ev.compiled_pending and ev.compiled is not None
+    assert [reused for *_, reused in asyncio.run(run())] == [True, True]
+
+
 def test_the_language_servers_engine_keeps_nothing(keeper_dir):
     plain = session(keep=None)
     assert plain["keeping"] == {"kept": False, "reused": False, "idle_s": None}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 import logging
 import os
@@ -46,6 +47,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str], Any]
+# Engine.evaluate's `early(partial Evaluation)`: the verdict and the eager ratio while
+# torch.compile compiles (protocol.EARLY_RESULT); sync or async.
+EarlyCallback = Callable[[Evaluation], Any]
+# The partial-result handler of the evaluate under way in this asyncio task: read where the
+# Worker is called (_call_now), so the request path between them needs no new parameter.
+_ON_PARTIAL: contextvars.ContextVar[Callable[[str, dict[str, Any]], Any] | None] = \
+    contextvars.ContextVar("kernel_lsp_on_partial", default=None)
 # The requests that use the GPU: each takes the GPU's machine-wide turn (caller/gpu_lock.py).
 GPU_OPS = frozenset({"evaluate", "profile", "extract", "prepare_reference", "prepare_compile", "inductor_code"})
 
@@ -232,7 +240,9 @@ class Engine:
     async def _call_now(self, w: WorkerProcess, op: str, params: dict[str, Any] | None,
                         deadline: float) -> tuple[Any, bool]:
         try:
-            result, fatal = await asyncio.wait_for(w.call(op, params), deadline)
+            on_partial = _ON_PARTIAL.get()
+            call = w.call(op, params, on_partial=on_partial) if on_partial is not None else w.call(op, params)
+            result, fatal = await asyncio.wait_for(call, deadline)
         except asyncio.TimeoutError:
             fence = w.fence_report()
             self._discard(w)
@@ -275,8 +285,12 @@ class Engine:
         progress: Progress | None = None,
         timeout: float | None = None,
         options: dict[str, Any] | None = None,
+        early: EarlyCallback | None = None,
     ) -> Evaluation:
-        """Evaluate a Candidate; every candidate fault is an Evaluation, not an exception."""
+        """Evaluate a Candidate; every candidate fault is an Evaluation, not an exception.
+        `early`: given the partial Evaluation (`compiled_pending`) when the Worker knows the
+        verdict and the eager ratio before torch.compile's baseline is compiled (none kept);
+        the Evaluation returned is the complete one."""
         t0 = time.monotonic()
         deadline = self.timeout if timeout is None else timeout
         self._see(task)
@@ -288,6 +302,8 @@ class Engine:
                                                             {"deadline_s": deadline, **self.options,
                                                              **(options or {})}),
         }
+        if early is not None:
+            params["options"][protocol.EARLY_RESULT] = True
 
         def failed(verdict: str, message: str, **extra: Any) -> Evaluation:
             return Evaluation(task=task.name, candidate=candidate.id, verdict=verdict, correct=None,
@@ -307,8 +323,12 @@ class Engine:
                 except Exception:  # noqa: BLE001 - advisory: the Worker builds it anyway
                     log.debug("prebuild failed", exc_info=True)
             await _report(progress, "evaluating")
-            data, fatal = await self._call("evaluate", params, timeout=deadline, warm=self.warm, progress=progress,
-                                           resume="evaluating")
+            token = _ON_PARTIAL.set(self._early_handler(early, t0) if early is not None else None)
+            try:
+                data, fatal = await self._call("evaluate", params, timeout=deadline, warm=self.warm,
+                                               progress=progress, resume="evaluating")
+            finally:
+                _ON_PARTIAL.reset(token)
             ev = Evaluation.from_dict(data)
             if build_steps:  # where the CPU pool's build of this save went (device, host, link, load)
                 ev.evidence = {**(ev.evidence or {}), "build_steps": build_steps}
@@ -352,6 +372,17 @@ class Engine:
 
     async def _record(self, task: Task, candidate: Candidate, ev: Evaluation, progress: Progress | None) -> None:
         await record(self.store, task, candidate, ev, progress)
+
+    def _early_handler(self, early: EarlyCallback, t0: float) -> Callable[[str, dict[str, Any]], Any]:
+        """The Worker's partial evaluation, as an Evaluation, to `early` (never stored)."""
+        def handle(kind: str, data: dict[str, Any]) -> Any:
+            if kind != protocol.PARTIAL_EVALUATION:
+                return None
+            part = Evaluation.from_dict(data)
+            part.compiled_pending, part.sandboxed = True, self.sandboxed  # the caller's word
+            part.wall_seconds = time.monotonic() - t0
+            return early(part)
+        return handle
 
     async def profile(
         self, task: Task, candidate: Candidate | None = None, timeout: float | None = None,

@@ -29,7 +29,10 @@ class Executor(Protocol):
 
     async def evaluate(self, task: Task, candidate: Candidate, checks: Iterable[str] = ...,
                        progress: Progress | None = None, timeout: float | None = None,
-                       options: dict[str, Any] | None = None) -> Evaluation: ...
+                       options: dict[str, Any] | None = None,
+                       early: Callable[[Evaluation], Any] | None = None) -> Evaluation: ...
+    # early: the partial Evaluation (verdict and eager ratio, torch.compile pending) when the
+    # executor can stream one (local); the Ray executor never calls it.
 
     async def prebuild(self, task: Task, candidate: Candidate, options: dict[str, Any] | None = None,
                        timeout: float | None = None) -> CompileResult: ...

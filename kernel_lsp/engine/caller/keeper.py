@@ -26,7 +26,8 @@ Wire format on the socket (JSON lines, protocol.encode/decode):
   client -> ``{"attach": {"idle": s}}``, then requests ``{"id", "op", "params"}``
   keeper -> ``{"keeper": {...}}`` or ``{"busy": why}``; then ``{"hello": {...}}`` once its
   Worker is ready (or ``{"failed": {...}}``); then per request ``{"id", "result", "fatal"}``,
-  ``{"id", "error", "fatal"}`` or ``{"id", "died": {"returncode", "stderr_tail"}}``.
+  ``{"id", "error", "fatal"}`` or ``{"id", "died": {"returncode", "stderr_tail"}}``, each after
+  the request's partial results (``protocol.partial``), relayed as they come.
 """
 
 from __future__ import annotations
@@ -55,9 +56,11 @@ from kernel_lsp.engine.caller.process import (
     LINE_LIMIT,
     STDERR_TAIL_BYTES,
     EngineTimeout,
+    PartialCallback,
     WorkerDied,
     WorkerProcess,
     WorkerRaised,
+    deliver_partial,
 )
 
 log = logging.getLogger(__name__)
@@ -318,8 +321,10 @@ class KeptWorker:
         self.warm = hello.get("warm")
         return self.ready
 
-    async def call(self, op: str, params: dict[str, Any] | None = None) -> tuple[Any, bool]:
-        """(result, fatal). Raises WorkerRaised, WorkerDied (as WorkerProcess.call)."""
+    async def call(self, op: str, params: dict[str, Any] | None = None,
+                   on_partial: "PartialCallback | None" = None) -> tuple[Any, bool]:
+        """(result, fatal). Raises WorkerRaised, WorkerDied (as WorkerProcess.call); the
+        request's partial results, relayed by the keeper, go to `on_partial` as they come."""
         if not self.alive or self._writer is None:
             raise WorkerDied(self._returncode, self._tail)
         self._next_id += 1
@@ -331,6 +336,10 @@ class KeptWorker:
             self._dead = True
             raise WorkerDied(self._returncode, self._tail + "\n(the kept Worker's keeper went away)") from None
         message = await self._line()
+        while protocol.is_partial(message):
+            if message.get("request") == req_id:
+                await deliver_partial(on_partial, message)
+            message = await self._line()
         if "died" in message:
             died = message["died"] or {}
             self._dead = True
@@ -553,7 +562,7 @@ class Keeper:
                     return  # the client detached: keep the Worker
                 message = protocol.decode(line)
                 mid_request = True
-                answer, end = await self._relay(reader, message)
+                answer, end = await self._relay(reader, writer, message)
                 if answer is None:  # the client left in the middle of a request
                     log.info("the client left during %s: ending the Worker", message.get("op"))
                     self.done.set()
@@ -597,10 +606,16 @@ class Keeper:
         self.done.set()
         return False
 
-    async def _relay(self, reader: asyncio.StreamReader, message: dict[str, Any]) -> tuple[dict[str, Any] | None, bool]:
-        """(answer, end the keeper after it); answer None when the client left meanwhile."""
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     message: dict[str, Any]) -> tuple[dict[str, Any] | None, bool]:
+        """(answer, end the keeper after it); answer None when the client left meanwhile. The
+        request's partial results go to the client as they come (the client's own id)."""
         req_id, op = message.get("id"), str(message.get("op"))
-        call = asyncio.create_task(self.worker.call(op, message.get("params")))
+
+        def relay_partial(kind: str, data: dict[str, Any]) -> None:
+            writer.write(protocol.encode(protocol.partial(req_id, kind, data)))  # drained with the answer
+
+        call = asyncio.create_task(self.worker.call(op, message.get("params"), on_partial=relay_partial))
         gone = asyncio.create_task(reader.read(1))  # the client sends nothing before the answer
         await asyncio.wait({call, gone}, return_when=asyncio.FIRST_COMPLETED)
         if not call.done():

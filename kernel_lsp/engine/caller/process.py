@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import inspect
 import json
 import logging
 import os
@@ -23,7 +24,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from kernel_lsp.engine import protocol
 from kernel_lsp.engine.caller import sandbox as sandboxing
@@ -297,8 +298,10 @@ class WorkerProcess:
                 await asyncio.wait_for(asyncio.shield(self._stderr_task), 1.0)
         return WorkerDied(self.exit_status(), self.stderr_tail())
 
-    async def call(self, op: str, params: dict[str, Any] | None = None) -> tuple[Any, bool]:
-        """(result, fatal). Raises WorkerRaised, WorkerDied."""
+    async def call(self, op: str, params: dict[str, Any] | None = None,
+                   on_partial: "PartialCallback | None" = None) -> tuple[Any, bool]:
+        """(result, fatal). Raises WorkerRaised, WorkerDied. `on_partial(kind, data)`: the
+        request's partial results (protocol.partial), as they come, before the answer."""
         if not self.alive or self.proc is None or self.proc.stdin is None:
             raise WorkerDied(self.exit_status(), self.stderr_tail())
         self._next_id += 1
@@ -312,6 +315,9 @@ class WorkerProcess:
             message = await self._read_message()
             if message.get("id") == req_id:
                 break
+            if protocol.is_partial(message) and message.get("request") == req_id:
+                await deliver_partial(on_partial, message)
+                continue
             # An answer to an older, abandoned request cannot happen (we kill on abandon); skip it.
         fatal = bool(message.get("fatal"))
         if "error" in message:
@@ -352,6 +358,24 @@ class WorkerProcess:
                 await asyncio.wait_for(self.proc.wait(), grace)  # type: ignore[union-attr]
         self.kill()
         await self.reap()
+
+
+# on_partial(kind, data): called (and awaited when it returns an awaitable) with each partial
+# result of a request (protocol.partial); what it raises is logged, never the request's fault.
+PartialCallback = Callable[[str, dict[str, Any]], Any]
+
+
+async def deliver_partial(on_partial: "PartialCallback | None", message: dict[str, Any]) -> None:
+    if on_partial is None:
+        return
+    try:
+        got = on_partial(str(message.get("kind") or ""), message["partial"])
+        if inspect.isawaitable(got):
+            await got
+    except asyncio.CancelledError:
+        raise
+    except Exception:  # noqa: BLE001 - a display callback must not fail the evaluation
+        log.warning("a partial result's callback failed", exc_info=True)
 
 
 def _read_to_eof(fd: int) -> bytes:

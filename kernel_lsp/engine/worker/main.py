@@ -21,7 +21,7 @@ import sys
 import time
 from typing import Any, BinaryIO, Callable
 
-from kernel_lsp.engine.worker import build, early
+from kernel_lsp.engine.worker import build, early, notify
 from kernel_lsp.engine import protocol
 from kernel_lsp.engine.worker import fences as sandbox
 from kernel_lsp.model import Candidate, Task
@@ -237,6 +237,21 @@ class Worker:
             os._exit(0)
 
 
+def _partial_sender(proto_out: BinaryIO, message: dict[str, Any]) -> Any:
+    """Writes the request's partial results on the protocol, when its options ask for them
+    (protocol.EARLY_RESULT); None otherwise: a caller that did not ask never reads one."""
+    params = message.get("params") if isinstance(message.get("params"), dict) else {}
+    options = params.get("options") if isinstance(params.get("options"), dict) else {}
+    if options.get(protocol.EARLY_RESULT) is not True:
+        return None
+    req_id = message.get("id")
+
+    def send(kind: str, data: dict[str, Any]) -> None:
+        proto_out.write(protocol.encode(protocol.partial(req_id, kind, data)))
+        proto_out.flush()
+    return send
+
+
 def _cuda_unhealthy(text: str) -> str | None:
     """A sticky CUDA error (illegal address...) poisons the context: this Worker must go."""
     if protocol.is_sticky_cuda_error(text):
@@ -358,7 +373,11 @@ def main() -> int:
         except ValueError as exc:
             response: dict[str, Any] = {"id": None, "error": protocol.error_payload(exc)}
         else:
-            response = worker.handle(message)
+            notify.install(_partial_sender(proto_out, message))
+            try:
+                response = worker.handle(message)
+            finally:
+                notify.install(None)
         try:
             data = protocol.encode(response)
         except (TypeError, ValueError) as exc:  # a result that is not JSON

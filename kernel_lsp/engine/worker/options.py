@@ -37,6 +37,9 @@ class EngineOptions:
     rotate_sets: int = 4                 # input sets the timed calls cycle through
     rotate_bytes: int = 512 << 20        # ... within this many bytes of inputs
     cache_probe: bool = True             # calls on never-seen inputs against repeated ones
+    # Send the verdict and the eager ratio as a partial result before torch.compile compiles
+    # (protocol.EARLY_RESULT; the Engine sets it when its caller takes them).
+    early_result: bool = False
     cpu_threads: int = 1                 # torch threads while timing on the CPU
     ncu: bool = True                     # profile the candidate's kernels with Nsight Compute
     top: int = 10                        # hot ops kept in a profile

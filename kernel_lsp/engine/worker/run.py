@@ -36,7 +36,8 @@ except Exception:  # pragma: no cover - a torch without dynamo still evaluates
     pass
 
 from kernel_lsp.engine.worker import baselines as kept_baselines
-from kernel_lsp.engine.worker import build_failure, early, gpu_share, launch_limits
+from kernel_lsp.engine import protocol
+from kernel_lsp.engine.worker import build_failure, early, gpu_share, launch_limits, notify
 from kernel_lsp.engine.worker import profile as profile_mod
 from kernel_lsp.engine.worker import light, roofline, static_checks
 from kernel_lsp.engine.worker.options import EngineOptions, OptionsError
@@ -639,6 +640,19 @@ def _bench_on(h: Harness, options: EngineOptions, ev: Evaluation, extra: dict[st
     plan = kept_baselines.plan(h.task.reference_source, h.init_inputs, sets, dev, options)
     use_kept = options.baselines and plan.match is not None
     measure = options.baselines and not use_kept
+    if measure and candidate_too and options.early_result and notify.active():
+        # torch.compile's first compilation (10-40 s for a new reference) is all that is left to
+        # know: the verdict and the eager ratio go to the caller now (kept baselines: nothing
+        # is pending, the answer comes at once).
+        _early_result(h, sets, options, ev, extra, notes, integrity)
+        if ev.verdict != "correct":
+            return
+    # torch.compile compiles here, after verify, not in a thread while verify runs: dynamo's
+    # tracing would run beside candidate code in this one process (its frame hook and lazy
+    # imports land inside the tamper check's window, and a candidate's fault would be blamed on
+    # either), and its first calls and autotuning would share the GPU with verify's runs and
+    # memory plan. The server compiles a new reference ahead in the Worker's idle time instead
+    # (prepare_reference); a kept baseline skips it altogether.
     compiled_fn = _compile_reference(h, sets, options, notes, ev) if measure else None
     phases["torch_compile_s"] = (bench._perf_counter_ns() - t_phase) / 1e9
     extra["torch_compile_ran"] = measure  # False: kept baselines, torch.compile never called (a fact, not a time)
@@ -741,6 +755,45 @@ def _bench_on(h: Harness, options: EngineOptions, ev: Evaluation, extra: dict[st
         else:
             read, written, own = traffic
         light.assess(h, ev, extra, notes, _first_dtype(h), candidate_too, read, written, flops, own)
+
+
+def _early_result(h: Harness, sets: list[list[Any]], options: EngineOptions, ev: Evaluation,
+                  extra: dict[str, Any], notes: list[str], integrity: Integrity | None) -> None:
+    """Time the candidate and eager now, before torch.compile compiles, and send the caller a
+    partial Evaluation: its verdict, message, both timings with their spreads, and
+    `compiled_pending`. Timed as the final numbers are (the same interleaved loop: CUDA events,
+    L2 flushed, the same warm-up, runs, budget and settle rule); the GPU lead covers eager's
+    host time, where the final one also covers torch.compile's (not known yet). The final
+    timing is not changed by this one: it runs afterwards, as it would without it."""
+    dev = h.device
+    t_phase = bench._perf_counter_ns()
+    lead_us = bench.lead_for([bench.host_us(h.model, sets, dev)]) if dev.type == "cuda" else None
+    try:
+        cand, eager = bench.time_interleaved(
+            [h.candidate_fn, h.model], sets, dev, warmup=options.warmup, min_runs=options.runs,
+            max_runs=options.max_runs, budget_s=options.bench_seconds, lead_us=lead_us,
+            settle=_settle(options, True))
+    except bench.TimedCallError:
+        return  # the final timing meets it again and reports it, as it does today
+    finally:
+        _phase(extra, "early_timing_s", t_phase)
+    if integrity is not None:  # the candidate ran: judged now, before torch.compile's imports are rebased
+        _check_integrity(integrity, ev, extra, notes)
+        integrity.restore()
+        if ev.verdict != "correct":
+            return
+    part = Evaluation.from_dict(ev.to_dict())
+    part.time, part.eager, part.compiled, part.compiled_pending = cand.timing, eager.timing, None, True
+    part.flags = list(part.flags) + [f for f in cand.flags if f not in part.flags]
+    if cand.timing.spread_pct > NOISY_SPREAD_PCT:
+        part.flags.append("noisy")
+    part.baselines = {"cached": False, "interleaved": True, "keep": False, "pending": ["torch.compile"],
+                      "why": "torch.compile pending (compiling)"}
+    _finish(part, dict(extra), list(notes) + list(cand.notes), h.candidate,
+            accept_less_accurate=options.accept_less_accurate)
+    sent = notify.send(protocol.PARTIAL_EVALUATION, part.to_dict())
+    extra["early_result"] = {"sent": sent, "time_ms": cand.timing.median_ms, "eager_ms": eager.timing.median_ms,
+                             "lead_us": lead_us}
 
 
 def _first_dtype(h: Harness) -> str:
