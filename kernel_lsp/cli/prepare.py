@@ -1,6 +1,7 @@
 """`kernel-lsp bench` / `optimize`: the fast build's precompiled torch headers, made in the
 background from the start (a build-pool Worker), with a line on stderr; the candidate's build
-waits for them rather than making them again. Only for candidates that build a torch extension."""
+waits for them rather than making them again. Only for candidates that build a torch extension.
+Several processes at once: one prepares, the others say who and wait (caller/prepare_lock.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import contextlib
 from typing import Any, Iterable, TextIO
 
 from kernel_lsp.engine.caller.pool import PREPARE_TITLE, needs_torch_headers, preparing_wanted
+from kernel_lsp.engine.caller.prepare_lock import WHAT as PREPARE_LOCK_WHAT
 from kernel_lsp.model import Candidate
 
 
@@ -18,6 +20,10 @@ def start(engine: Any, candidates: Iterable[Candidate | None], err: TextIO) -> "
         return None
 
     def announce(check: dict[str, Any]) -> None:
+        if check.get("state") == "waiting":  # another process prepares it: once per machine
+            print(f"kernel-lsp: {check.get('who', 'another kernel-lsp process')} is {PREPARE_LOCK_WHAT} "
+                  f"(torch {check.get('torch', '?')}); the first build waits for it", file=err, flush=True)
+            return
         print(f"kernel-lsp: {PREPARE_TITLE} (torch {check.get('torch', '?')}; about a minute, "
               "the first build waits for it)", file=err, flush=True)
 
@@ -25,6 +31,9 @@ def start(engine: Any, candidates: Iterable[Candidate | None], err: TextIO) -> "
         result = await fn(announce)
         if result.get("state") == "made":
             print(f"kernel-lsp: CUDA build cache ready in {result.get('seconds', '?')} s", file=err, flush=True)
+        elif result.get("state") == "ready" and result.get("waited_s") is not None:
+            print(f"kernel-lsp: CUDA build cache ready (made by kernel-lsp pid {result.get('prepared_by', '?')}; "
+                  f"waited {result['waited_s']:.0f} s)", file=err, flush=True)
         elif result.get("state") == "failed":
             print(f"kernel-lsp: could not prepare the CUDA build cache ({result.get('reason')}); "
                   "each build makes what it needs", file=err, flush=True)
