@@ -427,6 +427,22 @@ class Engine:
             return {"state": "failed", "why": f"{type(exc).__name__}: {exc}"[:300]}
         return result if isinstance(result, dict) else {"state": "failed", "why": repr(result)[:200]}
 
+    def get_ready_ahead(self, task: Task, checks: Iterable[str], options: dict[str, Any] | None = None,
+                        timeout: float | None = None) -> None:
+        """Before a Task's first evaluation, while its candidate builds elsewhere (the CLI's early
+        build): start the Worker and compile the reference's torch.compile baseline in the
+        background (`_get_ready`; closing the Engine cancels it), so that the evaluation does
+        not start it only after the build."""
+        self._see(task)
+        deadline = self.timeout if timeout is None else timeout
+        checks = list(checks)
+
+        async def ready() -> None:
+            opts = await kept_baselines.with_kept_async(self.baseline_store, task, checks,
+                                                        {"deadline_s": deadline, **self.options, **(options or {})})
+            await self._get_ready(task, checks, opts, deadline)
+        self._ahead(ready())
+
     def _ahead(self, work: Any) -> None:
         """Run ``work`` (a coroutine) in the background; closing the Engine cancels it. Not
         cancelled with the evaluation that started it: a newer save needs the same Worker."""
