@@ -14,10 +14,12 @@ from pathlib import Path
 import pytest
 
 from kernel_lsp.engine.caller import prepare_lock
+from kernel_lsp.engine.caller.pool import PREPARE_TITLE
 from tests.needs import needs_nvcc
 
 ROOT = Path(__file__).resolve().parents[2]
-# Holds the preparation lock of argv[1] for argv[2] seconds; with argv[3] == "make", first makes
+# Holds the preparation lock of argv[1] for argv[2] seconds (or until the file argv[2] exists); with
+# argv[3] == "make", first makes
 # the light headers' files as a preparation would (empty: only their presence is looked at).
 HOLD = """
 import sys, time
@@ -27,7 +29,12 @@ from kernel_lsp.engine.caller import prepare_lock
 fd = prepare_lock.try_take(prepare_lock.lock_path(sys.argv[1]))
 assert fd is not None
 print("held", flush=True)
-time.sleep(float(sys.argv[2]))
+try:
+    time.sleep(float(sys.argv[2]))
+except ValueError:  # a file to wait for: the test says when
+    t0 = time.time()
+    while not Path(sys.argv[2]).exists() and time.time() - t0 < 120:
+        time.sleep(0.05)
 if sys.argv[3] == "make":
     from kernel_lsp.engine.worker import build, fastbuild
     flags = fastbuild.torch_flags(build._find_nvcc(None))
@@ -40,7 +47,7 @@ print("released", flush=True)
 """
 
 
-def hold(root: Path, seconds: float, make: bool = False, env: dict[str, str] | None = None) -> subprocess.Popen:
+def hold(root: Path, seconds: "float | Path", make: bool = False, env: dict[str, str] | None = None) -> subprocess.Popen:
     env = {**os.environ, **(env or {}),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.Popen([sys.executable, "-c", HOLD, str(root), str(seconds), "make" if make else "no"],
@@ -94,21 +101,67 @@ def test_the_pool_waits_for_another_process_and_does_not_prepare_again(tmp_path,
     monkeypatch.setenv("KERNEL_LSP_CACHE", str(cache))
     monkeypatch.delenv("KERNEL_LSP_PCH_CACHE", raising=False)
     said: list[dict] = []
+    go_on = tmp_path / "go"
+
+    def announce(check: dict) -> None:
+        said.append(check)
+        go_on.touch()  # seen waiting: the other process now makes the headers and lets go
 
     async def go():
         pool = BuildPool(size=1, sandbox="off")
         try:
-            return await pool.prepare(said.append)
+            return await pool.prepare(announce)
         finally:
             await pool.aclose()
 
-    # The other process holds the lock and makes the headers while this one's pool looks.
-    other = hold(cache / "pch", 4.0, make=True)
+    # The other process holds the lock and makes the headers while this one's pool waits.
+    other = hold(cache / "pch", go_on, make=True)
     result = asyncio.run(go())
     assert other.wait(60) == 0
     assert result["state"] == "ready", result
-    assert result["prepared_by"] == other.pid and result["waited_s"] > 0.5, result
+    assert result["prepared_by"] == other.pid and result["waited_s"] > 0, result
     # Told once, that the other process prepares; never told "preparing" itself (it did nothing).
     assert [c["state"] for c in said] == ["waiting"], said
     assert f"kernel-lsp pid {other.pid}" in said[0]["who"]
     assert not any((p / "made.json").exists() for p in (cache / "pch").iterdir() if p.is_dir())
+
+
+@needs_nvcc
+@pytest.mark.slow
+async def test_the_server_says_who_prepares_and_waits_for_it(tmp_path):
+    """The editor's progress names the process that prepares the cache, and ends when its headers
+    are there: this server makes nothing."""
+    pytest.importorskip("torch")
+    from lsprotocol import types
+    from pytest_lsp import client_capabilities
+
+    from tests.lsp_client import config, wait_for
+
+    cache = tmp_path / "cache"
+    env = {**os.environ, "KERNEL_LSP_CACHE": str(cache), "KERNEL_LSP_PREPARE_BUILDS": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env.pop("KERNEL_LSP_PCH_CACHE", None)
+    go = tmp_path / "go"
+    other = hold(cache / "pch", go, make=True, env={"KERNEL_LSP_CACHE": str(cache)})
+    lsp = await config(env=env).start()
+    try:
+        await lsp.initialize_session(types.InitializeParams(
+            capabilities=client_capabilities("visual-studio-code"), root_uri=tmp_path.as_uri(),
+            workspace_folders=[types.WorkspaceFolder(uri=tmp_path.as_uri(), name="ws")]))
+
+        def reports(kind: str):
+            for values in lsp.progress_reports.values():
+                if any(getattr(v, "title", "") == PREPARE_TITLE for v in values):
+                    return next((v for v in values if getattr(v, "kind", "") == kind), None)
+            return None
+
+        begun = await wait_for(lambda: reports("begin"), timeout=120, what="the preparation's progress")
+        go.touch()  # the other process has been seen preparing: now it makes the headers and lets go
+        end = await wait_for(lambda: reports("end"), timeout=120, interval=0.2, what="its end")
+    finally:
+        await lsp.shutdown_session()
+        await lsp.stop()
+        other.wait(60)
+    assert f"kernel-lsp pid {other.pid}" in (begun.message or ""), begun.message
+    assert end.message.startswith(f"ready (made by kernel-lsp pid {other.pid}"), end.message
+    assert not list((cache / "pch").glob("*/made.json"))  # nothing made here
