@@ -10,7 +10,6 @@ import contextlib
 from typing import Any, Iterable, TextIO
 
 from kernel_lsp.engine.caller.pool import PREPARE_TITLE, needs_torch_headers, preparing_wanted
-from kernel_lsp.engine.caller.prepare_lock import WHAT as PREPARE_LOCK_WHAT
 from kernel_lsp.model import Candidate
 
 
@@ -21,8 +20,9 @@ def start(engine: Any, candidates: Iterable[Candidate | None], err: TextIO) -> "
 
     def announce(check: dict[str, Any]) -> None:
         if check.get("state") == "waiting":  # another process prepares it: once per machine
-            print(f"kernel-lsp: {check.get('who', 'another kernel-lsp process')} is {PREPARE_LOCK_WHAT} "
-                  f"(torch {check.get('torch', '?')}); the first build waits for it", file=err, flush=True)
+            print(f"kernel-lsp: waiting for the CUDA build cache (torch {check.get('torch', '?')}), which "
+                  f"{check.get('who', 'another kernel-lsp process')} prepares; the first build waits for it",
+                  file=err, flush=True)
             return
         print(f"kernel-lsp: {PREPARE_TITLE} (torch {check.get('torch', '?')}; about a minute, "
               "the first build waits for it)", file=err, flush=True)

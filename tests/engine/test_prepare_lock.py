@@ -165,3 +165,40 @@ async def test_the_server_says_who_prepares_and_waits_for_it(tmp_path):
     assert f"kernel-lsp pid {other.pid}" in (begun.message or ""), begun.message
     assert end.message.startswith(f"ready (made by kernel-lsp pid {other.pid}"), end.message
     assert not list((cache / "pch").glob("*/made.json"))  # nothing made here
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_the_command_line_says_it_waits_for_the_process_that_prepares(tmp_path, monkeypatch):
+    """`kernel-lsp bench` / `optimize` (cli/prepare.py): one line naming who prepares, one when it
+    is ready; never "preparing the CUDA build cache" of its own."""
+    pytest.importorskip("torch")
+    import io
+
+    from kernel_lsp.cli import prepare
+    from kernel_lsp.engine import Engine
+    from kernel_lsp.model import Candidate
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("KERNEL_LSP_CACHE", str(cache))
+    monkeypatch.delenv("KERNEL_LSP_PCH_CACHE", raising=False)
+    monkeypatch.setenv("KERNEL_LSP_PREPARE_BUILDS", "1")
+    go_on = tmp_path / "go"
+    other = hold(cache / "pch", go_on, make=True)
+    err = io.StringIO()
+
+    async def go():
+        async with Engine(timeout=60.0, sandbox="off") as engine:
+            task = prepare.start(engine, [Candidate(source="# load_inline\n", kind="python")], err)
+            assert task is not None
+            while "waiting for the CUDA build cache" not in err.getvalue() and not task.done():
+                await asyncio.sleep(0.05)
+            go_on.touch()
+            await asyncio.wait_for(task, 120)
+
+    asyncio.run(go())
+    assert other.wait(60) == 0
+    lines = err.getvalue().splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("kernel-lsp: waiting for the CUDA build cache") and f"pid {other.pid}" in lines[0]
+    assert lines[1].startswith(f"kernel-lsp: CUDA build cache ready (made by kernel-lsp pid {other.pid}; waited")
