@@ -208,6 +208,7 @@ def run_bench(path: Path, env: dict[str, str], python: str, timeout: float, patt
         "verdict_s": round(verdict_s, 3) if verdict_s is not None else None, "verdict_line": verdict_line,
         "verdict": target.get("verdict"), "speedup_eager": target.get("speedup_eager"),
         "speedup_compile": target.get("speedup_compile"), "worker": doc.get("worker"),
+        "device": (doc.get("device") or {}).get("name") if isinstance(doc.get("device"), dict) else None,
         "phases": phases, "gpu_s": span_sum(phases, ": evaluating"),
         "build_s": span_sum(phases, ": compiling") + span_sum(phases, "waiting for the early build", exact=True),
         "prepare_said": [ln for ln in err_lines if "build cache" in ln],
@@ -303,8 +304,10 @@ def fmt(x: Any) -> str:
     return "n/a" if x is None else (f"{x:.1f}" if isinstance(x, float) else str(x))
 
 
-def top_phases(row: dict[str, Any], n: int = 4) -> str:
-    spans = sorted((p for p in row.get("phases") or [] if not p.get("inside")), key=lambda p: -float(p["seconds"]))
+def top_phases(row: dict[str, Any], n: int = 4, inside: bool = False) -> str:
+    spans = sorted((p for p in row.get("phases") or [] if bool(p.get("inside")) == inside
+                    and p["phase"] != "worker total"),
+                   key=lambda p: -float(p["seconds"]))
     return "; ".join(f"{p['phase']} {float(p['seconds']):.1f}" for p in spans[:n]) or "n/a"
 
 
@@ -315,14 +318,14 @@ def markdown(doc: dict[str, Any]) -> str:
         for how in ("alone", "parallel"):
             part = scn[how]
             lines += [f"## {scn['mode']}, {how} ({part['parallel']} at a time; makespan {fmt(part['makespan_s'])} s)", "",
-                      "| Task | inputs MiB | wall s | verdict at s | GPU span s | build span s | verdict | x eager | x compile | rc | kept Worker reused | largest phases (s) |",
-                      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                      "| Task | inputs MiB | wall s | verdict at s | GPU span s | build span s | verdict | x eager | x compile | rc | kept Worker reused | largest phases (s) | largest inside the Worker's evaluate (s) |",
+                      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
             for r in part["rows"]:
                 size = doc["input_bytes"].get(r["label"])
                 lines.append(f"| {r['label']} | {fmt(None if size is None else round(size / 2**20, 1))} | {fmt(r.get('wall_s'))} "
                              f"| {fmt(r.get('verdict_s'))} | {fmt(r.get('gpu_s'))} | {fmt(r.get('build_s'))} | {r.get('verdict')} "
                              f"| {fmt(r.get('speedup_eager'))} | {fmt(r.get('speedup_compile'))} | {r.get('rc')} "
-                             f"| {fmt((r.get('worker') or {}).get('reused'))} | {top_phases(r)} |")
+                             f"| {fmt((r.get('worker') or {}).get('reused'))} | {top_phases(r)} | {top_phases(r, 5, True)} |")
             said = sorted({ln for r in part["rows"] for ln in r.get("prepare_said") or []})
             if said:
                 lines += ["", "Build cache lines on stderr: " + " / ".join(f"`{s}`" for s in said[:6])]
@@ -374,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
 
     sized = input_bytes([reference_of(files) for _, files in tasks], args.python, base_env)
     sizes = {label: sized.get(str(reference_of(files))) for label, files in tasks}
-    device = "CPU (smoke: CUDA hidden)" if args.smoke else _gpu_name()
+    device = "CPU (smoke: CUDA hidden)" if args.smoke else None
     doc: dict[str, Any] = {"when": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                            "command": " ".join(["python", "benchmarks/first_bench.py", *(argv if argv is not None else sys.argv[1:])]),
                            "device": device, "input_bytes": sizes, "scenarios": []}
@@ -385,6 +388,9 @@ def main(argv: list[str] | None = None) -> int:
             doc["scenarios"].append(scn)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    if doc["device"] is None:  # what the benches ran on, as the Worker named it
+        named = [r.get("device") for s in doc["scenarios"] for how in ("alone", "parallel") for r in s[how]["rows"]]
+        doc["device"] = next((d for d in named if d), None) or _gpu_name()
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     stem = "first_bench_smoke" if args.smoke else "first_bench"
