@@ -61,7 +61,14 @@ class BuildCachePreparation:
 
         async def announce(check: dict[str, Any]) -> None:
             nonlocal progress
+            if progress is not None:  # waited for another process, which failed: now this one makes them
+                progress.report("making them here (about a minute)")
+                return
             progress = WorkProgress(self.ls, PREPARE_TITLE)
+            if check.get("state") == "waiting":  # once per machine: another kernel-lsp process makes them
+                await progress.begin(f"torch {check.get('torch', '')}: {check.get('who', 'another kernel-lsp process')} "
+                                     "is making them; a save meanwhile waits for them")
+                return
             await progress.begin(f"torch {check.get('torch', '')}: precompiled headers for fast builds "
                                  "(about a minute; a save meanwhile waits for them)")
 
@@ -73,6 +80,9 @@ class BuildCachePreparation:
         if progress is not None:
             if state == "made":
                 progress.end(f"ready in {time.monotonic() - t0:.0f} s")
+            elif state == "ready":
+                progress.end(f"ready (made by kernel-lsp pid {self.result.get('prepared_by', '?')}; "
+                             f"waited {time.monotonic() - t0:.0f} s)")
             else:
                 progress.end(f"not made ({self.result.get('reason', state)}); a build makes them when it "
                              "needs them")

@@ -163,3 +163,72 @@ def test_after_waiting_for_the_gpu_the_progress_says_evaluating_again(lock_dir):
     assert ev.verdict == "correct", ev.message
     waiting = [i for i, p in enumerate(phases) if p.startswith("waiting for the GPU")]
     assert waiting and phases[waiting[0] + 1:] == ["evaluating", "done"], phases
+
+
+# Takes the GPU turn once the other process's build has begun (argv[2] exists), says so in argv[3]
+# (with the time), holds it a moment, and lets go.
+TAKE_WHEN_BUILDING = """
+import asyncio, os, sys, time
+from kernel_lsp.engine.caller import gpu_lock
+
+async def main():
+    while not os.path.exists(sys.argv[2]):
+        await asyncio.sleep(0.02)
+    async with gpu_lock.gpu_turn(sys.argv[1], "evaluate"):
+        with open(sys.argv[3], "w") as f:
+            f.write(repr(time.time()))
+        await asyncio.sleep(0.5)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.slow
+def test_a_build_runs_outside_the_gpu_turn_so_another_process_times_meanwhile(lock_dir, tmp_path):
+    """A kept Worker builds its own candidates (no CPU pool): the build happens before the GPU
+    turn is taken. The candidate's module waits, while it is built, until another process has
+    had the GPU: were the build inside the turn, that process could not get it until the
+    evaluation ended (and the build would wait out its 60 s). Order: build begins, the other
+    process's turn, build ends, then this evaluation's turn (after a wait)."""
+    pytest.importorskip("torch")
+    from kernel_lsp.engine import Engine
+    from kernel_lsp.model import Candidate, Task
+
+    cheats = Path(__file__).parent / "cheats"
+    began, turn, ended = tmp_path / "began", tmp_path / "turn", tmp_path / "ended"
+    prelude = (
+        "# load_inline: (the engine treats this file as one that builds an extension)\n"
+        "import os as _os, time as _time\n"
+        f"if not _os.path.exists({str(ended)!r}):  # the build: the first time this module runs\n"
+        f"    open({str(began)!r}, 'w').close()\n"
+        "    _t = _time.time()\n"
+        f"    while not _os.path.exists({str(turn)!r}) and _time.time() - _t < 60:\n"
+        "        _time.sleep(0.02)\n"
+        f"    open({str(ended)!r}, 'w').write(repr(_time.time()))\n"
+    )
+    task = Task(name="ref_linear", reference_path=str(cheats / "ref_linear.py"),
+                reference_source=(cheats / "ref_linear.py").read_text())
+    cand = Candidate(source=prelude + (cheats / "correct.py").read_text(), kind="python")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+
+    async def go():
+        engine = Engine(timeout=120, options={"device": "cpu", "baselines": False}, prebuild=False, sandbox="off")
+
+        async def key(progress=None) -> str:
+            return "GPU-fake"
+        engine._gpu_key = key  # type: ignore[method-assign]
+        other = subprocess.Popen([sys.executable, "-c", TAKE_WHEN_BUILDING, "GPU-fake", str(began), str(turn)],
+                                 env=env)
+        phases: list[str] = []
+        try:
+            ev = await engine.evaluate(task, cand, ("compile", "verify"), progress=phases.append)
+        finally:
+            await engine.aclose()
+            other.wait(30)
+        return ev, phases
+
+    ev, phases = asyncio.run(go())
+    assert ev.verdict == "correct", ev.message
+    assert float(turn.read_text()) < float(ended.read_text()), "the other process got the GPU only after the build"
+    assert ev.evidence["gpu_wait_s"] > 0  # then this evaluation waited for the other's turn
+    assert "compiling" in phases and phases.index("compiling") < len(phases) - 1 - phases[::-1].index("evaluating")

@@ -245,3 +245,31 @@ def test_prepare_reference_loads_the_reference_without_the_modelnew_sharing_its_
     got = run.prepare_reference(task, {"device": "cpu"}, build)
     assert got["state"] == "compiled", got
     assert torch.nn.functional.gelu is real  # the reference's own patch, put back
+
+
+async def test_get_ready_ahead_compiles_the_reference_while_a_build_runs_elsewhere(tmp_path):
+    """`kernel-lsp bench` waits for its early build in the CPU pool; meanwhile
+    `Engine.get_ready_ahead` has the Worker compile the reference's torch.compile baseline (in the
+    background), once: the evaluation after the build does not ask again."""
+    from tests.cpu_task import TASK
+
+    pytest.importorskip("torch")
+    path = tmp_path / "rowsum.py"
+    path.write_text(TASK)
+    task, cand = find_task(str(path), TASK)
+    opts = {"device": "cpu"}
+    async with Engine(timeout=240.0, sandbox="off") as engine:
+        sent: list[str] = []
+        real = engine._call_now
+
+        async def spy(w, op, params, deadline):
+            sent.append(op)
+            return await real(w, op, params, deadline)
+        engine._call_now = spy  # type: ignore[method-assign]
+        engine.get_ready_ahead(task, ("compile", "verify", "bench"), opts)
+        assert engine._readying  # in the background: the caller goes on (to wait for its build)
+        await asyncio.gather(*list(engine._readying))
+        assert "prepare_reference" in sent, sent
+        ev = await engine.evaluate(task, cand, options=opts)
+    assert ev.verdict == "correct", ev.message
+    assert sent.count("prepare_reference") == 1 and sent[-1] == "evaluate", sent

@@ -216,8 +216,12 @@ class Engine:
     async def _call(
         self, op: str, params: dict[str, Any] | None, *, timeout: float | None,
         warm: bool, progress: Progress | None, resume: str | None = None,
+        build_first: dict[str, Any] | None = None,
     ) -> tuple[Any, bool]:
-        """(result, fatal): fatal when the Worker answered and then had to go."""
+        """(result, fatal): fatal when the Worker answered and then had to go. ``build_first``:
+        the params of a ``build`` the Worker does before the GPU turn is taken (its own
+        deadline), so that nvcc in this process never holds the GPU while others wait; the
+        op's build is then a cache hit inside the turn."""
         deadline = self.timeout if timeout is None else timeout
         said: list[str] = []
         if resume and progress is not None:  # report `resume` after a start, warm-up or GPU wait was reported
@@ -231,11 +235,27 @@ class Engine:
             if op == "evaluate":
                 self._evaluations += 1
             w = await self._ensure(progress, warm)
+            if build_first is not None and key is not None:
+                await self._build_before_turn(w, build_first, deadline, progress)
+                if not w.alive:  # the build took the Worker with it: a fresh one for the op
+                    w = await self._ensure(progress, warm)
             async with gpu_lock.gpu_turn(key, op, progress=progress) as waited:
                 self.gpu_waited = waited  # the deadline starts now: waiting is never a timeout
                 if said:
                     await _report(progress, resume)  # type: ignore[arg-type]
                 return await self._call_now(w, op, params, deadline)
+
+    async def _build_before_turn(self, w: "WorkerProcess | keeping.KeptWorker", params: dict[str, Any],
+                                 deadline: float, progress: Progress | None) -> None:
+        """The candidate's build in the GPU Worker, outside the GPU turn (CPU work: nvcc, g++).
+        Advisory, as a prebuild is: a failure here leaves the op to build and report it (a
+        Worker that died or ran past the deadline is replaced by the caller; the op then
+        builds inside its turn, under its own deadline)."""
+        await _report(progress, "compiling")
+        try:
+            await self._call_now(w, "build", params, deadline)
+        except (EngineTimeout, WorkerDied, WorkerRaised) as exc:
+            log.info("the build before the GPU turn failed: %s", exc)
 
     async def _call_now(self, w: WorkerProcess, op: str, params: dict[str, Any] | None,
                         deadline: float) -> tuple[Any, bool]:
@@ -311,6 +331,13 @@ class Engine:
                               sandboxed=self.sandboxed, **extra)
 
         build_steps: dict[str, float] | None = None
+        # Builds run outside the GPU turn: in the CPU pool (prebuild), else in the GPU Worker
+        # just before the turn is taken (a kept Worker that builds for itself, a prebuild that
+        # could not run). A prebuild that ran and failed is not tried again before the turn.
+        build_first: dict[str, Any] | None = None
+        if needs_build(candidate):
+            build_first = {"kind": candidate.kind, "source": candidate.source,
+                           "filename": build_filename(task, candidate), "options": dict(params["options"])}
         try:
             if self.auto_prebuild and needs_build(candidate):
                 await _report(progress, "compiling")
@@ -320,13 +347,15 @@ class Engine:
                 try:
                     built = await self.prebuild(task, candidate, options)
                     build_steps = {**built.steps, "pool_s": round(built.seconds, 3)} if built.steps else None
+                    build_first = None  # built (or failed) in the pool: the Worker's is a cache hit
                 except Exception:  # noqa: BLE001 - advisory: the Worker builds it anyway
                     log.debug("prebuild failed", exc_info=True)
             await _report(progress, "evaluating")
             token = _ON_PARTIAL.set(self._early_handler(early, t0) if early is not None else None)
             try:
                 data, fatal = await self._call("evaluate", params, timeout=deadline, warm=self.warm,
-                                               progress=progress, resume="evaluating")
+                                               progress=progress, resume="evaluating",
+                                               build_first=build_first)
             finally:
                 _ON_PARTIAL.reset(token)
             ev = Evaluation.from_dict(data)
@@ -430,6 +459,22 @@ class Engine:
             return {"state": "failed", "why": f"{type(exc).__name__}: {exc}"[:300]}
         return result if isinstance(result, dict) else {"state": "failed", "why": repr(result)[:200]}
 
+    def get_ready_ahead(self, task: Task, checks: Iterable[str], options: dict[str, Any] | None = None,
+                        timeout: float | None = None) -> None:
+        """Before a Task's first evaluation, while its candidate builds elsewhere (the CLI's early
+        build): start the Worker and compile the reference's torch.compile baseline in the
+        background (`_get_ready`; closing the Engine cancels it), so that the evaluation does
+        not start it only after the build."""
+        self._see(task)
+        deadline = self.timeout if timeout is None else timeout
+        checks = list(checks)
+
+        async def ready() -> None:
+            opts = await kept_baselines.with_kept_async(self.baseline_store, task, checks,
+                                                        {"deadline_s": deadline, **self.options, **(options or {})})
+            await self._get_ready(task, checks, opts, deadline)
+        self._ahead(ready())
+
     def _ahead(self, work: Any) -> None:
         """Run ``work`` (a coroutine) in the background; closing the Engine cancels it. Not
         cancelled with the evaluation that started it: a newer save needs the same Worker."""
@@ -500,12 +545,7 @@ class Engine:
                 arch = self._arch()
             if arch:
                 opts["arch"] = arch
-        # The same file names the harness gives the builder (the .cu's directory is in the key).
-        ref = task.reference_path or f"{task.name}.py"
-        if candidate.kind == "cuda":
-            filename = task.cuda_path or ref.replace(".py", ".cu")
-        else:
-            filename = ref.replace(".py", "_candidate.py")
+        filename = build_filename(task, candidate)
         # One build per Candidate at a time: the Search prebuilds a batch and each evaluate asks
         # again; a second ask waits for the first build instead of taking another pool slot.
         key = (candidate.kind, candidate.source, filename, repr(sorted(opts.items())))
@@ -606,6 +646,15 @@ class Engine:
 
 
 _BUILD_MARKERS = ("cpp_extension", "load_inline")
+
+
+def build_filename(task: Task, candidate: Candidate) -> str:
+    """The file name the harness gives the builder for a candidate (the .cu's folder is in the
+    build's key): a build under it is the one the Worker's evaluate finds in the cache."""
+    ref = task.reference_path or f"{task.name}.py"
+    if candidate.kind == "cuda":
+        return task.cuda_path or ref.replace(".py", ".cu")
+    return ref.replace(".py", "_candidate.py")
 
 
 def needs_build(candidate: Candidate) -> bool:

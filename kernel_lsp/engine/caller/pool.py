@@ -18,10 +18,12 @@ once), up to ``size`` (default: the CPU count).
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from typing import Any
 
 from kernel_lsp.engine import protocol
+from kernel_lsp.engine.caller import gpu_lock, prepare_lock
 from kernel_lsp.engine.caller import sandbox as sandboxing
 from kernel_lsp.engine.caller.process import (
     EngineTimeout,
@@ -33,6 +35,8 @@ from kernel_lsp.engine.caller.process import (
     worker_environment,
 )
 from kernel_lsp.model import Candidate, CompileResult
+
+log = logging.getLogger(__name__)
 
 # What the user reads while the precompiled torch headers are made (docs/fast-builds.md).
 PREPARE_TITLE = "preparing the CUDA build cache, once per torch version"
@@ -128,25 +132,57 @@ class BuildPool:
     async def prepare(self, announce: Any = None, options: dict[str, Any] | None = None,
                       timeout: float = PREPARE_TIMEOUT) -> dict[str, Any]:
         """Make the precompiled torch headers of the fast build in a slot (no candidate runs):
-        first ask whether there is work, then call ``announce(check)`` (awaited if it is a
-        coroutine) and make them. A build that needs them meanwhile waits on their lock in its
-        own slot and finds them made. Never raises for a Worker's fault: {"state": "failed", ...}."""
+        first ask whether there is work, then take the machine-wide preparation lock
+        (``prepare_lock``), call ``announce(check)`` (awaited if it is a coroutine) and make them.
+        Another process preparing them: ``announce`` gets ``{"state": "waiting", "holder": ...}``,
+        this one waits for it without a slot, then looks again (``{"state": "ready", "waited_s",
+        "prepared_by"}`` when it made them). A build that needs them meanwhile waits on their lock
+        in its own slot and finds them made. Never raises for a Worker's fault: {"state":
+        "failed", ...}."""
         if self._closed:
             return {"state": "unavailable", "reason": "the build pool is closed"}
+        params: dict[str, Any] = {"check_only": True, "options": options or {}}
+        check = await self._prepare_call(params, self.start_timeout)
+        if check.get("state") != "needed":
+            return check
+        if not check.get("pch_root"):  # an older Worker that does not say where: no lock, as before
+            await _announce(announce, check)
+            return await self._prepare_call({**params, "check_only": False}, timeout)
+
+        def waiting(holder: dict[str, Any] | None) -> Any:
+            return _announce(announce, {**check, "state": "waiting", "holder": holder,
+                                        "who": gpu_lock.describe(holder)})
+
+        path = prepare_lock.lock_path(str(check["pch_root"]))
+        try:
+            fd, waited, holder = await prepare_lock.take(path, timeout, waiting)
+        except OSError as exc:  # an unwritable cache folder: prepare without the lock
+            log.info("no build cache preparation lock (%s): %s", path, exc)
+            fd, waited, holder = None, 0.0, None
+            await _announce(announce, check)
+            return await self._prepare_call({**params, "check_only": False}, timeout)
+        if fd is None:
+            return {**check, "state": "failed", "reason": f"waited {waited:.0f} s for "
+                    f"{gpu_lock.describe(holder)}, which is {prepare_lock.WHAT}"}
+        try:
+            if holder is not None:
+                # Another process had it: look again (made now, unless it died or failed).
+                check = await self._prepare_call(params, self.start_timeout)
+                if check.get("state") != "needed":
+                    return {**check, "waited_s": round(waited, 2), "prepared_by": (holder or {}).get("pid")}
+            await _announce(announce, check)
+            return await self._prepare_call({**params, "check_only": False}, timeout)
+        finally:
+            prepare_lock.release(fd)
+
+    async def _prepare_call(self, params: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """One ``prepare_build`` request in a slot (released after: a waiter holds no slot)."""
         async with self._slots:
             w: WorkerProcess | None = None
             try:
                 w = await self._acquire([])
                 self._busy.add(w)
-                params: dict[str, Any] = {"check_only": True, "options": options or {}}
-                check, _ = await asyncio.wait_for(w.call("prepare_build", params), self.start_timeout)
-                if not isinstance(check, dict) or check.get("state") != "needed":
-                    return check if isinstance(check, dict) else {"state": "failed", "reason": repr(check)[:200]}
-                if announce is not None:
-                    out = announce(check)
-                    if asyncio.iscoroutine(out):
-                        await out
-                result, _ = await asyncio.wait_for(w.call("prepare_build", {**params, "check_only": False}), timeout)
+                result, _ = await asyncio.wait_for(w.call("prepare_build", params), timeout)
                 return result if isinstance(result, dict) else {"state": "failed", "reason": repr(result)[:200]}
             except asyncio.TimeoutError:
                 self._drop(w)
@@ -186,6 +222,14 @@ class BuildPool:
         for w in workers:
             w.kill()
         await asyncio.gather(*(w.reap() for w in workers), return_exceptions=True)
+
+
+async def _announce(announce: Any, check: dict[str, Any]) -> None:
+    if announce is None:
+        return
+    out = announce(check)
+    if asyncio.iscoroutine(out):
+        await out
 
 
 def needs_torch_headers(candidate: Candidate | None) -> bool:

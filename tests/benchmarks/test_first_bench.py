@@ -1,0 +1,38 @@
+"""benchmarks/first_bench.py runs as written: its --smoke mode (a tiny CPU Task, CUDA hidden, two
+`kernel-lsp bench` processes at once) gives every bench a verdict, its phases and the targets."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_the_smoke_mode_benches_alone_and_two_at_once_and_scores_the_targets(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "first_bench.py"), "--smoke", "--modes", "fresh",
+                           "--parallel", "2", "--out-dir", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads((tmp_path / "first_bench_smoke.json").read_text())
+    (scn,) = doc["scenarios"]
+    assert scn["mode"] == "fresh" and scn["parallel"]["parallel"] == 2
+    for how in ("alone", "parallel"):
+        rows = scn[how]["rows"]
+        assert len(rows) == 2
+        for r in rows:
+            assert r["verdict"] == "correct" and r["rc"] == 0, r
+            names = [p["phase"] for p in r["phases"]]
+            assert any(n.startswith("starting the Worker") for n in names), names
+            assert r["gpu_s"] > 0 and r["wall_s"] >= r["gpu_s"], r
+            assert r["worker"]["kept"] is False  # fresh: no kept Worker
+    results = {t["target"].split(":")[0]: t["result"] for t in scn["targets"]}
+    assert set(results) == {"alone", "parallel x2", "parallel"}
+    assert all(t["result"] in ("pass", "FAIL", "unknown") for t in scn["targets"])
+    text = (tmp_path / "first_bench_smoke.md").read_text()
+    assert "## fresh, alone" in text and "## fresh, parallel" in text and "### targets (fresh)" in text
+    assert "--smoke --modes fresh" in doc["command"]
