@@ -201,11 +201,12 @@ class EvaluationFeature(LanguageFeature):
                                                          sandboxed=getattr(part, "sandboxed", None)), progress)
             if "bench" in checks:
                 more["early"] = early
-            ev = await engine.evaluate(task, candidate, checks=checks, progress=report, **more)
+            try:
+                ev = await engine.evaluate(task, candidate, checks=checks, progress=report, **more)
+            finally:  # the early result lives only as long as its evaluation
+                self._drop_early(state, job)
             steps.mark("evaluated")
-            self._drop_early(state, job)
         except (TaskError, ExecutionDisabled) as exc:
-            self._drop_early(state, job)
             self._settle_unmeasured(state, version)
             progress.end(str(exc))
             if job is not None:
@@ -214,7 +215,6 @@ class EvaluationFeature(LanguageFeature):
                 ls.show(f"kernel-lsp: {exc}", types.MessageType.Warning)
             return None
         except BaseException:
-            self._drop_early(state, job)
             self._settle_unmeasured(state, version)
             progress.end("cancelled")
             ls.refresh_lenses()  # no longer "measuring…"
