@@ -152,9 +152,13 @@ def _kernel(name: str, body: str) -> Kernel:
             raise NotConvertible(f"kernel {name} computes its {m.group(1)} offset in a way the writer "
                                  f"does not launch ({m.group(2).strip()[:60]})")
         dims[exact.group(1)] = int(exact.group(2))
-    unmasked = {d for d in ("x", "y", "z", "r0_", "r1_")
-                if re.search(rf"^\s*{d}mask = tl\.full\(", text, re.M)}
-    return Kernel(name, kind, grid_type, text, params, constexprs, dims, unmasked, used)
+    return Kernel(name, kind, grid_type, text, params, constexprs, dims, unmasked_dims(text), used)
+
+
+def unmasked_dims(text: str) -> set[str]:
+    """Dims a kernel's text gives no bounds mask (`xmask = tl.full(...)`): Inductor left it out
+    because the numel is a multiple of every block it would try."""
+    return {d for d in ("x", "y", "z", "r0_", "r1_") if re.search(rf"^\s*{d}mask = tl\.full\(", text, re.M)}
 
 
 def _check_globals(name: str, text: str, params: list[str], helpers_used: set[str]) -> None:
@@ -177,7 +181,8 @@ def _check_globals(name: str, text: str, params: list[str], helpers_used: set[st
 
 # -- launch configurations ------------------------------------------------------------------------
 
-def _pow2(n: int) -> int:
+def pow2(n: int) -> int:
+    """The smallest power of two >= n (1 for n <= 1)."""
     return 1 << max(0, (max(1, n) - 1).bit_length())
 
 
@@ -204,20 +209,20 @@ def default_config(kernel: Kernel, numels: dict[str, int]) -> dict[str, int]:
     cfg: dict[str, int] = {}
     if kernel.kind == "pointwise":
         if "YBLOCK" in kernel.constexprs:
-            cfg["YBLOCK"] = _fit(kernel, "y", min(32, _pow2(numels.get("y", 1))), numels.get("y", 1))
-            cfg["XBLOCK"] = _fit(kernel, "x", min(32, _pow2(x)), x)
+            cfg["YBLOCK"] = _fit(kernel, "y", min(32, pow2(numels.get("y", 1))), numels.get("y", 1))
+            cfg["XBLOCK"] = _fit(kernel, "x", min(32, pow2(x)), x)
         else:
-            cfg["XBLOCK"] = _fit(kernel, "x", min(1024, _pow2(x)), x)
+            cfg["XBLOCK"] = _fit(kernel, "x", min(1024, pow2(x)), x)
         cfg["num_warps"] = 4
     elif kernel.kind == "persistent_reduction":
-        r = _pow2(numels.get("r0_", 1))
-        cfg["XBLOCK"] = _fit(kernel, "x", max(1, min(_pow2(x), 4096 // r, 64)), x)
+        r = pow2(numels.get("r0_", 1))
+        cfg["XBLOCK"] = _fit(kernel, "x", max(1, min(pow2(x), 4096 // r, 64)), x)
         cfg["num_warps"] = 8 if r >= 2048 else 4
     else:
         r = numels.get("r0_", 1)
         cfg["XBLOCK"] = _fit(kernel, "x", 1, x)
         if "R0_BLOCK" in kernel.constexprs:
-            cfg["R0_BLOCK"] = _fit(kernel, "r0_", min(2048, _pow2(r)), r)
+            cfg["R0_BLOCK"] = _fit(kernel, "r0_", min(2048, pow2(r)), r)
         cfg["num_warps"] = 8 if cfg.get("R0_BLOCK", 1) >= 1024 else 4
     for c in kernel.constexprs:
         if c not in cfg:
