@@ -144,7 +144,7 @@ def _kernel(name: str, body: str) -> Kernel:
                              "which the writer has no plain Triton version of")
     text = re.sub(r"\btriton_helpers\.(\w+)\b", r"\1", text)
     text = re.sub(r"\btl_math\.(\w+)\b", r"tl.\1", text)
-    _check_globals(name, text, params + constexprs, used)
+    _check_globals(name, text, params + constexprs)
     dims: dict[str, int] = {}
     for m in _ANY_OFFSET.finditer(text):
         exact = _OFFSET.match(m.group(0))
@@ -161,7 +161,7 @@ def unmasked_dims(text: str) -> set[str]:
     return {d for d in ("x", "y", "z", "r0_", "r1_") if re.search(rf"^\s*{d}mask = tl\.full\(", text, re.M)}
 
 
-def _check_globals(name: str, text: str, params: list[str], helpers_used: set[str]) -> None:
+def _check_globals(name: str, text: str, params: list[str]) -> None:
     """Every free name in a kernel must be one the generated file defines."""
     tree = ast.parse(text)
     bound = set(params) | {name} | set(_helpers.HELPERS)
@@ -251,7 +251,8 @@ def normalize_config(kernel: Kernel, recorded: dict[str, Any], numels: dict[str,
 
 # -- the call body ----------------------------------------------------------------------------
 
-def _call_function(code: str) -> ast.FunctionDef:
+def _call_function(code: str) -> tuple[ast.Module, ast.FunctionDef]:
+    """The parsed module and its `call(args)` function."""
     try:
         tree = ast.parse(code)
     except SyntaxError as exc:
@@ -261,14 +262,13 @@ def _call_function(code: str) -> ast.FunctionDef:
     if len(calls) != 1:
         raise NotConvertible("the recorded module has no single `call(args)` function (not an Inductor "
                              "output module?)")
-    return calls[0]
+    return tree, calls[0]
 
 
 def _call_body(code: str) -> list[ast.stmt]:
     """The call's statements, with CUDA-graph partitions (max-autotune's `self.partitions[i](...)`)
     inlined from their `partition_i` functions."""
-    fn = _call_function(code)
-    tree = ast.parse(code)
+    tree, fn = _call_function(code)
     parts = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("partition_")}
     lists: dict[str, list[ast.expr]] = {}
     out: list[ast.stmt] = []
