@@ -14,7 +14,6 @@ forward also calls torch.mm/convolution is labelled as such by the engine.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from kernel_lsp.model import Candidate
@@ -61,9 +60,7 @@ async def generate(engine: Any, reference_source: str, modes: tuple[str, ...] | 
     params = {"reference_source": reference_source, "modes": list(modes or MODES)}
     try:
         rec = await engine.request("inductor_code", params, timeout=timeout, warm=True)
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - a dead or timed-out Worker is one sentence
+    except Exception as exc:  # noqa: BLE001 - a dead or timed-out Worker is one sentence (a cancel is not an Exception)
         return {}, {"*": f"recording torch.compile's code failed: {exc}"}
     if not isinstance(rec, dict) or rec.get("why"):
         return {}, {"*": str((rec or {}).get("why") or "the Worker gave no recording")}
