@@ -14,6 +14,7 @@ forward also calls torch.mm/convolution is labelled as such by the engine.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from kernel_lsp.model import Candidate
@@ -64,7 +65,9 @@ async def generate(engine: Any, reference_source: str, modes: tuple[str, ...] | 
         return {}, {"*": f"recording torch.compile's code failed: {exc}"}
     if not isinstance(rec, dict) or rec.get("why"):
         return {}, {"*": str((rec or {}).get("why") or "the Worker gave no recording")}
-    return convert_recording(reference_source, rec)
+    # Parsing Inductor's modules takes tens of milliseconds per mode (more for a whole model): off the
+    # caller's event loop (the server's, for the code action and an optimize).
+    return await asyncio.to_thread(convert_recording, reference_source, rec)
 
 
 def convert_recording(reference_source: str, rec: dict[str, Any]) -> tuple[dict[str, Generated], dict[str, str]]:
