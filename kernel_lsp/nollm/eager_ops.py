@@ -126,7 +126,7 @@ def eager_op(frag: Fragment, params: list[str], launch_args: list[str], launch_l
     order: list[str] = []
     inputs: dict[str, str] = {}
 
-    def visit(name: str, depth: int = 0) -> None:
+    def visit(name: str) -> None:
         if name in order or name in inputs:
             return
         node = frag.nodes.get(name)
@@ -146,7 +146,7 @@ def eager_op(frag: Fragment, params: list[str], launch_args: list[str], launch_l
         if _RANDOM.search(node.target):
             raise NotEager(f"node {node.name} draws random numbers ({node.target})")
         for ref in re.findall(r"%(\w+)", node.args + " " + node.kwargs):
-            visit(ref, depth + 1)
+            visit(ref)
         order.append(name)
 
     visit(result)

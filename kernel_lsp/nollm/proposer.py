@@ -61,13 +61,13 @@ async def generate(engine: Any, reference_source: str, modes: tuple[str, ...] | 
     params = {"reference_source": reference_source, "modes": list(modes or MODES)}
     try:
         rec = await engine.request("inductor_code", params, timeout=timeout, warm=True)
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - a dead or timed-out Worker is one sentence
+    except Exception as exc:  # noqa: BLE001 - a dead or timed-out Worker is one sentence (a cancel is not an Exception)
         return {}, {"*": f"recording torch.compile's code failed: {exc}"}
     if not isinstance(rec, dict) or rec.get("why"):
         return {}, {"*": str((rec or {}).get("why") or "the Worker gave no recording")}
-    return convert_recording(reference_source, rec)
+    # Parsing Inductor's modules takes tens of milliseconds per mode (more for a whole model): off the
+    # caller's event loop (the server's, for the code action and an optimize).
+    return await asyncio.to_thread(convert_recording, reference_source, rec)
 
 
 def convert_recording(reference_source: str, rec: dict[str, Any]) -> tuple[dict[str, Generated], dict[str, str]]:

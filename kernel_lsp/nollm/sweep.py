@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .writer import pow2, unmasked_dims
+
 _CONFIG_LINE = re.compile(r"^    '(\w+)': dict\(([^()]*)\),$", re.M)
 _NUMEL = re.compile(r"^    (x|y|z|r0_|r1_)numel = (\d+)$", re.M)
 _BLOCK_DIM = {"XBLOCK": "x", "YBLOCK": "y", "ZBLOCK": "z", "R0_BLOCK": "r0_", "R1_BLOCK": "r1_"}
@@ -20,8 +22,8 @@ _BLOCK_DIM = {"XBLOCK": "x", "YBLOCK": "y", "ZBLOCK": "z", "R0_BLOCK": "r0_", "R
 MAX_BLOCK = {"x": 4096, "y": 1024, "z": 1024, "r0_": 4096, "r1_": 4096}  # larger blocks spill registers
 MAX_ELEMENTS = 16384     # elements one program holds (XBLOCK * R0_BLOCK ...): past it, spills
 WARPS = (1, 2, 4, 8, 16)  # 16 warps = 512 threads; 32 rejected (rarely faster, often fails to fit)
-STAGES = (1, 2, 3, 4)
-MAX_GRID_YZ = 65535      # CUDA's limit on a grid's y and z dimensions     # software pipelining depth for loops with loads
+STAGES = (1, 2, 3, 4)     # software pipelining depth for loops with loads
+MAX_GRID_YZ = 65535      # CUDA's limit on a grid's y and z dimensions
 
 
 @dataclass(frozen=True)
@@ -51,15 +53,11 @@ def kernel_facts(source: str, name: str) -> KernelFacts:
     end = source.find("\n\n\n", start + 1) if end < 0 else end
     body = source[start:end if end > 0 else len(source)]
     numels = {m.group(1): int(m.group(2)) for m in _NUMEL.finditer(body)}
-    unmasked = frozenset(d for d in ("x", "y", "z", "r0_", "r1_") if re.search(rf"^\s*{d}mask = tl\.full\(", body, re.M))
+    unmasked = frozenset(unmasked_dims(body))
     fixed = 1
     for m in re.finditer(r"^    R\d_BLOCK: tl\.constexpr = (\d+)$", body, re.M):
         fixed *= int(m.group(1))
     return KernelFacts(name, numels, unmasked, fixed)
-
-
-def _pow2_ceil(n: int) -> int:
-    return 1 << max(0, (max(1, n) - 1).bit_length())
 
 
 def config_ok(facts: KernelFacts, cfg: dict[str, int]) -> bool:
@@ -74,7 +72,7 @@ def config_ok(facts: KernelFacts, cfg: dict[str, int]) -> bool:
         if dim in facts.unmasked and (numel is None or numel % value):
             return False  # no bounds mask: a partial block would read and write out of bounds
         if numel is not None:
-            if value > _pow2_ceil(numel):
+            if value > pow2(numel):
                 return False  # a block past the whole dim only wastes lanes
         elements *= value
         if dim in ("y", "z") and numel is not None and -(-numel // value) > MAX_GRID_YZ:

@@ -144,7 +144,7 @@ def _kernel(name: str, body: str) -> Kernel:
                              "which the writer has no plain Triton version of")
     text = re.sub(r"\btriton_helpers\.(\w+)\b", r"\1", text)
     text = re.sub(r"\btl_math\.(\w+)\b", r"tl.\1", text)
-    _check_globals(name, text, params + constexprs, used)
+    _check_globals(name, text, params + constexprs)
     dims: dict[str, int] = {}
     for m in _ANY_OFFSET.finditer(text):
         exact = _OFFSET.match(m.group(0))
@@ -152,12 +152,16 @@ def _kernel(name: str, body: str) -> Kernel:
             raise NotConvertible(f"kernel {name} computes its {m.group(1)} offset in a way the writer "
                                  f"does not launch ({m.group(2).strip()[:60]})")
         dims[exact.group(1)] = int(exact.group(2))
-    unmasked = {d for d in ("x", "y", "z", "r0_", "r1_")
-                if re.search(rf"^\s*{d}mask = tl\.full\(", text, re.M)}
-    return Kernel(name, kind, grid_type, text, params, constexprs, dims, unmasked, used)
+    return Kernel(name, kind, grid_type, text, params, constexprs, dims, unmasked_dims(text), used)
 
 
-def _check_globals(name: str, text: str, params: list[str], helpers_used: set[str]) -> None:
+def unmasked_dims(text: str) -> set[str]:
+    """Dims a kernel's text gives no bounds mask (`xmask = tl.full(...)`): Inductor left it out
+    because the numel is a multiple of every block it would try."""
+    return {d for d in ("x", "y", "z", "r0_", "r1_") if re.search(rf"^\s*{d}mask = tl\.full\(", text, re.M)}
+
+
+def _check_globals(name: str, text: str, params: list[str]) -> None:
     """Every free name in a kernel must be one the generated file defines."""
     tree = ast.parse(text)
     bound = set(params) | {name} | set(_helpers.HELPERS)
@@ -177,7 +181,8 @@ def _check_globals(name: str, text: str, params: list[str], helpers_used: set[st
 
 # -- launch configurations ------------------------------------------------------------------------
 
-def _pow2(n: int) -> int:
+def pow2(n: int) -> int:
+    """The smallest power of two >= n (1 for n <= 1)."""
     return 1 << max(0, (max(1, n) - 1).bit_length())
 
 
@@ -204,20 +209,20 @@ def default_config(kernel: Kernel, numels: dict[str, int]) -> dict[str, int]:
     cfg: dict[str, int] = {}
     if kernel.kind == "pointwise":
         if "YBLOCK" in kernel.constexprs:
-            cfg["YBLOCK"] = _fit(kernel, "y", min(32, _pow2(numels.get("y", 1))), numels.get("y", 1))
-            cfg["XBLOCK"] = _fit(kernel, "x", min(32, _pow2(x)), x)
+            cfg["YBLOCK"] = _fit(kernel, "y", min(32, pow2(numels.get("y", 1))), numels.get("y", 1))
+            cfg["XBLOCK"] = _fit(kernel, "x", min(32, pow2(x)), x)
         else:
-            cfg["XBLOCK"] = _fit(kernel, "x", min(1024, _pow2(x)), x)
+            cfg["XBLOCK"] = _fit(kernel, "x", min(1024, pow2(x)), x)
         cfg["num_warps"] = 4
     elif kernel.kind == "persistent_reduction":
-        r = _pow2(numels.get("r0_", 1))
-        cfg["XBLOCK"] = _fit(kernel, "x", max(1, min(_pow2(x), 4096 // r, 64)), x)
+        r = pow2(numels.get("r0_", 1))
+        cfg["XBLOCK"] = _fit(kernel, "x", max(1, min(pow2(x), 4096 // r, 64)), x)
         cfg["num_warps"] = 8 if r >= 2048 else 4
     else:
         r = numels.get("r0_", 1)
         cfg["XBLOCK"] = _fit(kernel, "x", 1, x)
         if "R0_BLOCK" in kernel.constexprs:
-            cfg["R0_BLOCK"] = _fit(kernel, "r0_", min(2048, _pow2(r)), r)
+            cfg["R0_BLOCK"] = _fit(kernel, "r0_", min(2048, pow2(r)), r)
         cfg["num_warps"] = 8 if cfg.get("R0_BLOCK", 1) >= 1024 else 4
     for c in kernel.constexprs:
         if c not in cfg:
@@ -246,7 +251,8 @@ def normalize_config(kernel: Kernel, recorded: dict[str, Any], numels: dict[str,
 
 # -- the call body ----------------------------------------------------------------------------
 
-def _call_function(code: str) -> ast.FunctionDef:
+def _call_function(code: str) -> tuple[ast.Module, ast.FunctionDef]:
+    """The parsed module and its `call(args)` function."""
     try:
         tree = ast.parse(code)
     except SyntaxError as exc:
@@ -256,14 +262,13 @@ def _call_function(code: str) -> ast.FunctionDef:
     if len(calls) != 1:
         raise NotConvertible("the recorded module has no single `call(args)` function (not an Inductor "
                              "output module?)")
-    return calls[0]
+    return tree, calls[0]
 
 
 def _call_body(code: str) -> list[ast.stmt]:
     """The call's statements, with CUDA-graph partitions (max-autotune's `self.partitions[i](...)`)
     inlined from their `partition_i` functions."""
-    fn = _call_function(code)
-    tree = ast.parse(code)
+    tree, fn = _call_function(code)
     parts = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("partition_")}
     lists: dict[str, list[ast.expr]] = {}
     out: list[ast.stmt] = []

@@ -102,10 +102,10 @@ async def _job(feature: Any, state: Any, run_type: Any, title: str, cancel: Any)
         return said(f"the generated file was not correct here ({ev.verdict}: {ev.message or 'no detail'}); "
                     "nothing was written")
     parts = [f"correct; {fmt_ms(ev.time.median_ms)}" if ev.time else "correct"]
-    if ev.time and ev.eager:
-        parts.append(f"{ev.eager.median_ms / ev.time.median_ms:.2f}x PyTorch eager")
-    if ev.time and ev.compiled:
-        parts.append(f"{ev.compiled.median_ms / ev.time.median_ms:.2f}x torch.compile")
+    if ev.speedup_eager is not None:
+        parts.append(f"{ev.speedup_eager:.2f}x PyTorch eager")
+    if ev.speedup_compile is not None:
+        parts.append(f"{ev.speedup_compile:.2f}x torch.compile")
     gain = " · ".join(parts)
     run = run_type(uri=state.uri, version=state.version, text=text, best=cand, gain=gain,
                    target=beside(state.path))
