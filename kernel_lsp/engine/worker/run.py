@@ -509,8 +509,7 @@ def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options
     if ev.verdict != "correct":
         return
     if "bench" in checks:
-        _bench(h, options, ev, extra, notes, candidate_too=True, flops=vr.flops,
-               nbytes=(vr.read_bytes or vr.input_bytes) + vr.output_bytes, integrity=integrity,
+        _bench(h, options, ev, extra, notes, candidate_too=True, flops=vr.flops, integrity=integrity,
                traffic=(vr.read_bytes or vr.input_bytes, vr.output_bytes, vr.candidate_flops))
     if "profile" in checks:
         ev.profile = _profile(h, task, candidate, options, dev)
@@ -603,16 +602,16 @@ def _timing_sets(h: Harness, options: EngineOptions) -> list[list[Any]]:
 
 
 def _bench(h: Harness, options: EngineOptions, ev: Evaluation, extra: dict[str, Any], notes: list[str],
-           candidate_too: bool, flops: int | None = None, nbytes: int = 0,
+           candidate_too: bool, flops: int | None = None,
            integrity: Integrity | None = None, traffic: tuple[int, int, int | None] | None = None) -> None:
     if h.device.type != "cpu":
-        return _bench_on(h, options, ev, extra, notes, candidate_too, flops, nbytes, integrity, traffic)
+        return _bench_on(h, options, ev, extra, notes, candidate_too, flops, integrity, traffic)
     # CPU: a fixed thread count for candidate and baselines alike; on a busy machine intra-op
     # barriers otherwise stall for whole scheduler slices (30-60 ms outliers seen on 2 cores).
     before = torch.get_num_threads()
     torch.set_num_threads(options.cpu_threads)
     try:
-        return _bench_on(h, options, ev, extra, notes, candidate_too, flops, nbytes, integrity, traffic)
+        return _bench_on(h, options, ev, extra, notes, candidate_too, flops, integrity, traffic)
     finally:
         torch.set_num_threads(before)
 
@@ -627,7 +626,7 @@ def _settle(options: EngineOptions, baselines_too: bool) -> bench.Settle | None:
 
 
 def _bench_on(h: Harness, options: EngineOptions, ev: Evaluation, extra: dict[str, Any], notes: list[str],
-              candidate_too: bool, flops: int | None = None, nbytes: int = 0,
+              candidate_too: bool, flops: int | None = None,
               integrity: Integrity | None = None, traffic: tuple[int, int, int | None] | None = None) -> None:
     dev = h.device
     sets = _timing_sets(h, options)
