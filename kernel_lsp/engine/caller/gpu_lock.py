@@ -105,10 +105,7 @@ async def gpu_turn(key: str | None, what: str = "", wait_s: float | None = None,
                               "(kernel-lsp runs one evaluation per GPU at a time)")
             if not told and progress is not None:
                 told = True
-                with contextlib.suppress(Exception):
-                    out = progress(f"waiting for the GPU: {describe(holder(path))} is using it")
-                    if asyncio.iscoroutine(out):
-                        await out
+                await tell(progress, f"waiting for the GPU: {describe(holder(path))} is using it")
             await asyncio.sleep(POLL_S)
         waited = time.monotonic() - t0
         stamp(fd, what or "?")
@@ -118,6 +115,16 @@ async def gpu_turn(key: str | None, what: str = "", wait_s: float | None = None,
             unlock(fd)
     finally:
         os.close(fd)
+
+
+async def tell(callback: Callable[[Any], Awaitable[Any] | Any] | None, what: Any) -> None:
+    """A waiter's announcement (sync or async): what it raises must not stop the wait."""
+    if callback is None:
+        return
+    with contextlib.suppress(Exception):
+        out = callback(what)
+        if asyncio.iscoroutine(out):
+            await out
 
 
 def stamp(fd: int, what: str) -> None:

@@ -66,11 +66,7 @@ async def take(path: str, wait_s: float,
         if not told:
             told = True
             held_by = gpu_lock.holder(path) or {}  # {}: held, by someone not yet stamped
-            if on_wait is not None:
-                with contextlib.suppress(Exception):  # a broken announcement must not stop the wait
-                    out = on_wait(held_by)
-                    if asyncio.iscoroutine(out):
-                        await out
+            await gpu_lock.tell(on_wait, held_by)
         if time.monotonic() - t0 > wait_s:
             return None, time.monotonic() - t0, gpu_lock.holder(path) or held_by
         await asyncio.sleep(POLL_S)
