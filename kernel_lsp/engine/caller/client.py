@@ -260,8 +260,7 @@ class Engine:
     async def _call_now(self, w: WorkerProcess, op: str, params: dict[str, Any] | None,
                         deadline: float) -> tuple[Any, bool]:
         try:
-            on_partial = _ON_PARTIAL.get()
-            call = w.call(op, params, on_partial=on_partial) if on_partial is not None else w.call(op, params)
+            call = w.call(op, params, on_partial=_ON_PARTIAL.get())
             result, fatal = await asyncio.wait_for(call, deadline)
         except asyncio.TimeoutError:
             fence = w.fence_report()

@@ -48,7 +48,8 @@ def lock_path(key: str) -> str:
     return os.path.join(lock_dir(), re.sub(r"[^\w.-]", "_", key)[:120] + ".lock")
 
 
-def _open(path: str) -> int:
+def open_lock(path: str) -> int:
+    """An fd on the lock file `path`, its folder made (shared by every user of the machine)."""
     folder = os.path.dirname(path)
     if not os.path.isdir(folder):
         os.makedirs(folder, exist_ok=True)
@@ -88,7 +89,7 @@ async def gpu_turn(key: str | None, what: str = "", wait_s: float | None = None,
     if wait_s is None:
         wait_s = float(os.environ.get("KERNEL_LSP_GPU_WAIT_S") or DEFAULT_WAIT_S)
     path = lock_path(key)
-    fd = await asyncio.to_thread(_open, path)
+    fd = await asyncio.to_thread(open_lock, path)
     t0 = time.monotonic()
     told = False
     try:
@@ -104,24 +105,41 @@ async def gpu_turn(key: str | None, what: str = "", wait_s: float | None = None,
                               "(kernel-lsp runs one evaluation per GPU at a time)")
             if not told and progress is not None:
                 told = True
-                with contextlib.suppress(Exception):
-                    out = progress(f"waiting for the GPU: {describe(holder(path))} is using it")
-                    if asyncio.iscoroutine(out):
-                        await out
+                await tell(progress, f"waiting for the GPU: {describe(holder(path))} is using it")
             await asyncio.sleep(POLL_S)
         waited = time.monotonic() - t0
-        with contextlib.suppress(OSError):
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps({"pid": os.getpid(), "op": what or "?", "command": _command(),
-                                      "since": time.time()}).encode(), 0)
+        stamp(fd, what or "?")
         try:
             yield waited
         finally:
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, 0)
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            unlock(fd)
     finally:
         os.close(fd)
+
+
+async def tell(callback: Callable[[Any], Awaitable[Any] | Any] | None, what: Any) -> None:
+    """A waiter's announcement (sync or async): what it raises must not stop the wait."""
+    if callback is None:
+        return
+    with contextlib.suppress(Exception):
+        out = callback(what)
+        if asyncio.iscoroutine(out):
+            await out
+
+
+def stamp(fd: int, what: str) -> None:
+    """Write who holds the lock (read by `holder`) into the file of `fd`, which holds it."""
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"pid": os.getpid(), "op": what, "command": _command(),
+                                  "since": time.time()}).encode(), 0)
+
+
+def unlock(fd: int) -> None:
+    """Clear the stamp, then let the lock go (the fd stays open)."""
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+    fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 def _command() -> str:

@@ -158,7 +158,6 @@ class BuildPool:
             fd, waited, holder = await prepare_lock.take(path, timeout, waiting)
         except OSError as exc:  # an unwritable cache folder: prepare without the lock
             log.info("no build cache preparation lock (%s): %s", path, exc)
-            fd, waited, holder = None, 0.0, None
             await _announce(announce, check)
             return await self._prepare_call({**params, "check_only": False}, timeout)
         if fd is None:
@@ -169,7 +168,7 @@ class BuildPool:
                 # Another process had it: look again (made now, unless it died or failed).
                 check = await self._prepare_call(params, self.start_timeout)
                 if check.get("state") != "needed":
-                    return {**check, "waited_s": round(waited, 2), "prepared_by": (holder or {}).get("pid")}
+                    return {**check, "waited_s": round(waited, 2), "prepared_by": holder.get("pid")}
             await _announce(announce, check)
             return await self._prepare_call({**params, "check_only": False}, timeout)
         finally:

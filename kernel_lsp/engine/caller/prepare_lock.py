@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import json
 import os
 import time
 from typing import Any, Awaitable, Callable
@@ -35,24 +34,19 @@ def lock_path(pch_root: str) -> str:
 
 def try_take(path: str) -> int | None:
     """The lock's fd, held and stamped with who holds it; None when another process holds it."""
-    fd = gpu_lock._open(path)
+    fd = gpu_lock.open_lock(path)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
         return None
-    with contextlib.suppress(OSError):
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps({"pid": os.getpid(), "op": WHAT, "command": gpu_lock._command(),
-                                  "since": time.time()}).encode(), 0)
+    gpu_lock.stamp(fd, WHAT)
     return fd
 
 
 def release(fd: int) -> None:
     with contextlib.suppress(OSError):
-        os.ftruncate(fd, 0)
-    with contextlib.suppress(OSError):
-        fcntl.flock(fd, fcntl.LOCK_UN)
+        gpu_lock.unlock(fd)
     os.close(fd)
 
 
@@ -72,11 +66,7 @@ async def take(path: str, wait_s: float,
         if not told:
             told = True
             held_by = gpu_lock.holder(path) or {}  # {}: held, by someone not yet stamped
-            if on_wait is not None:
-                with contextlib.suppress(Exception):  # a broken announcement must not stop the wait
-                    out = on_wait(held_by)
-                    if asyncio.iscoroutine(out):
-                        await out
+            await gpu_lock.tell(on_wait, held_by)
         if time.monotonic() - t0 > wait_s:
             return None, time.monotonic() - t0, gpu_lock.holder(path) or held_by
         await asyncio.sleep(POLL_S)

@@ -29,7 +29,7 @@ def active() -> bool:
 def send(kind: str, data: dict[str, Any]) -> bool:
     """Send a partial result of the request being served; False when none can go (no request
     asked, a forked child, a pipe that failed: the answer then says it all)."""
-    if not _current or _current[0][0] != os.getpid():
+    if not active():
         return False
     try:
         _current[0][1](kind, data)

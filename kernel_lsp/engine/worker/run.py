@@ -42,7 +42,7 @@ from kernel_lsp.engine.worker import profile as profile_mod
 from kernel_lsp.engine.worker import light, roofline, static_checks
 from kernel_lsp.engine.worker.options import EngineOptions, OptionsError
 from kernel_lsp.engine.worker.harness import CandidateError, Harness, HarnessError, tensor_bytes
-from kernel_lsp.engine.worker.verify import verify
+from kernel_lsp.engine.worker.verify import VerifyResult, verify
 from kernel_lsp.model import (
     NOISY_SPREAD_PCT,
     PYTORCH_REWRITE,
@@ -509,9 +509,7 @@ def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options
     if ev.verdict != "correct":
         return
     if "bench" in checks:
-        _bench(h, options, ev, extra, notes, candidate_too=True, flops=vr.flops,
-               nbytes=(vr.read_bytes or vr.input_bytes) + vr.output_bytes, integrity=integrity,
-               traffic=(vr.read_bytes or vr.input_bytes, vr.output_bytes, vr.candidate_flops))
+        _bench(h, options, ev, extra, notes, candidate_too=True, integrity=integrity, verified=vr)
     if "profile" in checks:
         ev.profile = _profile(h, task, candidate, options, dev)
 
@@ -603,16 +601,17 @@ def _timing_sets(h: Harness, options: EngineOptions) -> list[list[Any]]:
 
 
 def _bench(h: Harness, options: EngineOptions, ev: Evaluation, extra: dict[str, Any], notes: list[str],
-           candidate_too: bool, flops: int | None = None, nbytes: int = 0,
-           integrity: Integrity | None = None, traffic: tuple[int, int, int | None] | None = None) -> None:
+           candidate_too: bool, integrity: Integrity | None = None, verified: VerifyResult | None = None) -> None:
+    """Time the candidate (when `candidate_too`) and the baselines. `verified`: the candidate's
+    verify, whose facts (bytes, FLOPs, sets checked) the speed of light uses."""
     if h.device.type != "cpu":
-        return _bench_on(h, options, ev, extra, notes, candidate_too, flops, nbytes, integrity, traffic)
+        return _bench_on(h, options, ev, extra, notes, candidate_too, integrity, verified)
     # CPU: a fixed thread count for candidate and baselines alike; on a busy machine intra-op
     # barriers otherwise stall for whole scheduler slices (30-60 ms outliers seen on 2 cores).
     before = torch.get_num_threads()
     torch.set_num_threads(options.cpu_threads)
     try:
-        return _bench_on(h, options, ev, extra, notes, candidate_too, flops, nbytes, integrity, traffic)
+        return _bench_on(h, options, ev, extra, notes, candidate_too, integrity, verified)
     finally:
         torch.set_num_threads(before)
 
@@ -627,8 +626,8 @@ def _settle(options: EngineOptions, baselines_too: bool) -> bench.Settle | None:
 
 
 def _bench_on(h: Harness, options: EngineOptions, ev: Evaluation, extra: dict[str, Any], notes: list[str],
-              candidate_too: bool, flops: int | None = None, nbytes: int = 0,
-              integrity: Integrity | None = None, traffic: tuple[int, int, int | None] | None = None) -> None:
+              candidate_too: bool, integrity: Integrity | None = None,
+              verified: VerifyResult | None = None) -> None:
     dev = h.device
     sets = _timing_sets(h, options)
     assert h.model is not None
@@ -749,12 +748,14 @@ def _bench_on(h: Harness, options: EngineOptions, ev: Evaluation, extra: dict[st
         notes.append("the reference takes under 20 us: launch overhead dominates, speedups mean little")
     if dev.type == "cuda" and (ev.time is not None if candidate_too else ev.eager is not None):
         # Speed of light, the bytes floor and the algebraic shortcut (worker/light.py).
-        if traffic is None:
+        if verified is None:
             read, written, flops = light.reference_traffic(h)
-            own = None
+            own, sets_checked = None, 0
         else:
-            read, written, own = traffic
-        light.assess(h, ev, extra, notes, _first_dtype(h), candidate_too, read, written, flops, own)
+            read, written = verified.read_bytes or verified.input_bytes, verified.output_bytes
+            flops, own, sets_checked = verified.flops, verified.candidate_flops, verified.sets_checked
+        light.assess(h, ev, extra, notes, _first_dtype(h), candidate_too, read, written, flops, own,
+                     sets_checked)
 
 
 def _early_result(h: Harness, sets: list[list[Any]], options: EngineOptions, ev: Evaluation,

@@ -130,6 +130,12 @@ class VerifyResult:
     def correct(self) -> bool:
         return self.verdict == "correct"
 
+    @property
+    def sets_checked(self) -> int:
+        """Every input set the candidate was checked on: the fresh ones, then the exploit's
+        order and the stale-result check (steps 3 and 4)."""
+        return self.input_sets + 2
+
 
 class _Fail(Exception):
     """Stops verification with a verdict."""
@@ -1029,13 +1035,13 @@ def _verify(h: Harness, options: EngineOptions, judge: Judge, res: VerifyResult)
             res.notes.append("calls the PyTorch ops the reference uses (" + ", ".join(used) + ")")
         if heavy:
             res.notes.append("runs PyTorch compute ops beside its own kernel (" + ", ".join(heavy) + ")")
-    res.message = f"matches the reference on {n_sets + 2} input sets"
+    res.message = f"matches the reference on {res.sets_checked} input sets"
     if res.flops and not brings_kernel and cand_work is not None and cand_work < SHORTCUT_SHARE * ref_work:
         res.flags.append("algebraic_shortcut")
-        res.message += "; " + shortcut_phrase(n_sets + 2)
+        res.message += "; " + shortcut_phrase(res.sets_checked)
         res.notes.append(f"the candidate does {cand_work:.3g} operations where the reference does {ref_work:.3g} "
                          f"(matmul FLOPs by torch's counter, one per element of every other compute op): "
-                         f"{shortcut_phrase(n_sets + 2)}")
+                         f"{shortcut_phrase(res.sets_checked)}")
     if judge.weak is not None and judge.uses_oracle:
         res.flags.append("weak_reference")
         res.message += f"; {judge.weak['text']}"
