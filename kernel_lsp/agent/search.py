@@ -241,6 +241,7 @@ class Search:
         self._seen: dict[str, str] = {}      # near_key -> candidate id: near-duplicates caught
         self.seed: Seed | None = None        # what became of the torch.compile seed (options.seed)
         self._vs_seed: float | None = None   # the winner's speedup over the seed, when judged against it
+        self._tool_specs: list[dict[str, Any]] | None = None  # tools.tool_specs(task): it reads the user's file
 
     # -- events and store ------------------------------------------------------
 
@@ -609,8 +610,10 @@ class Search:
                 return {"error": f"{type(e).__name__}: {e}"}
             return prof if isinstance(prof, dict) else None
 
+        if self._tool_specs is None:  # once per Search, not per expansion (a file read on the event loop)
+            self._tool_specs = tool_specs(self.task)
         return Toolbox(task=self.task, evaluate=evaluate, profile=profile, budget=self.budget,
-                       start_evaluation=self.nodes[self.start.id].evaluation, specs=tool_specs(self.task),
+                       start_evaluation=self.nodes[self.start.id].evaluation, specs=self._tool_specs,
                        seed_evaluation=self.seed.evaluation if self.seed is not None and self.seed.used else None)
 
     def _elsewhere(self, node: Node) -> list[str]:
