@@ -110,3 +110,17 @@ class Seed:
                 "time_ms": self.time_ms, "speedup": self.speedup, "speedup_eager": self.speedup_eager,
                 "speedup_compile": self.speedup_compile, "confirmed_speedup": self.confirmed_speedup,
                 "line": self.line()}
+
+
+def summary_line(seed: dict[str, Any] | None) -> str | None:
+    """The seed's line (Seed.line() in SearchResult.seed) with how the best compares with it,
+    for the CLI's summary and the report; None when no seed was asked for. `offered` and
+    `vs_seed` are set only when there is a best and the seed was used (search.py)."""
+    if not isinstance(seed, dict) or not seed.get("line"):
+        return None
+    text = str(seed["line"])
+    if seed.get("offered"):
+        return text + "; no proposal beat it: the seed itself is the best"
+    if seed.get("vs_seed"):
+        return text + f"; the best is {seed['vs_seed']:.2f}x faster than the seed"
+    return text
