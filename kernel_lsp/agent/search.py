@@ -624,9 +624,9 @@ class Search:
     def _directions(self, node: Node, count: int, mode: str) -> list[str | None]:
         if mode != "optimize" or not self.options.directions:
             return [None] * count
-        out = [DIRECTIONS[(node.directions + i) % len(DIRECTIONS)] for i in range(count)]
+        out: list[str | None] = [DIRECTIONS[(node.directions + i) % len(DIRECTIONS)] for i in range(count)]
         node.directions += count
-        return list(out)
+        return out
 
     async def _expand(self, node: Node, mode: str) -> bool:
         visit(self.nodes, node)
@@ -730,8 +730,8 @@ class Search:
         child.speedup = self._speedup(ev) if self._qualifies(ev) else None
         backup(self.nodes, child, child.speedup or 0.0)
         self._store("update_node", self.search_id, child.id, ev.verdict)
-        shown = (f"{child.speedup:.2f}x" if child.speedup else ev.verdict) + self._vs_seed_text(child)
         vs_seed = self._vs_seed_text(child)
+        shown = (f"{child.speedup:.2f}x" if child.speedup else ev.verdict) + vs_seed
         self._history.append((child.id, f"{child.id[:8]} {child.candidate.note or child.candidate.origin}: {ev.verdict}"
                              + (f", {child.speedup:.2f}x vs start" if child.speedup else "") + vs_seed))
         self._step("evaluation", ev.message or ev.verdict, failed=not self._qualifies(ev),
