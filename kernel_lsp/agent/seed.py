@@ -21,7 +21,6 @@ from typing import Any, Awaitable, Callable
 
 from kernel_lsp.model import Candidate, Evaluation, Task
 
-SEED_MODES = ("none", "inductor")
 NO_GPU = ("no CUDA GPU is visible, and torch.compile writes its Triton kernels for the GPU it runs on")
 
 SeedProvider = Callable[[Any, Task, Candidate, dict], Awaitable[tuple[Candidate | None, str]]]
