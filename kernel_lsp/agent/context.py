@@ -148,7 +148,8 @@ def describe_toolchain(info: dict[str, Any], cutlass: str | None | bool = False)
     return "Toolchain: " + ", ".join(parts)
 
 
-def _ms(t: Any) -> str:
+def ms_text(t: Any) -> str:
+    """A Timing as the prompts show it: median with its spread."""
     return "n/a" if t is None else f"{t.median_ms:.4f} ms (spread {t.spread_pct:.1f}%)"
 
 
@@ -161,15 +162,15 @@ def describe_targets(start: Evaluation | None, current: Evaluation | None, seed:
         return ""
     eager = (current.eager if current is not None and current.eager else None) or start.eager
     compiled = (current.compiled if current is not None and current.compiled else None) or start.compiled
-    lines = [f"- the reference eagerly: {_ms(eager)}",
-             f"- the reference under torch.compile: {_ms(compiled)}"
+    lines = [f"- the reference eagerly: {ms_text(eager)}",
+             f"- the reference under torch.compile: {ms_text(compiled)}"
              + ("" if compiled is not None else " (not timed)"),
-             f"- the user's starting source: {_ms(start.time)}"]
+             f"- the user's starting source: {ms_text(start.time)}"]
     if seed is not None and getattr(seed, "evaluation", None) is not None:
-        lines.append(f"- the seed ({seed.label}): {_ms(seed.evaluation.time)}; a version is kept only if it "
+        lines.append(f"- the seed ({seed.label}): {ms_text(seed.evaluation.time)}; a version is kept only if it "
                      "beats this too")
     if current is not None and current.time is not None and current is not start:
-        lines.append(f"- the current source: {_ms(current.time)}")
+        lines.append(f"- the current source: {ms_text(current.time)}")
     sol = _speed_of_light(current) or _speed_of_light(start)
     if sol:
         lines.append("- " + sol)

@@ -101,12 +101,6 @@ def unusable(why: str, patch: str | None) -> str:
                    "or send the whole file in one fenced block.")
 
 
-def messages_for(req: ProposalRequest, system: str) -> list[dict[str, Any]]:
-    turns = list(req.conversation)
-    turns.append({"role": "user", "content": follow_up(req) if turns else opening(req)})
-    return [{"role": "system", "content": system}] + compact(turns)
-
-
 def _compact_calls(m: dict[str, Any], turn: int) -> None:
     """An earlier tool call's `source`/`patch` argument of more than 400 characters: a line saying so."""
     import json
@@ -169,5 +163,8 @@ def compact(turns: list[dict[str, Any]], limit: int = COMPACT_CHARS) -> list[dic
 
 
 def build_messages(req: ProposalRequest, tools: bool = False) -> list[dict[str, Any]]:
-    """The messages of one request: the system prompt for the protocol, then the lineage's turns."""
-    return messages_for(req, SYSTEM_TOOLS if tools else SYSTEM)
+    """The messages of one request: the system prompt for the protocol, then the lineage's turns
+    with this turn's user message (the opening for the start, else what the last answer got)."""
+    turns = list(req.conversation)
+    turns.append({"role": "user", "content": follow_up(req) if turns else opening(req)})
+    return [{"role": "system", "content": SYSTEM_TOOLS if tools else SYSTEM}] + compact(turns)

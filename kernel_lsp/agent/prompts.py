@@ -11,7 +11,7 @@ from typing import Any
 
 from kernel_lsp.model import Evaluation
 
-from .context import describe_device  # noqa: F401  (re-exported: tests and callers import it here)
+from .context import describe_device, ms_text  # noqa: F401  (describe_device re-exported: tests and callers import it here)
 from .proposer import ProposalRequest
 
 _RULES = """Rules:
@@ -99,10 +99,6 @@ def _trim(text: str, limit: int) -> str:
     return text[:half] + f"\n... [{len(text) - limit} chars trimmed from the middle] ...\n" + text[-half:]
 
 
-def _ms(t: Any) -> str:
-    return "n/a" if t is None else f"{t.median_ms:.4f} ms (spread {t.spread_pct:.1f}%)"
-
-
 def numbered(source: str) -> str:
     """The source with `  12| ` prefixes: the numbers compiler messages cite."""
     lines = source.splitlines()
@@ -153,8 +149,8 @@ def describe_evaluation(ev: Evaluation | None, *, log_limit: int = 3000, source:
     if ev.time is not None:
         eager = ev.eager or (start.eager if start is not None else None)
         compiled = ev.compiled or (start.compiled if start is not None else None)
-        lines.append(f"time: {_ms(ev.time)}; eager reference: {_ms(eager)}; "
-                     f"torch.compile reference: {_ms(compiled)}")
+        lines.append(f"time: {ms_text(ev.time)}; eager reference: {ms_text(eager)}; "
+                     f"torch.compile reference: {ms_text(compiled)}")
         for name, base in (("eager", eager), ("torch.compile", compiled)):
             if base is not None and ev.time.median_ms > 0:
                 lines.append(f"  {base.median_ms / ev.time.median_ms:.2f}x vs {name}")

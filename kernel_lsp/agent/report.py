@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 from kernel_lsp import verdicts
+from kernel_lsp.agent.seed import summary_line
 
 _CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222;padding:0 1em}
@@ -296,18 +297,6 @@ def _headline(result: dict[str, Any], s: dict[str, Any], view: _View, kinds: dic
     return text
 
 
-def _seed_row(seed: dict[str, Any] | None) -> str | None:
-    """The seed's line (agent/seed.py), with how the best compares with it."""
-    if not isinstance(seed, dict) or not seed.get("line"):
-        return None
-    text = str(seed["line"])
-    if seed.get("offered"):
-        text += "; no proposal beat it: the seed itself is the best"
-    elif seed.get("vs_seed"):
-        text += f"; the best is {seed['vs_seed']:.2f}x faster than the seed"
-    return text
-
-
 def render_report(store: Any, search_id: int) -> str:
     s = store.search(search_id)
     if s is None:
@@ -332,7 +321,7 @@ def render_report(store: Any, search_id: int) -> str:
             ("PyTorch eager", f"{_ms({'time': base.get('eager')}):.4f} ms" if base.get("eager") else None),
             ("torch.compile", f"{_ms({'time': base.get('compiled')}):.4f} ms" if base.get("compiled") else None),
             ("device", (base.get("device") or {}).get("name")),
-            ("torch.compile seed", _seed_row(result.get("seed")))]
+            ("torch.compile seed", summary_line(result.get("seed")))]
     parts = [f"<!doctype html><html><head><meta charset=utf-8><title>kernel-lsp search {_e(search_id)}: "
              f"{_e(s.get('task'))}</title><style>{_CSS}</style></head><body>",
              f"<h1>Search {_e(search_id)}: {_e(s.get('task'))}</h1><p>{_headline(result, s, view, kinds)}</p><table>",

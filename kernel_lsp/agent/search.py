@@ -241,6 +241,7 @@ class Search:
         self._seen: dict[str, str] = {}      # near_key -> candidate id: near-duplicates caught
         self.seed: Seed | None = None        # what became of the torch.compile seed (options.seed)
         self._vs_seed: float | None = None   # the winner's speedup over the seed, when judged against it
+        self._tool_specs: list[dict[str, Any]] | None = None  # tools.tool_specs(task): it reads the user's file
 
     # -- events and store ------------------------------------------------------
 
@@ -609,8 +610,10 @@ class Search:
                 return {"error": f"{type(e).__name__}: {e}"}
             return prof if isinstance(prof, dict) else None
 
+        if self._tool_specs is None:  # once per Search, not per expansion (a file read on the event loop)
+            self._tool_specs = tool_specs(self.task)
         return Toolbox(task=self.task, evaluate=evaluate, profile=profile, budget=self.budget,
-                       start_evaluation=self.nodes[self.start.id].evaluation, specs=tool_specs(self.task),
+                       start_evaluation=self.nodes[self.start.id].evaluation, specs=self._tool_specs,
                        seed_evaluation=self.seed.evaluation if self.seed is not None and self.seed.used else None)
 
     def _elsewhere(self, node: Node) -> list[str]:
@@ -621,9 +624,9 @@ class Search:
     def _directions(self, node: Node, count: int, mode: str) -> list[str | None]:
         if mode != "optimize" or not self.options.directions:
             return [None] * count
-        out = [DIRECTIONS[(node.directions + i) % len(DIRECTIONS)] for i in range(count)]
+        out: list[str | None] = [DIRECTIONS[(node.directions + i) % len(DIRECTIONS)] for i in range(count)]
         node.directions += count
-        return list(out)
+        return out
 
     async def _expand(self, node: Node, mode: str) -> bool:
         visit(self.nodes, node)
@@ -727,8 +730,8 @@ class Search:
         child.speedup = self._speedup(ev) if self._qualifies(ev) else None
         backup(self.nodes, child, child.speedup or 0.0)
         self._store("update_node", self.search_id, child.id, ev.verdict)
-        shown = (f"{child.speedup:.2f}x" if child.speedup else ev.verdict) + self._vs_seed_text(child)
         vs_seed = self._vs_seed_text(child)
+        shown = (f"{child.speedup:.2f}x" if child.speedup else ev.verdict) + vs_seed
         self._history.append((child.id, f"{child.id[:8]} {child.candidate.note or child.candidate.origin}: {ev.verdict}"
                              + (f", {child.speedup:.2f}x vs start" if child.speedup else "") + vs_seed))
         self._step("evaluation", ev.message or ev.verdict, failed=not self._qualifies(ev),

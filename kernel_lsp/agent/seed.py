@@ -21,7 +21,6 @@ from typing import Any, Awaitable, Callable
 
 from kernel_lsp.model import Candidate, Evaluation, Task
 
-SEED_MODES = ("none", "inductor")
 NO_GPU = ("no CUDA GPU is visible, and torch.compile writes its Triton kernels for the GPU it runs on")
 
 SeedProvider = Callable[[Any, Task, Candidate, dict], Awaitable[tuple[Candidate | None, str]]]
@@ -110,3 +109,17 @@ class Seed:
                 "time_ms": self.time_ms, "speedup": self.speedup, "speedup_eager": self.speedup_eager,
                 "speedup_compile": self.speedup_compile, "confirmed_speedup": self.confirmed_speedup,
                 "line": self.line()}
+
+
+def summary_line(seed: dict[str, Any] | None) -> str | None:
+    """The seed's line (Seed.line() in SearchResult.seed) with how the best compares with it,
+    for the CLI's summary and the report; None when no seed was asked for. `offered` and
+    `vs_seed` are set only when there is a best and the seed was used (search.py)."""
+    if not isinstance(seed, dict) or not seed.get("line"):
+        return None
+    text = str(seed["line"])
+    if seed.get("offered"):
+        return text + "; no proposal beat it: the seed itself is the best"
+    if seed.get("vs_seed"):
+        return text + f"; the best is {seed['vs_seed']:.2f}x faster than the seed"
+    return text

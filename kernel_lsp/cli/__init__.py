@@ -13,6 +13,7 @@ import sys
 
 from kernel_lsp import __version__
 from kernel_lsp.cli.exits import CANCELLED, CANNOT_RUN, HELP as EXIT_HELP, CannotRun
+from kernel_lsp.config import SEEDS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     optimize.add_argument("--budget", type=int, default=24, metavar="N",
                           help="cap on proposals (default 24; each Search also stops at 32 evaluations)")
     optimize.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS")
-    optimize.add_argument("--seed", choices=("none", "inductor"), default=None,
+    optimize.add_argument("--seed", choices=SEEDS, default=None,
                           help="LLM Search of a PyTorch module on a GPU: 'inductor' first verifies and times the "
                                "file torch.compile's kernels make (one torch.compile, ~20 s) and builds on it; "
                                "'none' starts from your code alone (default: the agent.seed setting, 'inductor')")

@@ -20,6 +20,7 @@ from kernel_lsp.model import Candidate, Evaluation
 
 from kernel_lsp.agent.budget import Budget
 from kernel_lsp.agent.search import Search, SearchEvent, SearchOptions, SearchResult
+from kernel_lsp.agent.seed import summary_line
 from kernel_lsp.cli import numbers, prepare
 from kernel_lsp.cli.exits import CANCELLED, CANNOT_RUN, OK, PROBLEM, CannotRun, could_not_run
 from kernel_lsp.engine.caller.executor_api import ExecutorUnavailable
@@ -338,9 +339,9 @@ def summary_lines(result: SearchResult, facts: dict[str, Any]) -> list[str]:
     """The plain sentences under the table: why it stopped, the best against both baselines,
     its kind, and a warning or a better option where there is one."""
     lines = [f"why: {facts['reason']}"]
-    seed = getattr(result, "seed", None)
-    if isinstance(seed, dict) and seed.get("line"):
-        lines.append(seed_summary(seed, result))
+    seed = summary_line(getattr(result, "seed", None))
+    if seed:
+        lines.append(seed)
     if result.best is not None:
         lines.append(f"best: {facts['label']}; its time from the {facts['measurement']} run: "
                      f"vs PyTorch eager {numbers.speedup_text(facts['speedup_eager'], facts['speedup_eager_spread'])}, "
@@ -433,19 +434,6 @@ async def _optimize(ns: argparse.Namespace, path: str, show: bool) -> tuple[Sear
         await proposer.aclose()
         await engine.aclose()
     return result, search, target_path
-
-
-def seed_summary(seed: dict[str, Any], result: SearchResult) -> str:
-    """One line on the torch.compile seed: what it measured and how the best compares with it,
-    or why there was none."""
-    text = seed["line"]
-    if seed.get("status") != "used" or result.best is None:
-        return text
-    if seed.get("offered"):
-        return text + "; no proposal beat it: the seed itself is the best"
-    if seed.get("vs_seed"):
-        return text + f"; the best is {seed['vs_seed']:.2f}x faster than the seed"
-    return text
 
 
 def exit_status(result: SearchResult, facts: dict[str, Any]) -> int:
