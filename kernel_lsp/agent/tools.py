@@ -59,6 +59,8 @@ Evaluate = Callable[[Candidate, tuple[str, ...]], Awaitable[Evaluation]]
 Profile = Callable[[Candidate], Awaitable[dict[str, Any] | None]]
 
 CHECKS = {"compile": ("compile",), "test": ("compile", "verify"), "time": ("compile", "verify", "bench")}
+# Every tool a model may name; any other name is refused before its arguments touch the source.
+TOOL_NAMES = ("read_reference", "read_op_source", "submit", "profile", *CHECKS)
 
 
 @dataclass
@@ -116,8 +118,12 @@ class ToolSession:
             return f"error: the arguments are not JSON ({e.msg} at char {e.pos}); nothing was run"
         if not isinstance(args, dict):
             return "error: the arguments must be a JSON object; nothing was run"
-        if name in ("read_reference", "read_op_source", "submit", "profile", *CHECKS) and not self.box.offers(name):
+        if name in TOOL_NAMES and not self.box.offers(name):
             return f"error: the tool {name!r} is not offered for this Task; the tools are " + ", ".join(
+                s["function"]["name"] for s in self.box.specs)
+        if name not in TOOL_NAMES:
+            # before anything is applied: a call to a tool that does not exist changes nothing
+            return f"error: no tool named {name!r}; the tools are " + ", ".join(
                 s["function"]["name"] for s in self.box.specs)
         if name == "read_reference":
             return "```python\n" + self.box.task.reference_source + "\n```"
@@ -137,9 +143,6 @@ class ToolSession:
                 return "error: this is the current source unchanged; change something before you submit"
             self.submitted = self._candidate(source)
             return "submitted; the Search verifies and times it and tells you the result in the next message"
-        if name not in CHECKS and name != "profile":
-            return f"error: no tool named {name!r}; the tools are " + ", ".join(
-                s["function"]["name"] for s in self.box.specs)
         left = self.box.budget.evaluations_left()
         if left is not None and left <= 0:
             return "error: the Search's evaluation budget is spent; submit your best version now"

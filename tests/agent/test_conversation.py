@@ -379,3 +379,22 @@ async def test_an_op_search_hands_what_it_did_not_use_to_the_next(tmp_path):
     # "a" had nothing to propose: its 3 proposals went to "b", which used all 5.
     assert "b: searching (5 proposals, 3 handed on by earlier ops" in "\n".join(events)
     assert ops[1].search.usage["proposals"] == 5 and ops[0].budget == 3 and ops[1].budget == 2
+
+
+def test_a_tool_that_does_not_exist_changes_nothing():
+    """A call to a made-up tool with a whole new source is refused with the tool list, and the
+    working source stays what it was (the source argument is not applied)."""
+    import asyncio
+
+    from kernel_lsp.agent.tools import Toolbox, tool_specs
+
+    async def never(*a):
+        raise AssertionError("no evaluation for an unknown tool")
+
+    box = Toolbox(task=TASK, evaluate=never, profile=None, budget=Budget(), specs=tool_specs(TASK))
+    session = box.session(START)
+    answer = asyncio.run(session.call("benchmark_it", {"source": "class ModelNew:\n    pass\n"}))
+    assert answer.startswith("error: no tool named 'benchmark_it'; the tools are ")
+    assert "submit" in answer
+    assert session.working == START.source
+    assert box.budget.used_evaluations == 0
