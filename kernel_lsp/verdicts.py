@@ -11,6 +11,7 @@ configured, endpoint unreachable).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from kernel_lsp.model import (
@@ -257,8 +258,6 @@ def far_from_hardware(ev: Evaluation | dict[str, Any]) -> str | None:
 def shortcut_phrase(ev: Evaluation | dict[str, Any]) -> str | None:
     if "algebraic_shortcut" not in (_get(ev, "flags") or ()):
         return None
-    import re
-
     found = re.search(r"checked on (\d+) fresh input sets", _get(ev, "message") or "")
     n = f" {found.group(1)}" if found else ""
     return f"does less arithmetic than the reference: an algebraic shortcut, checked on{n} fresh input sets"
