@@ -93,6 +93,15 @@ def _f64(t: torch.Tensor, like: torch.Tensor | None = None) -> torch.Tensor:
 CHUNK = 1 << 25
 
 
+def compute_device(*tensors: torch.Tensor) -> torch.device:
+    """Where chunked arithmetic over `tensors` runs: the first one's accelerator, if any sits
+    on one (the largest Tasks keep expected outputs, and may keep the oracle, in host memory)."""
+    for t in tensors:
+        if t.device.type != "cpu":
+            return t.device
+    return torch.device("cpu")
+
+
 def gap_limit(dtype: torch.dtype) -> float:
     """The reference's own error beyond which rounding does not explain it: a reference this far
     from float64 is random, dtype-dependent or numerically weak (verify's Judge decides which)."""
@@ -121,14 +130,14 @@ def measure(out: torch.Tensor, expected: torch.Tensor, oracle: torch.Tensor, nam
     """The candidate's output, the reference's (its own dtype) and the oracle's, for one output.
     Non-finite values are judged elsewhere (verify's nan / unwritten checks) and ignored here.
     The three may sit on different devices (the oracle on the host for the largest Tasks): each
-    chunk is measured where the oracle is. `weak`: the reference is numerically weak (see
-    WEAK_TOL), where its own error is beyond gap_limit."""
-    dev = oracle.device
+    chunk is measured on the GPU when any of them is there (compute_device). `weak`: the
+    reference is numerically weak (see WEAK_TOL), where its own error is beyond gap_limit."""
+    dev = compute_device(oracle, out, expected)
     of, ef, rf = _flat(out), _flat(expected), _flat(oracle)
     n = rf.numel()
     total = 0.0
     for a in range(0, n, CHUNK):
-        total += float(_f64(rf[a:a + CHUNK]).abs().sum())
+        total += float(_f64(rf[a:a + CHUNK].to(dev)).abs().sum())
     scale = total / n if n else 0.0
     tiny = max(scale, torch.finfo(torch.float64).tiny)
     cand_err = ref_err = max_abs = ref_max_abs = 0.0
@@ -136,7 +145,7 @@ def measure(out: torch.Tensor, expected: torch.Tensor, oracle: torch.Tensor, nam
     loose_ok = True
 
     def parts(a: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        o64 = _f64(rf[a:a + CHUNK])
+        o64 = _f64(rf[a:a + CHUNK].to(dev))
         mag = o64.abs()
         floor = mag.clamp_min(tiny)
         absdiff = torch.nan_to_num_((_f64(of[a:a + CHUNK].to(dev), o64) - o64).abs_(), nan=0.0, posinf=0.0,

@@ -34,6 +34,15 @@ class CandidateError(Exception):
     """The candidate could not be turned into a callable (missing ModelNew, raising __init__)."""
 
 
+# get_inputs() makes its tensors on the host (KernelBench's contract), where one CPU thread draws
+# every number: torch.rand made 256 MiB in 0.38 s here (about 0.7 GB/s), so a 6 GiB softmax set
+# took ~9 s, and a bench draws 5-8 sets (verify, the early and the final timing). From this size
+# of a set on, on a GPU, the sets are drawn on the GPU (milliseconds): the same distributions and a
+# fixed seed, so verdicts and timings are unchanged; 256 MiB costs ~0.4 s a set on the host.
+DEVICE_INPUTS_BYTES = 256 << 20
+HOST_DRAW_BYTES_PER_S = 0.7e9
+
+
 def set_seed(seed: int) -> None:
     torch.manual_seed(seed)
     random.seed(seed)
@@ -100,6 +109,9 @@ class Harness:
         # The nn.Module behind candidate_fn, if any (ModelNew, or kernel_forward's Model copy):
         # verify switches its mode and puts its state back between training-mode calls.
         self.candidate_model: torch.nn.Module | None = None
+        # Where get_inputs() draws: None until the first set (then _draw_on_device decides).
+        self.inputs_on_device: bool | None = None
+        self.inputs_note: str | None = None
 
     # -- reference -------------------------------------------------------------------
     def load_reference(self) -> types.ModuleType:
@@ -137,18 +149,56 @@ class Harness:
         return model
 
     def make_inputs(self, seed: int) -> InputSet:
-        """get_inputs() under `seed`, on the device; all-zero float inputs are noted."""
-        assert self.ref_module is not None
-        set_seed(seed)
-        try:
-            values = list(self.ref_module.get_inputs())
-        except Exception as exc:
-            raise HarnessError(f"get_inputs() failed: {type(exc).__name__}: {exc}") from exc
-        values = [to_device(v, self.device) for v in values]
+        """get_inputs() under `seed`, on the device; all-zero float inputs are noted. Large sets
+        on a GPU are drawn there (see DEVICE_INPUTS_BYTES), the same numbers for the same seed."""
+        values = [to_device(v, self.device) for v in self._draw(seed)]
         zeros = [i for i, v in enumerate(values)
                  if isinstance(v, torch.Tensor) and v.is_floating_point() and v.numel() > 0
                  and not bool(v.any())]
         return InputSet(seed=seed, values=values, zero_float_inputs=zeros)
+
+    def _draw(self, seed: int) -> list[Any]:
+        """get_inputs()'s values under `seed`: on the GPU when _draw_on_device says so."""
+        assert self.ref_module is not None
+        if self.inputs_on_device is None:
+            self.inputs_on_device = self._draw_on_device()
+        values = None
+        if self.inputs_on_device:
+            set_seed(seed)
+            try:
+                with torch.device(self.device):
+                    values = list(self.ref_module.get_inputs())
+            except Exception:  # a get_inputs that needs host tensors (numpy, .cuda()): as written
+                self.inputs_on_device, self.inputs_note = False, None
+                values = None
+        if values is None:
+            set_seed(seed)
+            try:
+                values = list(self.ref_module.get_inputs())
+            except Exception as exc:
+                raise HarnessError(f"get_inputs() failed: {type(exc).__name__}: {exc}") from exc
+        return values
+
+    def _is_gpu(self) -> bool:
+        return self.device.type == "cuda"
+
+    def _draw_on_device(self) -> bool:
+        """A GPU Task whose input set is at least DEVICE_INPUTS_BYTES (sized by running
+        get_inputs() on the meta device, which draws nothing) has its sets drawn on the GPU."""
+        if not self._is_gpu() or self.ref_module is None:
+            return False
+        try:
+            with torch.device("meta"):
+                shapes = list(self.ref_module.get_inputs())
+        except Exception:  # it cannot run on meta (numpy, .cuda(), data): drawn as written
+            return False
+        size = sum(t.numel() * t.element_size() for t in shapes if isinstance(t, torch.Tensor))
+        if size < DEVICE_INPUTS_BYTES:
+            return False
+        self.inputs_note = (f"input sets drawn on the GPU ({size / (1 << 30):.1f} GiB a set): get_inputs() ran with "
+                            f"{self.device} as its default device, since drawing them on the host takes about "
+                            f"{size / HOST_DRAW_BYTES_PER_S:.0f} s a set")
+        return True
 
     # -- candidate -------------------------------------------------------------------
     def build_candidate(self) -> tuple[Callable[..., Any] | None, CompileResult]:

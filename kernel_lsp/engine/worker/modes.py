@@ -22,6 +22,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.dropout import _DropoutNd
 from torch.nn.modules.instancenorm import _InstanceNorm
 
+from kernel_lsp.engine.worker import accuracy
 from kernel_lsp.engine.worker.harness import clone_inputs, flat_tensors, set_seed
 
 
@@ -69,13 +70,14 @@ def _same(a: Any, b: Any, close: bool = False) -> bool:
         if x.shape != y.shape:
             return False
         fx, fy = x.detach().reshape(-1), y.detach().reshape(-1)
+        at = accuracy.compute_device(x, y)  # on the GPU when either is there: host float64 is slow
         scale = None
         if close and x.is_floating_point():
-            scale = 1e-3 * float(sum(float(fy[k:k + _CHUNK].double().abs().sum()) for k in range(0, fy.numel(), _CHUNK))
-                                 / max(1, fy.numel()) or 1)
+            scale = 1e-3 * float(sum(float(fy[k:k + _CHUNK].to(at).double().abs().sum())
+                                     for k in range(0, fy.numel(), _CHUNK)) / max(1, fy.numel()) or 1)
         for k in range(0, fx.numel(), _CHUNK):
-            cx = torch.nan_to_num(fx[k:k + _CHUNK])
-            cy = torch.nan_to_num(fy[k:k + _CHUNK].to(fx.device))
+            cx = torch.nan_to_num(fx[k:k + _CHUNK].to(at))
+            cy = torch.nan_to_num(fy[k:k + _CHUNK].to(at))
             if scale is not None:
                 if not torch.allclose(cx.double(), cy.double(), rtol=1e-3, atol=scale):
                     return False

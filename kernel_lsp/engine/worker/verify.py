@@ -440,8 +440,11 @@ def compare_tensor(o: torch.Tensor, e: torch.Tensor, atol: float | None,
     worst: dict[str, Any] | None = None
     mismatched = 0
     masks: list[tuple[int, torch.Tensor]] = []
+    # Chunks are compared on the GPU when either side is there: float64 arithmetic over a
+    # host-kept 6 GiB output costs tens of seconds on the CPU, a chunk's copy a few milliseconds.
+    at = accuracy.compute_device(o, e)
     for a in range(0, n, accuracy.CHUNK):
-        ev = _compare_one(of[a:a + accuracy.CHUNK].to(e.device), ef[a:a + accuracy.CHUNK], atol, rtol)
+        ev = _compare_one(of[a:a + accuracy.CHUNK].to(at), ef[a:a + accuracy.CHUNK].to(at), atol, rtol)
         if ev is None:
             continue
         mismatched += ev["mismatched"]
@@ -467,6 +470,47 @@ def compare_tensor(o: torch.Tensor, e: torch.Tensor, atol: float | None,
     worst["nonfinite_mask"] = mask
     worst["nonfinite"] = bool(masks)
     return worst
+
+
+def same_output(a: Any, b: Any, dev: torch.device, relative: bool, atol: float | None,
+                rtol: float | None) -> bool:
+    """`a` would pass for `b` (the weak-test question), computed by chunks on `dev`.
+
+    `relative` (the float64 oracle decides the verdict): every element within LOOSE_TOL of `b`
+    on `b`'s own scale (each element's magnitude, at least the output's mean magnitude). The
+    oracle never accepts more than that, so a softmax over 393,216 columns (entries near 3e-6,
+    all below the fixed atol of 1e-2) is not called weak, while a softmax over one column (every
+    entry 1.0) is. Else the fixed tolerance (atol, rtol), which does accept such tiny outputs."""
+    for (_, x), (_, y) in zip(_leaves(a), _leaves(b)):
+        if not isinstance(y, torch.Tensor) or not isinstance(x, torch.Tensor) or x.shape != y.shape:
+            if not (isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor)) and x == y:
+                continue
+            return False
+        if not (y.is_floating_point() or y.is_complex()):
+            if not torch.equal(x.to(dev), y.to(dev)):
+                return False
+            continue
+        fx, fy = x.detach().reshape(-1), y.detach().reshape(-1)
+        n, chunk = fy.numel(), accuracy.CHUNK
+        if relative:
+            total = sum(float(_real64(fy[k:k + chunk].to(dev)).abs().nan_to_num_(0.0, 0.0, 0.0).sum())
+                        for k in range(0, n, chunk))
+            floor = max(total / max(1, n), torch.finfo(torch.float64).tiny)
+        for k in range(0, n, chunk):
+            cx, cy = _real64(fx[k:k + chunk].to(dev)), _real64(fy[k:k + chunk].to(dev))
+            if relative:
+                ok = (cx - cy).abs() <= accuracy.LOOSE_TOL * cy.abs().clamp_min(floor)
+            else:
+                a_tol, r_tol = tolerance_for(y.dtype, atol, rtol)
+                ok = (cx - cy).abs() <= a_tol + r_tol * cy.abs()
+            if not bool((ok | (torch.isnan(cx) & torch.isnan(cy)) | (cx == cy)).all()):
+                return False
+    return True
+
+
+def _real64(t: torch.Tensor) -> torch.Tensor:
+    """float64 values of `t`; a complex one as its real and imaginary parts."""
+    return (torch.view_as_real(t) if t.is_complex() else t).double()
 
 
 def _compare_one(o: torch.Tensor, e: torch.Tensor, atol: float | None,
@@ -544,9 +588,10 @@ def _changed(a: torch.Tensor, b: torch.Tensor) -> int:
     """Elements of `a` that differ from `b` (NaN equal to NaN), by chunks, across devices."""
     fa, fb = a.detach().reshape(-1), b.detach().reshape(-1)
     n = 0
+    at = accuracy.compute_device(a, b)
     for k in range(0, fb.numel(), accuracy.CHUNK):
-        x = fa[k:k + accuracy.CHUNK].to(fb.device)
-        y = fb[k:k + accuracy.CHUNK]
+        x = fa[k:k + accuracy.CHUNK].to(at)
+        y = fb[k:k + accuracy.CHUNK].to(at)
         n += int((torch.nan_to_num(x) != torch.nan_to_num(y)).sum())
     return n
 
@@ -909,6 +954,8 @@ def _verify(h: Harness, options: EngineOptions, judge: Judge, res: VerifyResult)
     plan = _plan_memory(h, options, judge, res, max(0, peak - res.output_bytes), out_elem)
     host = plan.keep == "host" and dev.type != "cpu"  # on a CPU Task everything is host memory already
     n_sets = plan.sets
+    if h.inputs_note:
+        res.notes.append(h.inputs_note)
     if warm.zero_float_inputs:
         res.flags.append("zero_inputs")
         res.notes.append(f"get_inputs() gives all-zero float inputs {warm.zero_float_inputs}: a weak test")
@@ -993,9 +1040,10 @@ def _verify(h: Harness, options: EngineOptions, judge: Judge, res: VerifyResult)
     del first, second, holder, first_copy, seen
     prev_expected = None
 
-    # Weak tests: the reference's outputs barely depend on the inputs.
+    # Weak tests: the reference's outputs barely depend on the inputs, under the rule that
+    # decides the verdict (one set's output would pass for another's).
     if len(expected_by_set) >= 2 and all(
-            compare(expected_by_set[k], expected_by_set[0], None, None, k, first=True) is None
+            same_output(expected_by_set[k], expected_by_set[0], dev, judge.uses_oracle, atol, rtol)
             for k in range(1, len(expected_by_set))):
         res.flags.append("near_constant_output")
         res.notes.append("the reference gives the same output on every input set: the test is weak")
