@@ -130,14 +130,15 @@ def measure(out: torch.Tensor, expected: torch.Tensor, oracle: torch.Tensor, nam
     """The candidate's output, the reference's (its own dtype) and the oracle's, for one output.
     Non-finite values are judged elsewhere (verify's nan / unwritten checks) and ignored here.
     The three may sit on different devices (the oracle on the host for the largest Tasks): each
-    chunk is measured on the GPU when any of them is there (compute_device). `weak`: the
-    reference is numerically weak (see WEAK_TOL), where its own error is beyond gap_limit."""
-    dev = compute_device(oracle, out, expected)
+    chunk is measured where the oracle is (on the host only when the GPU has no room for it).
+    `weak`: the reference is numerically weak (see WEAK_TOL), where its own error is beyond
+    gap_limit."""
+    dev = oracle.device
     of, ef, rf = _flat(out), _flat(expected), _flat(oracle)
     n = rf.numel()
     total = 0.0
     for a in range(0, n, CHUNK):
-        total += float(_f64(rf[a:a + CHUNK].to(dev)).abs().sum())
+        total += float(_f64(rf[a:a + CHUNK]).abs().sum())
     scale = total / n if n else 0.0
     tiny = max(scale, torch.finfo(torch.float64).tiny)
     cand_err = ref_err = max_abs = ref_max_abs = 0.0
@@ -145,7 +146,7 @@ def measure(out: torch.Tensor, expected: torch.Tensor, oracle: torch.Tensor, nam
     loose_ok = True
 
     def parts(a: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        o64 = _f64(rf[a:a + CHUNK].to(dev))
+        o64 = _f64(rf[a:a + CHUNK])
         mag = o64.abs()
         floor = mag.clamp_min(tiny)
         absdiff = torch.nan_to_num_((_f64(of[a:a + CHUNK].to(dev), o64) - o64).abs_(), nan=0.0, posinf=0.0,
