@@ -58,7 +58,8 @@ _ON_PARTIAL: contextvars.ContextVar[Callable[[str, dict[str, Any]], Any] | None]
 GPU_OPS = frozenset({"evaluate", "profile", "extract", "prepare_reference", "prepare_compile", "inductor_code"})
 # Where an evaluation hands the GPU over (the Worker's turn points, protocol.YIELD_TURNS), for
 # the progress line "handed the GPU to ... <where>; waiting for it back".
-TURN_STAGES = {"verify": "between verify and timing",
+TURN_STAGES = {"verify_set": "between two of verify's input sets",
+               "verify": "between verify and timing",
                "early_timing": "between the early timing and torch.compile",
                "torch_compile": "between torch.compile and the final timing"}
 

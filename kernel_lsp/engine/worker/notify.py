@@ -27,6 +27,7 @@ Reader = Callable[[], bytes]  # one line of the Worker's protocol input (b"" onc
 _current: list[tuple[int, Sender, Reader | None]] = []
 _turns = itertools.count(1)
 _paused: list[float] = [0.0]  # seconds this request waited at its turn points
+_taken: list[dict[str, Any]] = []  # ... and where: {"stage", "waited_s"} per turn point
 
 
 def install(sender: Sender | None, turns: Reader | None = None) -> None:
@@ -34,6 +35,7 @@ def install(sender: Sender | None, turns: Reader | None = None) -> None:
     input, when it asked for turn points); None once it is answered."""
     _current[:] = [(os.getpid(), sender, turns)] if sender is not None else []
     _paused[0] = 0.0
+    _taken.clear()
 
 
 def active() -> bool:
@@ -58,10 +60,18 @@ def paused_s() -> float:
     return _paused[0]
 
 
+def turns_taken() -> list[dict[str, Any]]:
+    """The request's turn points so far: {"stage", "waited_s"} each, in order."""
+    return [dict(t) for t in _taken]
+
+
 def turn_point(stage: str) -> float | None:
     """A safe point between an evaluation's stages: when the request asked (YIELD_TURNS), tell
     the caller (a TURN_POINT partial naming `stage`) and wait for its continue line, during which
-    the caller may let another process use the GPU. The seconds waited; None when not asked."""
+    the caller may let another process use the GPU. The seconds waited; None when not asked.
+    Call it only between stages, outside a timing run and outside a tamper-check window (the
+    candidate must not be running); run.py's `_turn_point` also checks the trusted functions
+    after the wait."""
     if not active() or _current[0][2] is None:
         return None
     read = _current[0][2]
@@ -87,4 +97,5 @@ def turn_point(stage: str) -> float | None:
                   file=sys.stderr)
         waited = time.perf_counter() - t0
         _paused[0] += waited
+        _taken.append({"stage": stage, "waited_s": round(waited, 3)})
         return waited

@@ -342,6 +342,9 @@ def _attempt(task: Task, candidate: Candidate | None, checks: list[str] | tuple[
         build_failure.settle(ev, builds, candidate.source, _candidate_file(task, candidate), notes,
                              same_file=candidate.source == task.reference_source)
         _explain_launch(ev, candidate, dev)
+    if notify.turns_taken():  # where this evaluation stopped for the GPU's turn, and for how long
+        extra["turns"] = notify.turns_taken()
+        extra.setdefault("phases", {})["handed_over_s"] = notify.paused_s()
     _finish(ev, extra, notes, candidate, accept_less_accurate=opts.accept_less_accurate)
     return ev
 
@@ -476,9 +479,11 @@ def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options
         return
 
     t_phase = bench._perf_counter_ns()
+    paused = notify.paused_s()
     with _thread_origins():
         vr = verify(h, options)
     _phase(extra, "verify_s", t_phase)
+    extra["phases"]["verify_s"] -= notify.paused_s() - paused  # turn points inside verify: not its time
     # Python threads the candidate left running (the baselines' own compile threads come later;
     # threads torch starts for itself, like torch.compile's compile pool, are not the candidate's,
     # nor the engine's own extension-build pool once idle).
@@ -524,13 +529,11 @@ def _turn_point(stage: str, ev: Evaluation, extra: dict[str, Any], notes: list[s
     waiting process (notify.turn_point; only when the request asked for it). Never inside a
     timing run or a tamper-check window: the candidate ran nothing since the last check, and a
     thread of its own that changed something while this Worker waited is caught by the check
-    made right after. The seconds waited (0 when the request did not ask)."""
+    made right after. The seconds waited (0 when the request did not ask); `_attempt` puts the
+    turn points' record (notify.turns_taken) in the evidence."""
     waited = notify.turn_point(stage)
     if waited is None:
         return 0.0
-    extra.setdefault("turns", []).append({"stage": stage, "waited_s": round(waited, 3)})
-    phases = extra.setdefault("phases", {})
-    phases["handed_over_s"] = phases.get("handed_over_s", 0.0) + waited
     if integrity is not None:
         _check_integrity(integrity, ev, extra, notes)
         integrity.restore()
