@@ -12,7 +12,9 @@ Turn point ``{"id": null, "partial": {"stage": str, "turn": int}, "request": int
           "kind": "turn_point"}``: a partial sent between an evaluate's stages when its options
           ask (YIELD_TURNS). The Worker then waits, doing nothing, for the caller's line
           ``{"continue": true, "turn": int}`` (the same turn) on its input before it goes on;
-          meanwhile the caller may hand the GPU's machine-wide turn to another process.
+          meanwhile the caller may hand the GPU's machine-wide turn to another process, and
+          then first sends ``{"release": true, "turn": int}``: the Worker hands its cached GPU
+          memory back and keeps waiting.
 ``fatal: true`` says the Worker will exit after this response (a sticky CUDA error
 poisoned its context); the client starts a fresh one for the next request.
 
@@ -117,6 +119,15 @@ def resume(turn: Any) -> dict[str, Any]:
 
 def is_resume(message: dict[str, Any]) -> bool:
     return message.get("continue") is True and "op" not in message
+
+
+def release(turn: Any) -> dict[str, Any]:
+    """The caller, at a turn point, before it hands the GPU over: free the cached GPU memory."""
+    return {"release": True, "turn": turn}
+
+
+def is_release(message: dict[str, Any]) -> bool:
+    return message.get("release") is True and "op" not in message
 
 
 def error_payload(exc: BaseException) -> dict[str, Any]:

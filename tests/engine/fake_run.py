@@ -30,11 +30,12 @@ def evaluate(task: Task, candidate: Candidate, checks: list[str], options: dict[
         return ev
     ev.verdict, ev.correct = "correct", True
     if waited is not None:
-        ev.evidence = {"turns": [{"stage": "verify", "waited_s": waited}]}
+        ev.evidence = {"turns": notify.turns_taken()}
     ev.message = f"ran: {value!r}"
     ev.time = Timing(median_ms=1.0, min_ms=0.9, max_ms=1.1, spread_pct=1.0, runs=5)
     ev.eager = Timing(median_ms=2.0, min_ms=1.9, max_ms=2.1, spread_pct=1.0, runs=5)
-    if options.get("early_result") and notify.active():  # asked for (early_result): the partial the real run module sends, then the rest
+    if options.get("early_result") and notify.active():
+        # Asked for (early_result): the partial the real run module sends, then the rest.
         part = Evaluation.from_dict({**ev.to_dict(), "compiled_pending": True, "message": f"early: {value!r}"})
         notify.send("evaluation", part.to_dict())
         ev.evidence = {**(ev.evidence or {}), "early_result": {"sent": True}}

@@ -210,7 +210,8 @@ def test_a_worker_asked_for_turns_waits_at_its_turn_point_for_the_continue_line(
         try:
             points: list[tuple[dict, bool]] = []
 
-            async def on_turn(data: dict) -> None:
+            async def on_turn(data: dict, release) -> None:
+                await release()  # as before a hand-over: the Worker frees its cached GPU memory, and waits on
                 await asyncio.sleep(0.5)  # the Worker must not go on meanwhile
                 points.append((data, after.exists()))
             params = {"task": task.to_dict(), "candidate": cand.to_dict(),
@@ -219,7 +220,7 @@ def test_a_worker_asked_for_turns_waits_at_its_turn_point_for_the_continue_line(
             after.unlink()
             unasked: list = []
 
-            async def never(data: dict) -> None:
+            async def never(data: dict, release) -> None:
                 unasked.append(data)
             plain, _ = await w.call("evaluate", dict(params, options={}), on_turn=never)
             # A continue line nobody waits for (a stale one) is skipped, not answered.
@@ -231,7 +232,8 @@ def test_a_worker_asked_for_turns_waits_at_its_turn_point_for_the_continue_line(
 
     points, asked, plain, unasked, pong = asyncio.run(go())
     assert [(d["stage"], went_on) for d, went_on in points] == [("verify", False)]
-    assert asked["message"] == "ran: 2" and asked["evidence"]["turns"][0]["waited_s"] >= 0.5
+    [taken] = asked["evidence"]["turns"]
+    assert asked["message"] == "ran: 2" and taken["waited_s"] >= 0.5 and taken["released"] is True
     assert plain["message"] == "ran: 2" and unasked == [] and "turns" not in (plain.get("evidence") or {})
     assert pong["requests"] == 3
 
@@ -305,6 +307,7 @@ def test_a_waiting_process_gets_the_gpu_at_the_evaluations_turn_point(tmp_path, 
     ev, phases, pid = _engine_pair(tmp_path, lock_dir, timeout=60, hold=0.1)
     assert ev.verdict == "correct" and ev.message == "ran: True", ev.message
     assert ev.evidence["gpu_handed_over_s"] > 0
+    assert [(t["stage"], t["released"]) for t in ev.evidence["turns"]] == [("verify", True)]
     handed = [p for p in phases if p.startswith("handed the GPU")]
     assert handed and handed[0].startswith(f"handed the GPU to kernel-lsp pid {pid} (")
     assert handed[0].endswith("between verify and timing; waiting for it back")
@@ -317,6 +320,7 @@ def test_a_kept_worker_hands_over_too_its_keeper_passes_the_continue_line_on(tmp
     through the keeper, and the Engine's continue line reaches the Worker through it."""
     ev, phases, pid = _engine_pair(tmp_path, lock_dir, timeout=60, hold=0.1, keep=30)
     assert ev.verdict == "correct" and ev.message == "ran: True", ev.message
+    assert [(t["stage"], t["released"]) for t in ev.evidence["turns"]] == [("verify", True)]
     assert any(p.startswith(f"handed the GPU to kernel-lsp pid {pid} (") for p in phases), phases
 
 
@@ -353,7 +357,7 @@ def test_nobody_waiting_the_turn_point_goes_on_at_once(tmp_path, lock_dir):
 
     plain, locked, phases = asyncio.run(go())
     assert "turns" not in (plain.evidence or {})
-    assert [t["stage"] for t in locked.evidence["turns"]] == ["verify"]
+    assert [(t["stage"], t["released"]) for t in locked.evidence["turns"]] == [("verify", False)]
     assert "gpu_handed_over_s" not in locked.evidence and not any(p.startswith("handed") for p in phases)
 
 
@@ -381,7 +385,7 @@ def test_the_real_worker_stops_between_its_stages_only_when_asked(tmp_path):
         try:
             seen: list[str] = []
 
-            async def on_turn(data: dict) -> None:
+            async def on_turn(data: dict, release) -> None:
                 seen.append(f"turn {data['stage']}")
 
             def on_partial(kind: str, data: dict) -> None:
@@ -391,7 +395,7 @@ def test_the_real_worker_stops_between_its_stages_only_when_asked(tmp_path):
             asked, _ = await w.call("evaluate", params, on_partial=on_partial, on_turn=on_turn)
             quiet: list[str] = []
 
-            async def never(data: dict) -> None:
+            async def never(data: dict, release) -> None:
                 quiet.append(data["stage"])
             plain, _ = await w.call("evaluate", dict(params, options=dict(quick)), on_turn=never)
             return seen, asked, quiet, plain

@@ -280,8 +280,8 @@ class Engine:
         clock = _Deadline(deadline)
         on_turn = None
         if turn is not None:
-            async def on_turn(data: dict[str, Any]) -> None:
-                await self._hand_over(turn, data, clock, progress, resume)
+            async def on_turn(data: dict[str, Any], release: Callable[[], Any]) -> None:
+                await self._hand_over(turn, data, release, clock, progress, resume)
         try:
             call = w.call(op, params, on_partial=_ON_PARTIAL.get(), on_turn=on_turn)
             result, fatal = await clock.run(call)
@@ -304,17 +304,19 @@ class Engine:
             self._discard(w)
         return result, fatal
 
-    async def _hand_over(self, turn: "gpu_lock.Turn", data: dict[str, Any], clock: "_Deadline",
-                         progress: Progress | None, resume: str | None) -> None:
-        """A turn point of the Worker's evaluation: when another process waits for this GPU, let
-        it have the GPU and wait for it back, the deadline paused meanwhile; then (the Worker's
-        continue line is written by the caller of this) the evaluation goes on."""
+    async def _hand_over(self, turn: "gpu_lock.Turn", data: dict[str, Any], release: Callable[[], Any],
+                         clock: "_Deadline", progress: Progress | None, resume: str | None) -> None:
+        """A turn point of the Worker's evaluation: when another process waits for this GPU, the
+        Worker frees its cached GPU memory (`release`), the other process gets the GPU, and this
+        one waits for it back, the deadline paused meanwhile; then (the Worker's continue line
+        is written by the caller of this) the evaluation goes on."""
         if not turn.others_waiting():
             return
         stage = str(data.get("stage") or "")
         where = TURN_STAGES.get(stage, f"after {stage}" if stage else "")
         clock.pause()
         try:
+            await release()
             self.gpu_handed += await turn.hand_over(where, progress)
         finally:
             clock.resume()

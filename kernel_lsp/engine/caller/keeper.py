@@ -28,9 +28,9 @@ Wire format on the socket (JSON lines, protocol.encode/decode):
   Worker is ready (or ``{"failed": {...}}``); then per request ``{"id", "result", "fatal"}``,
   ``{"id", "error", "fatal"}`` or ``{"id", "died": {"returncode", "stderr_tail"}}``, each after
   the request's partial results (``protocol.partial``), relayed as they come. At a turn point
-  (``protocol.YIELD_TURNS``) the client answers with the continue line (``protocol.resume``)
-  on the socket, which the keeper passes to its Worker: the only thing a client sends in the
-  middle of a request.
+  (``protocol.YIELD_TURNS``) the client answers with the continue line (``protocol.resume``),
+  after a ``protocol.release`` line when it hands the GPU over, on the socket; the keeper passes
+  them to its Worker: the only things a client sends in the middle of a request.
 """
 
 from __future__ import annotations
@@ -364,11 +364,16 @@ class KeptWorker:
         return message.get("result"), fatal
 
     async def _turn_point(self, data: dict[str, Any], on_turn: "TurnCallback | None") -> None:
+        turn = data.get("turn")
         if on_turn is not None:
-            await on_turn(data)
+            await on_turn(data, lambda: self._send(protocol.release(turn)))
+        await self._send(protocol.resume(turn))
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        """A line to the keeper in the middle of a request (turn points only)."""
         assert self._writer is not None
         try:
-            self._writer.write(protocol.encode(protocol.resume(data.get("turn"))))
+            self._writer.write(protocol.encode(message))
             await self._writer.drain()
         except (BrokenPipeError, ConnectionResetError):
             self._dead = True
@@ -636,24 +641,34 @@ class Keeper:
         def relay_partial(kind: str, data: dict[str, Any]) -> None:
             writer.write(protocol.encode(protocol.partial(req_id, kind, data)))  # drained with the answer
 
-        async def relay_turn(data: dict[str, Any]) -> None:
-            """A turn point: the client decides (it may hand the GPU over first); its continue
-            line goes on to the Worker (WorkerProcess.turn_point writes it)."""
+        releases: list[Any] = []
+
+        async def relay_turn(data: dict[str, Any], release: Any) -> None:
+            """A turn point: the client decides (it may ask for the Worker's memory, then hand
+            the GPU over); its continue line goes on to the Worker (WorkerProcess.turn_point
+            writes it)."""
+            releases[:] = [release]
             writer.write(protocol.encode(protocol.partial(req_id, protocol.PARTIAL_TURN_POINT, data)))
             await writer.drain()
             await resumes.get()
+            releases.clear()
 
         async def client_lines() -> None:
-            """Until the client leaves (EOF): it sends nothing before the answer but the continue
-            lines of turn points."""
+            """Until the client leaves (EOF): it sends nothing before the answer but the lines of
+            turn points (release, continue)."""
             while True:
                 line = await reader.readline()
                 if not line:
                     return
-                with contextlib.suppress(ValueError):
+                try:
                     got = protocol.decode(line)
-                    if protocol.is_resume(got):
-                        resumes.put_nowait(got)
+                except ValueError:
+                    continue
+                if protocol.is_resume(got):
+                    resumes.put_nowait(got)
+                elif protocol.is_release(got) and releases:
+                    with contextlib.suppress(WorkerDied):  # the call itself reports a dead Worker
+                        await releases[0]()
 
         call = asyncio.create_task(self.worker.call(op, message.get("params"), on_partial=relay_partial,
                                                     on_turn=relay_turn))

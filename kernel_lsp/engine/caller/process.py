@@ -331,13 +331,19 @@ class WorkerProcess:
         return message.get("result"), fatal
 
     async def turn_point(self, data: dict[str, Any], on_turn: "TurnCallback | None") -> None:
-        """The Worker waits at a turn point: `on_turn` first (the GPU handed over and back),
-        then its continue line. A turn point nobody asked for is answered at once."""
+        """The Worker waits at a turn point: `on_turn(data, release)` first (the GPU handed
+        over and back; `release()` asks the Worker to free its cached GPU memory before), then
+        its continue line. A turn point nobody asked for is answered at once."""
+        turn = data.get("turn")
         if on_turn is not None:
-            await on_turn(data)
+            await on_turn(data, lambda: self.send_line(protocol.release(turn)))
+        await self.send_line(protocol.resume(turn))
+
+    async def send_line(self, message: dict[str, Any]) -> None:
+        """A line on the Worker's input in the middle of a request (turn points only)."""
         assert self.proc is not None and self.proc.stdin is not None
         try:
-            self.proc.stdin.write(protocol.encode(protocol.resume(data.get("turn"))))
+            self.proc.stdin.write(protocol.encode(message))
             await self.proc.stdin.drain()
         except (BrokenPipeError, ConnectionResetError):
             raise await self._death() from None
@@ -381,9 +387,10 @@ class WorkerProcess:
 # on_partial(kind, data): called (and awaited when it returns an awaitable) with each partial
 # result of a request (protocol.partial); what it raises is logged, never the request's fault.
 PartialCallback = Callable[[str, dict[str, Any]], Any]
-# on_turn(data): awaited at a turn point (protocol.PARTIAL_TURN_POINT's data: stage, turn)
-# before the Worker is told to go on: where the caller hands the GPU over and takes it back.
-TurnCallback = Callable[[dict[str, Any]], Awaitable[Any]]
+# on_turn(data, release): awaited at a turn point (protocol.PARTIAL_TURN_POINT's data: stage,
+# turn) before the Worker is told to go on: where the caller hands the GPU over and takes it
+# back. `release()` (awaitable): the Worker frees its cached GPU memory (before a hand-over).
+TurnCallback = Callable[[dict[str, Any], Callable[[], Awaitable[None]]], Awaitable[Any]]
 
 
 async def deliver_partial(on_partial: "PartialCallback | None", message: dict[str, Any]) -> None:

@@ -384,8 +384,8 @@ def main() -> int:
         except ValueError as exc:
             response: dict[str, Any] = {"id": None, "error": protocol.error_payload(exc)}
         else:
-            if protocol.is_resume(message):
-                continue  # a continue line for a turn point nobody waits at (a made-up one): no answer
+            if protocol.is_resume(message) or protocol.is_release(message):
+                continue  # a line for a turn point nobody waits at (a made-up one): no answer
             notify.install(_partial_sender(proto_out, message), _turn_reader(proto_in, message))
             try:
                 response = worker.handle(message)

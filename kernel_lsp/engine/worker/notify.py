@@ -61,7 +61,8 @@ def paused_s() -> float:
 
 
 def turns_taken() -> list[dict[str, Any]]:
-    """The request's turn points so far: {"stage", "waited_s"} each, in order."""
+    """The request's turn points so far: {"stage", "waited_s", "released"} each, in order
+    (`released`: the caller handed the GPU over there, and the cached memory went back)."""
     return [dict(t) for t in _taken]
 
 
@@ -79,6 +80,7 @@ def turn_point(stage: str) -> float | None:
     t0 = time.perf_counter()
     if not send(protocol.PARTIAL_TURN_POINT, {"stage": stage, "turn": turn}):
         return None
+    released = False
     while True:
         line = read()
         if not line:
@@ -87,6 +89,11 @@ def turn_point(stage: str) -> float | None:
             message = protocol.decode(line)
         except ValueError:
             message = {}
+        if protocol.is_release(message):
+            if message.get("turn") == turn and not released:
+                released = True
+                release_gpu_memory()
+            continue
         if protocol.is_resume(message) and message.get("turn") not in (None, turn):
             print(f"kernel-lsp worker: skipped a stale continue line at {stage}: {line[:200]!r}", file=sys.stderr)
             continue
@@ -97,5 +104,22 @@ def turn_point(stage: str) -> float | None:
                   file=sys.stderr)
         waited = time.perf_counter() - t0
         _paused[0] += waited
-        _taken.append({"stage": stage, "waited_s": round(waited, 3)})
+        _taken.append({"stage": stage, "waited_s": round(waited, 3), "released": released})
         return waited
+
+
+def release_gpu_memory() -> None:
+    """The GPU goes to another process while this request waits: hand back the cached blocks
+    (freed tensors the allocator keeps), so that its evaluation does not run out of memory
+    beside this one. Live tensors (the model, the timing inputs) stay."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    try:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            import gc
+
+            gc.collect()
+            torch.cuda.empty_cache()
+    except Exception as exc:  # noqa: BLE001 - a broken context is the next stage's to report
+        print(f"kernel-lsp worker: releasing GPU memory at a turn point: {exc!r}", file=sys.stderr)
