@@ -105,6 +105,7 @@ class Turn:
         self.wait_s = wait_s
         self.handed_s = 0.0
         self.handovers = 0
+        self.held = fd is not None  # False while handed over (and after a hand-over that failed)
 
     def others_waiting(self) -> list[dict[str, Any]]:
         """The processes queued for this GPU, oldest first (empty without a lock)."""
@@ -121,12 +122,14 @@ class Turn:
         path = lock_path(self.key)
         queued = _Waiter(self.key, self.what)  # behind everyone waiting now: they go first
         try:
+            self.held = False
             unlock(self.fd)
             await tell(progress, f"handed the GPU to {describe(others[0])}{' ' + where if where else ''}; "
                                  "waiting for it back")
             await _acquire(self.fd, path, queued, self.wait_s, t0, None)
         finally:
             queued.remove()
+        self.held = True
         stamp(self.fd, self.what or "?")
         took = time.monotonic() - t0
         self.handed_s += took
@@ -158,7 +161,8 @@ async def gpu_turn(key: str | None, what: str = "", wait_s: float | None = None,
         try:
             yield turn
         finally:
-            unlock(fd)
+            if turn.held:  # (a stamp cleared while not held would be the next holder's)
+                unlock(fd)
     finally:
         os.close(fd)
 
