@@ -269,9 +269,10 @@ def after_turn():
 """
 
 
-def _engine_pair(tmp_path, lock_dir, timeout: float, hold: float, keep: float | None = None):
+def _engine_pair(tmp_path, lock_dir, timeout: float, hold: float, keep: float | None = None, end_other: bool = False):
     """An Engine evaluating TWO_STAGES on the fake GPU while another process waits for the GPU
-    from the candidate's first stage on, and holds it `hold` seconds once it has it."""
+    from the candidate's first stage on, and holds it `hold` seconds once it has it (killed
+    after the evaluation when `end_other`)."""
     from kernel_lsp.engine import Engine
 
     began, had_it = tmp_path / "began", tmp_path / "had_it"
@@ -286,16 +287,19 @@ def _engine_pair(tmp_path, lock_dir, timeout: float, hold: float, keep: float | 
             return KEY  # as if the Worker's GPU had this uuid
         engine._gpu_key = key  # type: ignore[method-assign]
         # The other process is up (polling for `began`) before the evaluation's deadline starts.
+        other_env = {k: v for k, v in _env().items() if k != "KERNEL_LSP_GPU_WAIT_S"}
         other = subprocess.Popen([sys.executable, "-c", GRAB_WHEN_BEGUN, KEY, str(had_it), str(hold), str(began)],
-                                 env=_env())
+                                 env=other_env)
         try:
             await engine.ping()
             phases: list[str] = []
             ev = await engine.evaluate(task, cand, progress=phases.append)
-            return ev, phases, other.pid
+            return ev, phases, other.pid, engine.restarts
         finally:
             await engine.aclose()
-            assert other.wait(60) == 0
+            if end_other:
+                other.kill()
+            assert other.wait(60) == (-9 if end_other else 0)
 
     return asyncio.run(go())
 
@@ -304,7 +308,7 @@ def test_a_waiting_process_gets_the_gpu_at_the_evaluations_turn_point(tmp_path, 
     """Another process that waits for the GPU gets it at the evaluation's turn point, not after
     the whole evaluation (as it did before turns were handed over: the candidate's second stage
     then found that it had not had the GPU, "ran: False")."""
-    ev, phases, pid = _engine_pair(tmp_path, lock_dir, timeout=60, hold=0.1)
+    ev, phases, pid, _ = _engine_pair(tmp_path, lock_dir, timeout=60, hold=0.1)
     assert ev.verdict == "correct" and ev.message == "ran: True", ev.message
     assert ev.evidence["gpu_handed_over_s"] > 0
     assert [(t["stage"], t["released"]) for t in ev.evidence["turns"]] == [("verify", True)]
@@ -318,17 +322,30 @@ def test_a_waiting_process_gets_the_gpu_at_the_evaluations_turn_point(tmp_path, 
 def test_a_kept_worker_hands_over_too_its_keeper_passes_the_continue_line_on(tmp_path, lock_dir, keeper_dir):
     """`kernel-lsp bench`'s kept Worker (caller/keeper.py): the turn point reaches the Engine
     through the keeper, and the Engine's continue line reaches the Worker through it."""
-    ev, phases, pid = _engine_pair(tmp_path, lock_dir, timeout=60, hold=0.1, keep=30)
+    ev, phases, pid, _ = _engine_pair(tmp_path, lock_dir, timeout=60, hold=0.1, keep=30)
     assert ev.verdict == "correct" and ev.message == "ran: True", ev.message
     assert [(t["stage"], t["released"]) for t in ev.evidence["turns"]] == [("verify", True)]
     assert any(p.startswith(f"handed the GPU to kernel-lsp pid {pid} (") for p in phases), phases
+
+
+def test_a_turn_that_does_not_come_back_is_could_not_run(tmp_path, lock_dir, monkeypatch):
+    """Handed over, the GPU stays with the other process past the wait ($KERNEL_LSP_GPU_WAIT_S):
+    the evaluation is not_run (exit 2), naming who kept it, and its Worker (stopped at the turn
+    point) is ended, not left waiting."""
+    from kernel_lsp.cli.bench import status
+
+    monkeypatch.setenv("KERNEL_LSP_GPU_WAIT_S", "1")
+    ev, phases, pid, restarts = _engine_pair(tmp_path, lock_dir, timeout=60, hold=60, end_other=True)
+    assert ev.verdict == "not_run" and f"kernel-lsp pid {pid}" in ev.message, ev.message
+    assert status(ev) == 2 and restarts == 1
+    assert any(p.startswith("handed the GPU to") for p in phases), phases
 
 
 @pytest.mark.slow
 def test_the_time_without_the_gpu_is_not_counted_in_the_deadline(tmp_path, lock_dir):
     """The other process holds the GPU longer than this evaluation's whole deadline: the
     evaluation still ends correct (its deadline stopped while it waited)."""
-    ev, phases, _ = _engine_pair(tmp_path, lock_dir, timeout=4.0, hold=6.0)
+    ev, phases, _, _ = _engine_pair(tmp_path, lock_dir, timeout=4.0, hold=6.0)
     assert ev.verdict == "correct" and ev.message == "ran: True", ev.message
     assert ev.evidence["gpu_handed_over_s"] >= 6.0
 
