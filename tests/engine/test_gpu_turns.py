@@ -238,7 +238,7 @@ def test_a_worker_asked_for_turns_waits_at_its_turn_point_for_the_continue_line(
     assert pong["requests"] == 3
 
 
-# Writes argv[2] when it has the GPU (argv[1]), holds it argv[3] seconds.
+# Once argv[4] exists, waits for the GPU argv[1], writes argv[2] when it has it, holds it argv[3] seconds.
 GRAB_WHEN_BEGUN = """
 import asyncio, os, sys
 from kernel_lsp.engine.caller import gpu_lock
