@@ -8,6 +8,13 @@ Partial   ``{"id": null, "partial": {...}, "request": int, "kind": str}``: what 
           before its answer (an evaluate's verdict and eager ratio while torch.compile
           compiles), sent only when the request's options ask (EARLY_RESULT). Its id is null,
           so a reader that matches answers by id passes over it; the answer still follows.
+Turn point ``{"id": null, "partial": {"stage": str, "turn": int}, "request": int,
+          "kind": "turn_point"}``: a partial sent between an evaluate's stages when its options
+          ask (YIELD_TURNS). The Worker then waits, doing nothing, for the caller's line
+          ``{"continue": true, "turn": int}`` (the same turn) on its input before it goes on;
+          meanwhile the caller may hand the GPU's machine-wide turn to another process, and
+          then first sends ``{"release": true, "turn": int}``: the Worker hands its cached GPU
+          memory back and keeps waiting.
 ``fatal: true`` says the Worker will exit after this response (a sticky CUDA error
 poisoned its context); the client starts a fresh one for the next request.
 
@@ -91,6 +98,36 @@ def partial(req_id: Any, kind: str, data: dict[str, Any]) -> dict[str, Any]:
 
 def is_partial(message: dict[str, Any]) -> bool:
     return message.get("id") is None and isinstance(message.get("partial"), dict)
+
+
+# -- turn points (bounded GPU turns) ---------------------------------------------------------------
+# An evaluate whose options carry YIELD_TURNS: true (the Engine sets it when it holds the GPU's
+# machine-wide turn, caller/gpu_lock.py) stops at safe points between its stages (after verify,
+# after the early timing, after torch.compile's compilation; never inside a timing run or a
+# tamper-check window) and sends a TURN_POINT partial; it goes on once the caller writes
+# `resume(turn)`. The caller hands the GPU to a waiting process first when one waits. A caller
+# that does not ask never gets one; a continue line the Worker's loop meets between requests
+# (a stale one) is skipped.
+YIELD_TURNS = "yield_turns"
+PARTIAL_TURN_POINT = "turn_point"
+
+
+def resume(turn: Any) -> dict[str, Any]:
+    """The caller's answer to a turn point: go on."""
+    return {"continue": True, "turn": turn}
+
+
+def is_resume(message: dict[str, Any]) -> bool:
+    return message.get("continue") is True and "op" not in message
+
+
+def release(turn: Any) -> dict[str, Any]:
+    """The caller, at a turn point, before it hands the GPU over: free the cached GPU memory."""
+    return {"release": True, "turn": turn}
+
+
+def is_release(message: dict[str, Any]) -> bool:
+    return message.get("release") is True and "op" not in message
 
 
 def error_payload(exc: BaseException) -> dict[str, Any]:

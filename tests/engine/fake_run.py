@@ -18,19 +18,27 @@ def evaluate(task: Task, candidate: Candidate, checks: list[str], options: dict[
         return ev
     try:
         value = module.run() if hasattr(module, "run") else None
+        # A turn point between two stages, as the real run module's after verify (only when the
+        # request asked, protocol.YIELD_TURNS); a candidate's `after_turn` is its second stage.
+        waited = notify.turn_point("verify")
+        if hasattr(module, "after_turn"):
+            value = module.after_turn()
     except RuntimeError as exc:  # like CHECK's harness: a raised error is an "error" Evaluation
         if type(exc).__name__.endswith("OutOfMemoryError"):
             raise  # the client maps it to "oom"
         ev.verdict, ev.message = "error", str(exc)
         return ev
     ev.verdict, ev.correct = "correct", True
+    if waited is not None:
+        ev.evidence = {"turns": notify.turns_taken()}
     ev.message = f"ran: {value!r}"
     ev.time = Timing(median_ms=1.0, min_ms=0.9, max_ms=1.1, spread_pct=1.0, runs=5)
     ev.eager = Timing(median_ms=2.0, min_ms=1.9, max_ms=2.1, spread_pct=1.0, runs=5)
-    if notify.active():  # asked for (early_result): the partial the real run module sends, then the rest
+    if options.get("early_result") and notify.active():
+        # Asked for (early_result): the partial the real run module sends, then the rest.
         part = Evaluation.from_dict({**ev.to_dict(), "compiled_pending": True, "message": f"early: {value!r}"})
         notify.send("evaluation", part.to_dict())
-        ev.evidence = {"early_result": {"sent": True}}
+        ev.evidence = {**(ev.evidence or {}), "early_result": {"sent": True}}
         ev.compiled = Timing(median_ms=1.5, min_ms=1.4, max_ms=1.6, spread_pct=1.0, runs=5)  # came after it
     return ev
 

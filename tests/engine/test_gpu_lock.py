@@ -48,8 +48,8 @@ def test_a_second_process_waits_for_its_turn_and_is_told_who_has_it(lock_dir):
 
     async def go() -> float:
         t0 = time.monotonic()
-        async with gpu_lock.gpu_turn("GPU-abc", "evaluate", progress=told.append) as waited:
-            assert waited > 1.0
+        async with gpu_lock.gpu_turn("GPU-abc", "evaluate", progress=told.append) as turn:
+            assert turn.waited > 1.0
         return time.monotonic() - t0
 
     took = asyncio.run(go())

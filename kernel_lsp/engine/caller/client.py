@@ -56,6 +56,12 @@ _ON_PARTIAL: contextvars.ContextVar[Callable[[str, dict[str, Any]], Any] | None]
     contextvars.ContextVar("kernel_lsp_on_partial", default=None)
 # The requests that use the GPU: each takes the GPU's machine-wide turn (caller/gpu_lock.py).
 GPU_OPS = frozenset({"evaluate", "profile", "extract", "prepare_reference", "prepare_compile", "inductor_code"})
+# Where an evaluation hands the GPU over (the Worker's turn points, protocol.YIELD_TURNS), for
+# the progress line "handed the GPU to ... <where>; waiting for it back".
+TURN_STAGES = {"verify_set": "between two of verify's input sets",
+               "verify": "between verify and timing",
+               "early_timing": "between the early timing and torch.compile",
+               "torch_compile": "between torch.compile and the final timing"}
 
 class Engine:
     """Runs Candidates in a Worker that owns one GPU (docs/architecture.md)."""
@@ -114,6 +120,7 @@ class Engine:
         self._evaluations = 0                            # evaluate requests that took the Worker
         self._prepared: set[str] = set()                 # references whose torch.compile was prepared
         self.gpu_waited = 0.0            # seconds the latest GPU request waited for its turn
+        self.gpu_handed = 0.0            # ... and spent without it, handed over at its turn points
         # Seconds the GPU Worker outlives this Engine for the next command (caller/keeper.py);
         # None or 0: a Worker of its own, ended at aclose. The CLI's bench asks for it.
         self.keep_worker = keep_worker if keep_worker and keep_worker > 0 else None
@@ -239,10 +246,18 @@ class Engine:
                 await self._build_before_turn(w, build_first, deadline, progress)
                 if not w.alive:  # the build took the Worker with it: a fresh one for the op
                     w = await self._ensure(progress, warm)
-            async with gpu_lock.gpu_turn(key, op, progress=progress) as waited:
-                self.gpu_waited = waited  # the deadline starts now: waiting is never a timeout
+            async with gpu_lock.gpu_turn(key, op, progress=progress) as turn:
+                self.gpu_waited = turn.waited  # the deadline starts now: waiting is never a timeout
+                self.gpu_handed = 0.0
                 if said:
                     await _report(progress, resume)  # type: ignore[arg-type]
+                if op == "evaluate" and key is not None:
+                    # Bounded turns: the evaluation stops between its stages and this caller hands
+                    # the GPU to a waiting process there (_hand_over).
+                    params = {**(params or {}), "options": {**((params or {}).get("options") or {}),
+                                                            protocol.YIELD_TURNS: True}}
+                    return await self._call_now(w, op, params, deadline, turn=turn, progress=progress,
+                                                resume=resume)
                 return await self._call_now(w, op, params, deadline)
 
     async def _build_before_turn(self, w: "WorkerProcess | keeping.KeptWorker", params: dict[str, Any],
@@ -258,10 +273,18 @@ class Engine:
             log.info("the build before the GPU turn failed: %s", exc)
 
     async def _call_now(self, w: WorkerProcess, op: str, params: dict[str, Any] | None,
-                        deadline: float) -> tuple[Any, bool]:
+                        deadline: float, *, turn: "gpu_lock.Turn | None" = None,
+                        progress: Progress | None = None, resume: str | None = None) -> tuple[Any, bool]:
+        """The request, under its deadline; with `turn`, its turn points hand the GPU over when
+        others wait (the time without the GPU is not counted in the deadline)."""
+        clock = _Deadline(deadline)
+        on_turn = None
+        if turn is not None:
+            async def on_turn(data: dict[str, Any], release: Callable[[], Any]) -> None:
+                await self._hand_over(turn, data, release, clock, progress, resume)
         try:
-            call = w.call(op, params, on_partial=_ON_PARTIAL.get())
-            result, fatal = await asyncio.wait_for(call, deadline)
+            call = w.call(op, params, on_partial=_ON_PARTIAL.get(), on_turn=on_turn)
+            result, fatal = await clock.run(call)
         except asyncio.TimeoutError:
             fence = w.fence_report()
             self._discard(w)
@@ -280,6 +303,25 @@ class Engine:
         if fatal:
             self._discard(w)
         return result, fatal
+
+    async def _hand_over(self, turn: "gpu_lock.Turn", data: dict[str, Any], release: Callable[[], Any],
+                         clock: "_Deadline", progress: Progress | None, resume: str | None) -> None:
+        """A turn point of the Worker's evaluation: when another process waits for this GPU, the
+        Worker frees its cached GPU memory (`release`), the other process gets the GPU, and this
+        one waits for it back, the deadline paused meanwhile; then (the Worker's continue line
+        is written by the caller of this) the evaluation goes on."""
+        if not turn.others_waiting():
+            return
+        stage = str(data.get("stage") or "")
+        where = TURN_STAGES.get(stage, f"after {stage}" if stage else "")
+        clock.pause()
+        try:
+            await release()
+            self.gpu_handed += await turn.hand_over(where, progress)
+        finally:
+            clock.resume()
+        if resume:
+            await _report(progress, resume)
 
     async def _gpu_key(self, progress: Progress | None = None) -> str | None:
         """This Engine's GPU (its uuid, from the Worker) for the machine-wide turn; None on a
@@ -362,6 +404,8 @@ class Engine:
                 ev.evidence = {**(ev.evidence or {}), "build_steps": build_steps}
             if self.gpu_waited >= 0.05:  # other kernel-lsp processes had the GPU first
                 ev.evidence = {**(ev.evidence or {}), "gpu_wait_s": round(self.gpu_waited, 2)}
+            if self.gpu_handed > 0:  # ... or had it at this evaluation's turn points
+                ev.evidence = {**(ev.evidence or {}), "gpu_handed_over_s": round(self.gpu_handed, 2)}
             ev.sandboxed = self.sandboxed  # the caller's word, not the Worker's
             if fatal and ev.verdict not in ("crashed", "oom", "timeout", sandboxing.VIOLATION):
                 # The candidate left a sticky CUDA error: the context died with it.
@@ -642,6 +686,53 @@ class Engine:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+class _Deadline:
+    """A request's deadline that stops counting while paused (the GPU handed over at a turn
+    point: another process's time is never this request's timeout)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.t0 = time.monotonic()
+        self.paused = 0.0
+        self._since: float | None = None
+
+    def pause(self) -> None:
+        self._since = time.monotonic()
+
+    def resume(self) -> None:
+        if self._since is not None:
+            self.paused += time.monotonic() - self._since
+            self._since = None
+
+    def left(self) -> float | None:
+        """Seconds left; None while paused."""
+        if self._since is not None:
+            return None
+        return self.seconds - (time.monotonic() - self.t0 - self.paused)
+
+    async def run(self, work: Any) -> Any:
+        """Await `work` (a coroutine) within the deadline: asyncio.TimeoutError past it (and
+        `work` cancelled, as asyncio.wait_for does)."""
+        task = asyncio.ensure_future(work)
+        try:
+            while True:
+                left = self.left()
+                if left is not None and left <= 0:
+                    task.cancel()
+                    with contextlib.suppress(BaseException):
+                        await task
+                    raise asyncio.TimeoutError
+                done, _ = await asyncio.wait({task}, timeout=1.0 if left is None else left)
+                if done:
+                    return task.result()
+        except BaseException:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+            raise
 
 
 _BUILD_MARKERS = ("cpp_extension", "load_inline")

@@ -14,6 +14,15 @@ The wait is polled from the event loop (never a blocked thread), shown through `
 with who holds the GPU, and bounded: past `wait_s` it raises GPUBusy (the evaluation could not
 run, exit 2). The Worker's deadline starts once the turn is taken, so waiting is never a
 candidate's timeout. Timings gain too: two evaluations timed at once slow each other.
+
+Turns are bounded and taken in order. A waiter announces itself with a file in
+`<lock>.waiters/` (named by its queueing time and pid, touched every second while it waits,
+removed once it has the turn or gives up; a dead pid's file, or one not touched for STALE_S, is
+passed over), and only the oldest live waiter tries the lock, so turns go first come, first
+served. A holder whose evaluation reaches a safe point between its stages (a turn point,
+protocol.YIELD_TURNS) asks `Turn.others_waiting()`; when someone waits it `hand_over`s: it
+queues behind them, lets the lock go, and takes it back when its place in the queue comes (the
+GPU is idle at most one waiter's poll, POLL_S, in between).
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import itertools
 import json
 import os
 import re
@@ -34,6 +44,10 @@ POLL_S = 0.05
 # Waiting longer than this for another process's evaluations is "could not run". Each holder's
 # turn ends within its own deadline (120-300 s by default), so this lets a few queue ahead.
 DEFAULT_WAIT_S = 900.0
+# A waiter touches its file this often; one untouched for STALE_S is passed over (its process
+# stopped waiting without removing it, or its event loop is stuck: it is not polling the lock).
+HEARTBEAT_S = 1.0
+STALE_S = 10.0
 
 
 class GPUBusy(Exception):
@@ -78,43 +92,224 @@ def describe(info: dict[str, Any] | None) -> str:
     return f"kernel-lsp pid {info.get('pid')} ({info.get('command', '?')}: {info.get('op', '?')}, for {held:.0f} s)"
 
 
+class Turn:
+    """The GPU's turn, held (what `gpu_turn` yields). `waited`: seconds waited to get it;
+    `handed_s`: seconds spent without it after handing it over (`hand_over`)."""
+
+    def __init__(self, key: str | None, fd: int | None = None, what: str = "", waited: float = 0.0,
+                 wait_s: float = DEFAULT_WAIT_S) -> None:
+        self.key = key
+        self.fd = fd
+        self.what = what
+        self.waited = waited
+        self.wait_s = wait_s
+        self.handed_s = 0.0
+        self.handovers = 0
+        self.held = fd is not None  # False while handed over (and after a hand-over that failed)
+
+    def others_waiting(self) -> list[dict[str, Any]]:
+        """The processes queued for this GPU, oldest first (empty without a lock)."""
+        return others_waiting(self.key) if self.key and self.fd is not None else []
+
+    async def hand_over(self, where: str = "", progress: Callable[[str], Awaitable[Any] | Any] | None = None) -> float:
+        """Let the oldest waiter have the GPU, then wait for it back (in line behind those who
+        waited before this call). The seconds without the turn; 0 when nobody waits. Raises
+        GPUBusy when it does not come back within the wait (the turn is then not held)."""
+        others = self.others_waiting()
+        if not others or not self.key or self.fd is None:
+            return 0.0
+        t0 = time.monotonic()
+        path = lock_path(self.key)
+        queued = _Waiter(self.key, self.what)  # behind everyone waiting now: they go first
+        try:
+            self.held = False
+            unlock(self.fd)
+            await tell(progress, f"handed the GPU to {describe(others[0])}{' ' + where if where else ''}; "
+                                 "waiting for it back")
+            await _acquire(self.fd, path, queued, self.wait_s, t0, None)
+        finally:
+            queued.remove()
+        self.held = True
+        stamp(self.fd, self.what or "?")
+        took = time.monotonic() - t0
+        self.handed_s += took
+        self.handovers += 1
+        return took
+
+
 @contextlib.asynccontextmanager
 async def gpu_turn(key: str | None, what: str = "", wait_s: float | None = None,
-                   progress: Callable[[str], Awaitable[Any] | Any] | None = None) -> AsyncIterator[float]:
-    """Hold the GPU `key` (its uuid) for the block; yields the seconds waited. `key` None: no
-    lock (CPU work, or a GPU without a uuid)."""
+                   progress: Callable[[str], Awaitable[Any] | Any] | None = None) -> AsyncIterator[Turn]:
+    """Hold the GPU `key` (its uuid) for the block; yields the Turn (`.waited`: the seconds
+    waited). `key` None: no lock (CPU work, or a GPU without a uuid)."""
     if not key:
-        yield 0.0
+        yield Turn(None)
         return
     if wait_s is None:
         wait_s = float(os.environ.get("KERNEL_LSP_GPU_WAIT_S") or DEFAULT_WAIT_S)
     path = lock_path(key)
     fd = await asyncio.to_thread(open_lock, path)
     t0 = time.monotonic()
-    told = False
     try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                pass
-            waited = time.monotonic() - t0
-            if waited > wait_s:
-                raise GPUBusy(f"the GPU stayed busy with {describe(holder(path))} for more than {wait_s:.0f} s "
-                              "(kernel-lsp runs one evaluation per GPU at a time)")
-            if not told and progress is not None:
-                told = True
-                await tell(progress, f"waiting for the GPU: {describe(holder(path))} is using it")
-            await asyncio.sleep(POLL_S)
-        waited = time.monotonic() - t0
-        stamp(fd, what or "?")
+        queued = _Waiter(key, what)
         try:
-            yield waited
+            await _acquire(fd, path, queued, wait_s, t0, progress)
         finally:
-            unlock(fd)
+            queued.remove()
+        stamp(fd, what or "?")
+        turn = Turn(key, fd, what, time.monotonic() - t0, wait_s)
+        try:
+            yield turn
+        finally:
+            if turn.held:  # (a stamp cleared while not held would be the next holder's)
+                unlock(fd)
     finally:
         os.close(fd)
+
+
+async def _acquire(fd: int, path: str, queued: "_Waiter", wait_s: float, t0: float,
+                   progress: Callable[[str], Awaitable[Any] | Any] | None) -> None:
+    """Take the lock on `fd` once `queued` is the oldest live waiter (first come, first served)
+    and the holder lets go; GPUBusy past `wait_s` from `t0`."""
+    told = False
+    while True:
+        if queued.first():
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                pass
+        waited = time.monotonic() - t0
+        if waited > wait_s:
+            raise GPUBusy(f"the GPU stayed busy with {describe(holder(path))} for more than {wait_s:.0f} s "
+                          "(kernel-lsp runs one evaluation per GPU at a time)")
+        if not told and progress is not None:
+            told = True
+            ahead = holder(path) or next(iter(others_waiting_in(queued.folder, but=queued.name)), None)
+            await tell(progress, f"waiting for the GPU: {describe(ahead)} is using it")
+        queued.beat()
+        await asyncio.sleep(POLL_S)
+
+
+# -- the queue of waiters ------------------------------------------------------------------------
+
+_seq = itertools.count(1)
+
+
+def waiters_dir(key: str) -> str:
+    return lock_path(key) + ".waiters"
+
+
+class _Waiter:
+    """This process's place in the queue for a GPU: a file in `waiters_dir(key)` named
+    `<queued at, ns>-<pid>-<n>` (so names sort by arrival) holding who waits (for `describe`)."""
+
+    def __init__(self, key: str, what: str) -> None:
+        self.folder = waiters_dir(key)
+        self.name = f"{time.time_ns():020d}-{os.getpid()}-{next(_seq)}"
+        self.path = os.path.join(self.folder, self.name)
+        self._beat = time.monotonic()
+        try:
+            _make_shared(self.folder)
+            tmp = os.path.join(self.folder, "." + self.name)  # names starting "." are not entries
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump({"pid": os.getpid(), "op": what or "?", "command": _command(), "since": time.time()}, fh)
+            os.chmod(tmp, 0o666)
+            os.replace(tmp, self.path)
+        except OSError:
+            self.path = ""  # could not announce: this process waits unseen (and tries the lock always)
+
+    def first(self) -> bool:
+        """No live waiter queued before this one."""
+        if not self.path:
+            return True
+        for name, _pid in _queue(self.folder):
+            return name >= self.name
+        return True
+
+    def beat(self) -> None:
+        if self.path and time.monotonic() - self._beat >= HEARTBEAT_S:
+            self._beat = time.monotonic()
+            with contextlib.suppress(OSError):
+                os.utime(self.path)
+
+    def remove(self) -> None:
+        if self.path:
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+            self.path = ""
+
+
+def _make_shared(folder: str) -> None:
+    if not os.path.isdir(folder):
+        os.makedirs(folder, exist_ok=True)
+        with contextlib.suppress(OSError):
+            os.chmod(folder, 0o1777)  # shared by every user of the machine, like /tmp
+
+
+def _queue(folder: str) -> list[tuple[str, int]]:
+    """(name, pid) of the live waiters' files, oldest first: a dead pid's file, or one not
+    touched for STALE_S, is passed over (and a dead pid's removed)."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    now = time.time()
+    out = []
+    for name in sorted(names):
+        parts = name.split("-")
+        if name.startswith(".") or len(parts) != 3 or not parts[1].isdigit():
+            continue
+        pid = int(parts[1])
+        path = os.path.join(folder, name)
+        if not _alive(pid):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            continue
+        try:
+            if now - os.stat(path).st_mtime > STALE_S:
+                continue
+        except OSError:
+            continue  # removed meanwhile: it has the turn or gave up
+        out.append((name, pid))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return True
+
+
+def others_waiting(key: str | None) -> list[dict[str, Any]]:
+    """Who waits for the GPU `key`'s turn, oldest first: each waiter's pid, op, command and
+    since (what `describe` reads). This process's own waiters are listed too (another Engine
+    of it may wait for the same GPU); a holder has no waiter file of its own."""
+    return others_waiting_in(waiters_dir(key)) if key else []
+
+
+def others_waiting_in(folder: str, but: str | None = None) -> list[dict[str, Any]]:
+    out = []
+    for name, pid in _queue(folder):
+        if name == but:
+            continue
+        try:
+            with open(os.path.join(folder, name), encoding="utf-8") as fh:
+                info = json.load(fh)
+        except (OSError, ValueError):
+            continue
+        out.append(info if isinstance(info, dict) else {"pid": pid})
+    return out
 
 
 async def tell(callback: Callable[[Any], Awaitable[Any] | Any] | None, what: Any) -> None:

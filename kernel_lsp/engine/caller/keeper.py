@@ -27,7 +27,10 @@ Wire format on the socket (JSON lines, protocol.encode/decode):
   keeper -> ``{"keeper": {...}}`` or ``{"busy": why}``; then ``{"hello": {...}}`` once its
   Worker is ready (or ``{"failed": {...}}``); then per request ``{"id", "result", "fatal"}``,
   ``{"id", "error", "fatal"}`` or ``{"id", "died": {"returncode", "stderr_tail"}}``, each after
-  the request's partial results (``protocol.partial``), relayed as they come.
+  the request's partial results (``protocol.partial``), relayed as they come. At a turn point
+  (``protocol.YIELD_TURNS``) the client answers with the continue line (``protocol.resume``),
+  after a ``protocol.release`` line when it hands the GPU over, on the socket; the keeper passes
+  them to its Worker: the only things a client sends in the middle of a request.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ from kernel_lsp.engine.caller.process import (
     STDERR_TAIL_BYTES,
     EngineTimeout,
     PartialCallback,
+    TurnCallback,
     WorkerDied,
     WorkerProcess,
     WorkerRaised,
@@ -322,9 +326,12 @@ class KeptWorker:
         return self.ready
 
     async def call(self, op: str, params: dict[str, Any] | None = None,
-                   on_partial: "PartialCallback | None" = None) -> tuple[Any, bool]:
+                   on_partial: "PartialCallback | None" = None,
+                   on_turn: "TurnCallback | None" = None) -> tuple[Any, bool]:
         """(result, fatal). Raises WorkerRaised, WorkerDied (as WorkerProcess.call); the
-        request's partial results, relayed by the keeper, go to `on_partial` as they come."""
+        request's partial results, relayed by the keeper, go to `on_partial` as they come; at a
+        turn point `on_turn` is awaited, then the continue line goes to the keeper, which
+        passes it to its Worker."""
         if not self.alive or self._writer is None:
             raise WorkerDied(self._returncode, self._tail)
         self._next_id += 1
@@ -337,7 +344,9 @@ class KeptWorker:
             raise WorkerDied(self._returncode, self._tail + "\n(the kept Worker's keeper went away)") from None
         message = await self._line()
         while protocol.is_partial(message):
-            if message.get("request") == req_id:
+            if message.get("request") == req_id and message.get("kind") == protocol.PARTIAL_TURN_POINT:
+                await self._turn_point(message["partial"], on_turn)
+            elif message.get("request") == req_id:
                 await deliver_partial(on_partial, message)
             message = await self._line()
         if "died" in message:
@@ -353,6 +362,22 @@ class KeptWorker:
         if op == "warm":
             self.warm = message.get("result")
         return message.get("result"), fatal
+
+    async def _turn_point(self, data: dict[str, Any], on_turn: "TurnCallback | None") -> None:
+        turn = data.get("turn")
+        if on_turn is not None:
+            await on_turn(data, lambda: self._send(protocol.release(turn)))
+        await self._send(protocol.resume(turn))
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        """A line to the keeper in the middle of a request (turn points only)."""
+        assert self._writer is not None
+        try:
+            self._writer.write(protocol.encode(message))
+            await self._writer.drain()
+        except (BrokenPipeError, ConnectionResetError):
+            self._dead = True
+            raise WorkerDied(self._returncode, self._tail + "\n(the kept Worker's keeper went away)") from None
 
     def kill(self) -> None:
         """End the keeper and its Worker now, for real (synchronous: safe inside cancellation)."""
@@ -611,12 +636,43 @@ class Keeper:
         """(answer, end the keeper after it); answer None when the client left meanwhile. The
         request's partial results go to the client as they come (the client's own id)."""
         req_id, op = message.get("id"), str(message.get("op"))
+        resumes: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
 
         def relay_partial(kind: str, data: dict[str, Any]) -> None:
             writer.write(protocol.encode(protocol.partial(req_id, kind, data)))  # drained with the answer
 
-        call = asyncio.create_task(self.worker.call(op, message.get("params"), on_partial=relay_partial))
-        gone = asyncio.create_task(reader.read(1))  # the client sends nothing before the answer
+        releases: list[Any] = []
+
+        async def relay_turn(data: dict[str, Any], release: Any) -> None:
+            """A turn point: the client decides (it may ask for the Worker's memory, then hand
+            the GPU over); its continue line goes on to the Worker (WorkerProcess.turn_point
+            writes it)."""
+            releases[:] = [release]
+            writer.write(protocol.encode(protocol.partial(req_id, protocol.PARTIAL_TURN_POINT, data)))
+            await writer.drain()
+            await resumes.get()
+            releases.clear()
+
+        async def client_lines() -> None:
+            """Until the client leaves (EOF): it sends nothing before the answer but the lines of
+            turn points (release, continue)."""
+            while True:
+                line = await reader.readline()
+                if not line:
+                    return
+                try:
+                    got = protocol.decode(line)
+                except ValueError:
+                    continue
+                if protocol.is_resume(got):
+                    resumes.put_nowait(got)
+                elif protocol.is_release(got) and releases:
+                    with contextlib.suppress(WorkerDied):  # the call itself reports a dead Worker
+                        await releases[0]()
+
+        call = asyncio.create_task(self.worker.call(op, message.get("params"), on_partial=relay_partial,
+                                                    on_turn=relay_turn))
+        gone = asyncio.create_task(client_lines())
         await asyncio.wait({call, gone}, return_when=asyncio.FIRST_COMPLETED)
         if not call.done():
             call.cancel()

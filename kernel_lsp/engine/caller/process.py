@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from kernel_lsp.engine import protocol
 from kernel_lsp.engine.caller import sandbox as sandboxing
@@ -299,9 +299,12 @@ class WorkerProcess:
         return WorkerDied(self.exit_status(), self.stderr_tail())
 
     async def call(self, op: str, params: dict[str, Any] | None = None,
-                   on_partial: "PartialCallback | None" = None) -> tuple[Any, bool]:
+                   on_partial: "PartialCallback | None" = None,
+                   on_turn: "TurnCallback | None" = None) -> tuple[Any, bool]:
         """(result, fatal). Raises WorkerRaised, WorkerDied. `on_partial(kind, data)`: the
-        request's partial results (protocol.partial), as they come, before the answer."""
+        request's partial results (protocol.partial), as they come, before the answer.
+        `on_turn(data)`: awaited at each turn point (protocol.YIELD_TURNS) before the Worker is
+        told to go on; what it raises ends the call (the caller then ends the Worker)."""
         if not self.alive or self.proc is None or self.proc.stdin is None:
             raise WorkerDied(self.exit_status(), self.stderr_tail())
         self._next_id += 1
@@ -316,6 +319,9 @@ class WorkerProcess:
             if message.get("id") == req_id:
                 break
             if protocol.is_partial(message) and message.get("request") == req_id:
+                if message.get("kind") == protocol.PARTIAL_TURN_POINT:
+                    await self.turn_point(message["partial"], on_turn)
+                    continue
                 await deliver_partial(on_partial, message)
                 continue
             # An answer to an older, abandoned request cannot happen (we kill on abandon); skip it.
@@ -323,6 +329,24 @@ class WorkerProcess:
         if "error" in message:
             raise WorkerRaised(message["error"], fatal)
         return message.get("result"), fatal
+
+    async def turn_point(self, data: dict[str, Any], on_turn: "TurnCallback | None") -> None:
+        """The Worker waits at a turn point: `on_turn(data, release)` first (the GPU handed
+        over and back; `release()` asks the Worker to free its cached GPU memory before), then
+        its continue line. A turn point nobody asked for is answered at once."""
+        turn = data.get("turn")
+        if on_turn is not None:
+            await on_turn(data, lambda: self.send_line(protocol.release(turn)))
+        await self.send_line(protocol.resume(turn))
+
+    async def send_line(self, message: dict[str, Any]) -> None:
+        """A line on the Worker's input in the middle of a request (turn points only)."""
+        assert self.proc is not None and self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(protocol.encode(message))
+            await self.proc.stdin.drain()
+        except (BrokenPipeError, ConnectionResetError):
+            raise await self._death() from None
 
     def kill(self) -> None:
         """SIGKILL the whole process group now (synchronous: safe inside cancellation)."""
@@ -363,6 +387,10 @@ class WorkerProcess:
 # on_partial(kind, data): called (and awaited when it returns an awaitable) with each partial
 # result of a request (protocol.partial); what it raises is logged, never the request's fault.
 PartialCallback = Callable[[str, dict[str, Any]], Any]
+# on_turn(data, release): awaited at a turn point (protocol.PARTIAL_TURN_POINT's data: stage,
+# turn) before the Worker is told to go on: where the caller hands the GPU over and takes it
+# back. `release()` (awaitable): the Worker frees its cached GPU memory (before a hand-over).
+TurnCallback = Callable[[dict[str, Any], Callable[[], Awaitable[None]]], Awaitable[Any]]
 
 
 async def deliver_partial(on_partial: "PartialCallback | None", message: dict[str, Any]) -> None:

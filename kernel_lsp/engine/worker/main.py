@@ -239,10 +239,10 @@ class Worker:
 
 def _partial_sender(proto_out: BinaryIO, message: dict[str, Any]) -> Any:
     """Writes the request's partial results on the protocol, when its options ask for them
-    (protocol.EARLY_RESULT); None otherwise: a caller that did not ask never reads one."""
-    params = message.get("params") if isinstance(message.get("params"), dict) else {}
-    options = params.get("options") if isinstance(params.get("options"), dict) else {}
-    if options.get(protocol.EARLY_RESULT) is not True:
+    (protocol.EARLY_RESULT, protocol.YIELD_TURNS); None otherwise: a caller that did not ask
+    never reads one."""
+    options = _options(message)
+    if options.get(protocol.EARLY_RESULT) is not True and options.get(protocol.YIELD_TURNS) is not True:
         return None
     req_id = message.get("id")
 
@@ -250,6 +250,17 @@ def _partial_sender(proto_out: BinaryIO, message: dict[str, Any]) -> Any:
         proto_out.write(protocol.encode(protocol.partial(req_id, kind, data)))
         proto_out.flush()
     return send
+
+
+def _options(message: dict[str, Any]) -> dict[str, Any]:
+    params = message.get("params") if isinstance(message.get("params"), dict) else {}
+    return params.get("options") if isinstance(params.get("options"), dict) else {}
+
+
+def _turn_reader(proto_in: BinaryIO, message: dict[str, Any]) -> Any:
+    """The reader of the caller's continue lines at turn points (notify.turn_point), when the
+    request asked for them (protocol.YIELD_TURNS); None otherwise."""
+    return proto_in.readline if _options(message).get(protocol.YIELD_TURNS) is True else None
 
 
 def _cuda_unhealthy(text: str) -> str | None:
@@ -373,7 +384,9 @@ def main() -> int:
         except ValueError as exc:
             response: dict[str, Any] = {"id": None, "error": protocol.error_payload(exc)}
         else:
-            notify.install(_partial_sender(proto_out, message))
+            if protocol.is_resume(message) or protocol.is_release(message):
+                continue  # a line for a turn point nobody waits at (a made-up one): no answer
+            notify.install(_partial_sender(proto_out, message), _turn_reader(proto_in, message))
             try:
                 response = worker.handle(message)
             finally:

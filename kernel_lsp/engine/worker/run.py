@@ -282,7 +282,7 @@ def _shared_oom(ev: Evaluation, options: dict[str, Any], again: Any, t0: int) ->
     free = gpu_share.free_bytes(dev)
     if not gpu_share.blames_others(ev.message, others, free):
         return ev  # alone, or the request exceeds what the others hold: the candidate's own
-    elapsed = (bench._perf_counter_ns() - t0) / 1e9
+    elapsed = (bench._perf_counter_ns() - t0) / 1e9 - notify.paused_s()  # the caller's deadline skips turn waits
     wait_s = gpu_share.SHARED_OOM_WAIT_S
     deadline = options.get("deadline_s") if isinstance(options, dict) else None
     if isinstance(deadline, (int, float)) and deadline > 0:
@@ -342,6 +342,9 @@ def _attempt(task: Task, candidate: Candidate | None, checks: list[str] | tuple[
         build_failure.settle(ev, builds, candidate.source, _candidate_file(task, candidate), notes,
                              same_file=candidate.source == task.reference_source)
         _explain_launch(ev, candidate, dev)
+    if notify.turns_taken():  # where this evaluation stopped for the GPU's turn, and for how long
+        extra["turns"] = notify.turns_taken()
+        extra.setdefault("phases", {})["handed_over_s"] = notify.paused_s()
     _finish(ev, extra, notes, candidate, accept_less_accurate=opts.accept_less_accurate)
     return ev
 
@@ -476,9 +479,11 @@ def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options
         return
 
     t_phase = bench._perf_counter_ns()
+    paused = notify.paused_s()
     with _thread_origins():
         vr = verify(h, options)
     _phase(extra, "verify_s", t_phase)
+    extra["phases"]["verify_s"] -= notify.paused_s() - paused  # turn points inside verify: not its time
     # Python threads the candidate left running (the baselines' own compile threads come later;
     # threads torch starts for itself, like torch.compile's compile pool, are not the candidate's,
     # nor the engine's own extension-build pool once idle).
@@ -508,10 +513,31 @@ def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options
     integrity.restore()
     if ev.verdict != "correct":
         return
+    if checks & {"bench", "profile"}:
+        _turn_point("verify", ev, extra, notes, integrity)  # the GPU may go to a waiting process
+        if ev.verdict != "correct":
+            return
     if "bench" in checks:
         _bench(h, options, ev, extra, notes, candidate_too=True, integrity=integrity, verified=vr)
     if "profile" in checks:
         ev.profile = _profile(h, task, candidate, options, dev)
+
+
+def _turn_point(stage: str, ev: Evaluation, extra: dict[str, Any], notes: list[str],
+                integrity: Integrity | None) -> float:
+    """A safe point between stages, where the caller may hand the GPU's machine-wide turn to a
+    waiting process (notify.turn_point; only when the request asked for it). Never inside a
+    timing run or a tamper-check window: the candidate ran nothing since the last check, and a
+    thread of its own that changed something while this Worker waited is caught by the check
+    made right after. The seconds waited (0 when the request did not ask); `_attempt` puts the
+    turn points' record (notify.turns_taken) in the evidence."""
+    waited = notify.turn_point(stage)
+    if waited is None:
+        return 0.0
+    if integrity is not None:
+        _check_integrity(integrity, ev, extra, notes)
+        integrity.restore()
+    return waited
 
 
 def _phase(extra: dict[str, Any], name: str, t0_ns: int) -> None:
@@ -634,6 +660,7 @@ def _bench_on(h: Harness, options: EngineOptions, ev: Evaluation, extra: dict[st
     sharing = gpu_share.Watch(dev)   # other processes on this GPU while we time
     phases = extra.setdefault("phases", {})
     t_phase = bench._perf_counter_ns()
+    paused = 0.0  # seconds waited at a turn point inside torch_compile_s's span
     # Baselines are the reference's: kept ones are used as they are (no torch.compile at all);
     # measured ones are timed interleaved with the candidate, so drift shows in both.
     plan = kept_baselines.plan(h.task.reference_source, h.init_inputs, sets, dev, options)
@@ -646,6 +673,9 @@ def _bench_on(h: Harness, options: EngineOptions, ev: Evaluation, extra: dict[st
         _early_result(h, sets, options, ev, extra, notes, integrity)
         if ev.verdict != "correct":
             return
+        paused += _turn_point("early_timing", ev, extra, notes, integrity)
+        if ev.verdict != "correct":
+            return
     # torch.compile compiles here, after verify, not in a thread while verify runs: dynamo's
     # tracing would run beside candidate code in this one process (its frame hook and lazy
     # imports land inside the tamper check's window, and a candidate's fault would be blamed on
@@ -653,10 +683,14 @@ def _bench_on(h: Harness, options: EngineOptions, ev: Evaluation, extra: dict[st
     # memory plan. The server compiles a new reference ahead in the Worker's idle time instead
     # (prepare_reference); a kept baseline skips it altogether.
     compiled_fn = _compile_reference(h, sets, options, notes, ev) if measure else None
-    phases["torch_compile_s"] = (bench._perf_counter_ns() - t_phase) / 1e9
+    phases["torch_compile_s"] = (bench._perf_counter_ns() - t_phase) / 1e9 - paused  # not the GPU handed over
     extra["torch_compile_ran"] = measure  # False: kept baselines, torch.compile never called (a fact, not a time)
     if integrity is not None:  # torch.compile's lazy imports are ours; the candidate ran nothing since verify
         integrity.rebase()
+    if measure:  # torch.compile took its seconds (10-40 s for a new reference): a turn point
+        _turn_point("torch_compile", ev, extra, notes, integrity)
+        if integrity is not None and ev.verdict != "correct":
+            return
     lead_us = _lead_us(h, sets, dev, plan, compiled_fn)
     fns: list[Any] = ([h.candidate_fn] if candidate_too else []) + ([h.model] if measure else []) \
         + ([compiled_fn] if compiled_fn is not None else [])
