@@ -383,8 +383,9 @@ def test_nobody_waiting_the_turn_point_goes_on_at_once(tmp_path, lock_dir):
 @pytest.mark.slow
 def test_the_real_worker_stops_between_its_stages_only_when_asked(tmp_path):
     """The real run module (verify, the early timing, torch.compile, the final timing on the
-    CPU): asked, it stops after verify, after the early timing and after torch.compile's
-    compilation, in that order, the early result between the first two; not asked, never."""
+    CPU): asked, it stops between verify's input sets, after verify, after the early timing and
+    after torch.compile's compilation, in that order, the early result after verify; not asked,
+    never."""
     pytest.importorskip("torch")
     from kernel_lsp.engine import find_task
 
@@ -420,9 +421,12 @@ def test_the_real_worker_stops_between_its_stages_only_when_asked(tmp_path):
             await w.close()
 
     seen, asked, quiet, plain = asyncio.run(go())
-    assert seen == ["turn verify", protocol.PARTIAL_EVALUATION, "turn early_timing", "turn torch_compile"]
+    # Between verify's input sets (3 fresh sets: two points), then between the stages.
+    stages = ["verify_set", "verify_set", "verify", "early_timing", "torch_compile"]
+    assert seen == [f"turn {s}" for s in stages[:3]] + [protocol.PARTIAL_EVALUATION, "turn early_timing",
+                                                         "turn torch_compile"]
     assert asked["verdict"] == "correct" and asked["compiled"] is not None
-    assert [t["stage"] for t in asked["evidence"]["turns"]] == ["verify", "early_timing", "torch_compile"]
+    assert [t["stage"] for t in asked["evidence"]["turns"]] == stages
     assert "handed_over_s" in asked["evidence"]["phases"]
     assert quiet == [] and plain["verdict"] == "correct" and "turns" not in plain["evidence"]
 
@@ -457,8 +461,8 @@ def get_init_inputs():
 @pytest.mark.gpu
 def test_on_a_gpu_a_small_evaluation_gets_its_turn_inside_a_large_ones(tmp_path, lock_dir):
     """Two Engines (two Workers) on one GPU: a large softmax starts first; a small one started
-    once the large one holds the GPU gets it at the large one's first turn point (after its
-    verify), not after its whole evaluation; both stay correct, and the turns alternate."""
+    once the large one holds the GPU gets it at the large one's first turn point (between two of
+    its verify's input sets, or after its verify), not after its whole evaluation; both stay correct, and the turns alternate."""
     import torch
 
     if not torch.cuda.is_available():
@@ -504,7 +508,8 @@ def test_on_a_gpu_a_small_evaluation_gets_its_turn_inside_a_large_ones(tmp_path,
           f"turns {small_ev.evidence.get('turns')}; ended small-big {ended['small'] - ended['big']:+.1f} s")
     assert big_ev.verdict == small_ev.verdict == "correct", (big_ev.message, small_ev.message)
     handed = [p for p in phases if p.startswith("handed the GPU to")]
-    assert handed and handed[0].endswith("between verify and timing; waiting for it back"), phases
-    first = big_ev.evidence["turns"][0]
-    assert first["stage"] == "verify" and first["waited_s"] > 0  # the small one's turn came here
+    assert handed and handed[0].endswith(("between two of verify's input sets; waiting for it back",
+                                          "between verify and timing; waiting for it back")), phases
+    waited = [t for t in big_ev.evidence["turns"] if t["waited_s"] > 0]
+    assert waited and waited[0]["stage"] in ("verify_set", "verify"), big_ev.evidence["turns"]  # the small one's turn
     assert big_ev.evidence["gpu_handed_over_s"] > 0

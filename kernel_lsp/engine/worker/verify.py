@@ -50,7 +50,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kernel_lsp.engine.worker import accuracy, memory_plan, modes
+from kernel_lsp.engine.worker import accuracy, memory_plan, modes, notify
 from kernel_lsp.engine.worker.options import EngineOptions
 from kernel_lsp.engine.worker.harness import Harness, InputSet, clone_inputs, flat_tensors, set_seed, tensor_bytes
 from kernel_lsp.engine.worker.oracle import Oracle
@@ -966,6 +966,8 @@ def _verify(h: Harness, options: EngineOptions, judge: Judge, res: VerifyResult)
     expected_by_set: list[Any] = []
     sets: list[InputSet] = []
     for i in range(n_sets):
+        if i:  # between two sets, outside their windows: the GPU may go to a waiting process
+            notify.turn_point("verify_set")
         s = h.make_inputs(base + 7919 * (i + 1))
         pristine = _host(s.values) if host else clone_inputs(s.values)
         poison_free_memory(dev, out_sizes)
