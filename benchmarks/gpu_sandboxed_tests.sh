@@ -6,7 +6,7 @@
 # typing-inspection: openai 3.x needs httpx2, which the device image lacks, and its tests then skip), and
 # bubblewrap unpacked: mkdir -p .deb && cd .deb && apt-get download bubblewrap && dpkg -x bubblewrap_*.deb root.
 # Then on the GPU machine (carry .whl and .deb):  OUT=/some/dir bash benchmarks/gpu_sandboxed_tests.sh
-# Groups: sandbox engine accuracy edges agent examples split wholemodel nollm early start raygpu cost (about 100-400 s each;
+# Groups: sandbox engine accuracy edges agent examples split wholemodel nollm early turns start raygpu cost (about 100-400 s each;
 # split, with its full torch builds, up to 400 s on a cold machine).
 set -u
 cd "$(dirname "$0")/.."; OUT=${OUT:-$PWD/.gpu-out}; mkdir -p "$OUT"
@@ -34,6 +34,7 @@ run split 420 $P tests/engine/test_inline_split_gpu.py ${SPLIT_K:+-k "$SPLIT_K"}
 run wholemodel 120 $P tests/agent/test_whole_model_gpu.py
 run nollm 560 $P -s tests/nollm/test_gpu.py
 run early 180 $P -s tests/engine/test_early_result.py
+run turns 240 $P -s tests/engine/test_gpu_turns.py
 run start 240 python3 -m pytest -q -ra -p no:cacheprovider -s tests/engine/test_gpu_worker_start.py tests/engine/test_worker_starts.py
 python3 -c "import ray" 2>/dev/null && run raygpu 420 $P -s tests/ray/test_server_ray_gpu.py
 run cost 30 python3 benchmarks/sandbox_cost.py --starts 10 --torch-starts 3 --out-dir "$OUT"
