@@ -1,7 +1,7 @@
 """Verdicts round two on a CUDA GPU (the CPU half: test_verdicts_round2.py): an algebraic shortcut
 written as a CUDA kernel is timed below the reference's FLOP floor yet above the bytes floor, and is
 counted and labelled, never beyond_roofline; the weak reference and the row scale of the suite on
-CUDA; the largest size (a 6 GiB softmax) judged with its data on the host.
+CUDA; the largest size (a 6 GiB softmax) judged with its sets drawn again, not kept.
 
 Run on the device:  python -m pytest tests/engine/test_gpu_verdicts_round2.py -m gpu -q -s
 """
@@ -97,14 +97,17 @@ def test_a_cuda_row_scale_is_an_algebraic_shortcut_not_beyond_the_roofline(tmp_p
     assert far_from_hardware(ev) is None or sol["fraction"] < 0.2
 
 
-def test_the_largest_size_is_judged_with_its_data_on_the_host() -> None:
+def test_the_largest_size_is_judged_with_its_sets_drawn_again_not_kept() -> None:
     torch.cuda.empty_cache()
     ev = on_cuda("softmax_largest")
     notes = " ".join((ev.evidence or {}).get("notes", []))
     print("\n", ev.verdict, ev.message, (ev.evidence or {}).get("memory"), notes[:600])
     assert ev.verdict == "correct", ev.message
     mem = ev.evidence["memory"]
-    assert mem["keep"] == "host" and mem["sets"] == 2, mem
+    # Too large to keep on the GPU: drawn and computed again (the 2026-12-05 H200 run copied them to
+    # host memory: 48 of verify's 53 s).
+    assert mem["keep"] == "recompute" and mem["sets"] == 2, mem
+    assert "each set drawn again from its seed" in notes
     assert "2 fresh input sets checked instead of 3" in notes
     assert ev.accuracy["rule"] == "oracle", ev.accuracy
     # Drawn on the GPU (a host draw of 6 GiB took ~9 s a set); not a weak test under the oracle

@@ -9,7 +9,9 @@ oracle: inputs, parameters, outputs and workspace at 8 bytes an element). Each g
 while it fits beside the working set with a margin, else on the host:
 
 * kept sets and expected outputs: on the GPU when all of them take at most KEEP_SHARE of what
-  is free beyond the working set; else in host memory (copied back one set at a time);
+  is free beyond the working set; else in host memory (copied back one set at a time), which
+  verify turns into "recompute" (kept nowhere: drawn and computed again, worker/recompute.py)
+  when the draw and the reference repeat;
 * the float64 oracle: on the GPU when it fits in what is free beyond the working set and the
   kept sets (ORACLE_HEADROOM for the allocator's rounding); else on the host (CPU, float64);
   when the host cannot hold it either, there is no oracle and the fixed tolerance decides;
@@ -38,7 +40,7 @@ FEWER_SETS = 2
 
 @dataclass
 class Plan:
-    keep: str            # "device" | "host": where input sets and expected outputs are kept
+    keep: str            # "device" | "host" | "recompute" (set by verify): where sets and outputs are kept
     oracle: str          # "device" | "host" | "none": where the float64 reference runs
     sets: int            # fresh input sets to check
     notes: list[str]
@@ -76,7 +78,7 @@ def plan(input_bytes: int, output_bytes: int, param_bytes: int, peak_bytes: int,
     spare = max(0, free_bytes - working)
     keep = "device" if (sets + 1) * per_set <= KEEP_SHARE * spare else "host"
     if keep == "host":
-        notes.append(f"input sets and expected outputs kept in host memory ({(sets + 1) * per_set / GIB:.1f} GiB; "
+        notes.append(f"{HOST_NOTE} ({(sets + 1) * per_set / GIB:.1f} GiB; "
                      f"{free_bytes / GIB:.1f} GiB of GPU memory free)")
     kept_on_gpu = (sets + 1) * per_set if keep == "device" else 0
     if need64 <= spare - kept_on_gpu:
@@ -89,6 +91,16 @@ def plan(input_bytes: int, output_bytes: int, param_bytes: int, peak_bytes: int,
         oracle = "none"
         notes.append(_no_room(need64, host_free_bytes))
     return Plan(keep, oracle, sets, notes, working, need64)
+
+
+HOST_NOTE = "input sets and expected outputs kept in host memory"
+
+
+def recompute_note(sets: int, per_set: int) -> str:
+    """What verify says when it keeps the sets nowhere (worker/recompute.py decides)."""
+    return (f"input sets and expected outputs not kept ({(sets + 1) * per_set / GIB:.1f} GiB would not fit beside "
+            "the check on the GPU): each set drawn again from its seed and the reference run again when needed "
+            "(both checked repeatable on the warm-up set), instead of copies to host memory")
 
 
 def _no_room(need: int, host_free: int | None) -> str:

@@ -50,7 +50,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kernel_lsp.engine.worker import accuracy, memory_plan, modes, notify
+from kernel_lsp.engine.worker import accuracy, memory_plan, modes, notify, recompute
 from kernel_lsp.engine.worker.options import EngineOptions
 from kernel_lsp.engine.worker.harness import Harness, InputSet, clone_inputs, flat_tensors, set_seed, tensor_bytes
 from kernel_lsp.engine.worker.oracle import Oracle
@@ -952,86 +952,123 @@ def _verify(h: Harness, options: EngineOptions, judge: Judge, res: VerifyResult)
     res.output_bytes = written_bytes(prev_expected, flat_tensors(warm.values) + model_tensors) or res.output_bytes
     out_elem = min((t.element_size() for t in flat_tensors(prev_expected) if t.is_floating_point()), default=4)
     plan = _plan_memory(h, options, judge, res, max(0, peak - res.output_bytes), out_elem)
-    host = plan.keep == "host" and dev.type != "cpu"  # on a CPU Task everything is host memory already
+    host = plan.keep == "host"  # never on a CPU Task: memory_plan keeps it all "device" (host memory)
     n_sets = plan.sets
+
+    def draw(seed: int) -> list[Any]:
+        return h.make_inputs(seed).values
+
+    def expected_of(seed: int) -> Any:
+        return call(ref, draw(seed), dev, "reference")
+
+    # Too large to keep on the GPU: drawn and computed again when both repeat (worker/recompute.py),
+    # else copied to host memory.
+    redo = False
+    if host:
+        redo, why = recompute.repeatable(
+            draw, lambda x: call(ref, x, dev, "reference"), base, warm.values, prev_expected,
+            lambda a, b: _first_mutation(a, b) is None, lambda a, b: compare(a, b, atol, rtol, 0) is None,
+            res.input_bytes + res.output_bytes)
+        if redo:
+            host = False
+            plan.keep = res.memory["keep"] = "recompute"  # type: ignore[index]
+            res.notes = [memory_plan.recompute_note(plan.sets, res.input_bytes + res.output_bytes)
+                         if n.startswith(memory_plan.HOST_NOTE) else n for n in res.notes]
+        else:
+            res.notes.append(f"kept in host memory, not drawn again: {why}")
     if h.inputs_note:
         res.notes.append(h.inputs_note)
     if warm.zero_float_inputs:
         res.flags.append("zero_inputs")
         res.notes.append(f"get_inputs() gives all-zero float inputs {warm.zero_float_inputs}: a weak test")
-    if host:
+    if host or redo:
         del warm, prev_expected  # freed blocks are poisoned before each candidate run
         prev_expected = None
 
-    expected_by_set: list[Any] = []
-    sets: list[InputSet] = []
+    expected_by_set: Any = recompute.Recomputed(expected_of) if redo else []
+    sets: list[Any] = []
     for i in range(n_sets):
         if i:  # between two sets, outside their windows: the GPU may go to a waiting process
             notify.turn_point("verify_set")
-        s = h.make_inputs(base + 7919 * (i + 1))
-        pristine = _host(s.values) if host else clone_inputs(s.values)
+        seed = base + 7919 * (i + 1)
+        s = h.make_inputs(seed)
+        pristine = None if redo else _host(s.values) if host else clone_inputs(s.values)
         poison_free_memory(dev, out_sizes)
         out = call(cand, s.values, dev, "candidate", fill=True)
+        if redo:
+            pristine = draw(seed)  # the same bits (checked): what the candidate was given
         mutation = _first_mutation(pristine, s.values)
         if mutation is not None:
             raise _Fail("mutated_input", f"the candidate changed input {mutation['input']} "
                         f"({mutation['changed_elements']} elements) on input set {i}",
                         {"input_set": i, **mutation})
-        if host:
+        if host or redo:
             del s
         expected = call(ref, _fresh(pristine, dev), dev, "reference")
         check_structure(out, expected, i)
         if host:
             expected = _host(expected)
-        ev = judge.check(out, expected, pristine, base + 7919 * (i + 1), i)
+        ev = judge.check(out, expected, pristine, seed, i)
         if ev is not None:
             _classify_mismatch(h, ev, out, pristine, expected, expected_by_set, out_sizes, atol, rtol)
-        expected_by_set.append(expected)
-        sets.append(InputSet(seed=base + 7919 * (i + 1), values=pristine))
-        if not host:
+        if redo:
+            expected_by_set.append(seed)
+            sets.append(recompute.DrawnSet(draw, seed))
+            del expected, pristine
+        else:
+            expected_by_set.append(expected)
+            sets.append(InputSet(seed=seed, values=pristine))
+        if not host and not redo:
             prev_expected = expected  # kept alive while the next set's candidate runs
         del out
     res.input_sets = n_sets
 
     # 3. the exploit's own order: reference first, its output freed, memory poisoned.
-    s = h.make_inputs(base + 104_729)
-    pristine = _host(s.values) if host else clone_inputs(s.values)
-    fresh = call(ref, _fresh(pristine, dev), dev, "reference")
-    expected = _host(fresh) if host else _tensor_copy(fresh)
+    last_seed = base + 104_729
+    s = h.make_inputs(last_seed)
+    pristine = None if redo else _host(s.values) if host else clone_inputs(s.values)
+    fresh = call(ref, draw(last_seed) if redo else _fresh(pristine, dev), dev, "reference")
+    expected = None if redo else _host(fresh) if host else _tensor_copy(fresh)
     del fresh
     poison_free_memory(dev, out_sizes)
     out = call(cand, s.values, dev, "candidate", fill=True)
-    if host:
+    if host or redo:
         del s  # else kept alive: its pointer must not come back as the next set's (a cache keyed on it)
+    if redo:  # after the candidate, as the host copy would be read: the same values
+        pristine = draw(last_seed)
+        expected = call(ref, _fresh(pristine, dev), dev, "reference")
     check_structure(out, expected, n_sets, dev if host else None)
-    ev = judge.check(out, expected, pristine, base + 104_729, n_sets)
+    ev = judge.check(out, expected, pristine, last_seed, n_sets)
     if ev is not None:
         _classify_mismatch(h, ev, out, pristine, expected, expected_by_set, out_sizes, atol, rtol)
     del out, pristine
     # Every expected output so far: a later result equal to any of them is a stale one.
-    seen = expected_by_set + [expected]
+    seen = expected_by_set.plus(last_seed) if redo else expected_by_set + [expected]
     del expected
 
     # 4. stale results: the same tensor objects (same id, same data_ptr) refilled in place.
     holder = _fresh(sets[-1].values, dev)
     first = call(cand, holder, dev, "candidate")
-    ev = judge.check(first, expected_by_set[-1], sets[-1].values, sets[-1].seed, n_sets - 1)
+    expected_last = expected_by_set[-1]  # recomputed once when not kept
+    ev = judge.check(first, expected_last, sets[-1].values, sets[-1].seed, n_sets - 1)
     if ev is not None:
-        _classify_mismatch(h, ev, first, sets[-1].values, expected_by_set[-1], seen, out_sizes,
+        _classify_mismatch(h, ev, first, sets[-1].values, expected_last, seen, out_sizes,
                            atol, rtol)
+    del expected_last
     first_copy = _host(first) if host else _tensor_copy(first)
     for dst, src in zip(holder, sets[0].values):
         if isinstance(dst, torch.Tensor):
             dst.copy_(src)
     second = call(cand, holder, dev, "candidate", fill=True)
-    check_structure(second, expected_by_set[0], 0, dev if host else None)
-    ev = judge.check(second, expected_by_set[0], sets[0].values, sets[0].seed, 0)
+    expected_0 = expected_by_set[0]
+    check_structure(second, expected_0, 0, dev if host else None)
+    ev = judge.check(second, expected_0, sets[0].values, sets[0].seed, 0)
     if ev is not None:
         if compare(second, first_copy, atol, rtol, n_sets - 1) is None:
             raise _Fail("stale_result", "called again on the same tensors refilled with new values, "
                         "the candidate returned the previous call's result (a cache keyed on pointer/id)",
                         {**ev, "note": "equals the previous call's output"})
-        _classify_mismatch(h, ev, second, sets[0].values, expected_by_set[0], seen, out_sizes,
+        _classify_mismatch(h, ev, second, sets[0].values, expected_0, seen, out_sizes,
                            atol, rtol)
     if flat_tensors(first) and flat_tensors(second) and any(
             a.data_ptr() == b.data_ptr() for a, b in zip(flat_tensors(first), flat_tensors(second))):
@@ -1045,18 +1082,19 @@ def _verify(h: Harness, options: EngineOptions, judge: Judge, res: VerifyResult)
     # Weak tests: the reference's outputs barely depend on the inputs, under the rule that
     # decides the verdict (one set's output would pass for another's).
     if len(expected_by_set) >= 2 and all(
-            same_output(expected_by_set[k], expected_by_set[0], dev, judge.uses_oracle, atol, rtol)
+            same_output(expected_by_set[k], expected_0, dev, judge.uses_oracle, atol, rtol)
             for k in range(1, len(expected_by_set))):
         res.flags.append("near_constant_output")
         res.notes.append("the reference gives the same output on every input set: the test is weak")
-    zero_outs = [i for i, t in enumerate(flat_tensors(expected_by_set[0]))
+    zero_outs = [i for i, t in enumerate(flat_tensors(expected_0))
                  if t.is_floating_point() and t.numel() and not bool(t.any())]
     if zero_outs:
         res.flags.append("zero_output")
         res.notes.append(f"the reference output {zero_outs} is all zeros: the test is weak")
 
     # Training mode, when the reference behaves differently in it.
-    _verify_training(h, judge, res, sets, expected_by_set[0])
+    _verify_training(h, judge, res, sets, expected_0)
+    del expected_0
 
     # 5. fallback: which of the reference's compute ops does the candidate run? (and, for PyTorch
     # code, its own FLOPs: fewer than the reference's is an algebraic shortcut)
