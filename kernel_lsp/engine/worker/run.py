@@ -655,7 +655,9 @@ def _bench_on(h: Harness, options: EngineOptions, ev: Evaluation, extra: dict[st
               candidate_too: bool, integrity: Integrity | None = None,
               verified: VerifyResult | None = None) -> None:
     dev = h.device
+    t_phase = bench._perf_counter_ns()
     sets = _timing_sets(h, options)
+    _phase(extra, "timing_inputs_s", t_phase)  # seconds on the host for the largest Tasks' draws
     assert h.model is not None
     sharing = gpu_share.Watch(dev)   # other processes on this GPU while we time
     phases = extra.setdefault("phases", {})
@@ -736,7 +738,9 @@ def _bench_on(h: Harness, options: EngineOptions, ev: Evaluation, extra: dict[st
             extra["timing_methods"] = {"events_ms": res.event_timing.median_ms,
                                        "all_streams_ms": res.streams_timing.median_ms}
             extra["side_streams"] = res.side_streams
+        t_probe = bench._perf_counter_ns()
         _cache_probe(h, res.timing, options, ev, notes)
+        _phase(extra, "cache_probe_s", t_probe)
         if integrity is not None:  # the candidate's part ends here
             _check_integrity(integrity, ev, extra, notes)
             integrity.restore()
@@ -788,7 +792,7 @@ def _bench_on(h: Harness, options: EngineOptions, ev: Evaluation, extra: dict[st
         else:
             read, written = verified.read_bytes or verified.input_bytes, verified.output_bytes
             flops, own, sets_checked = verified.flops, verified.candidate_flops, verified.sets_checked
-        light.assess(h, ev, extra, notes, _first_dtype(h), candidate_too, read, written, flops, own,
+        light.assess(h, ev, extra, notes, _first_dtype(h, sets), candidate_too, read, written, flops, own,
                      sets_checked)
 
 
@@ -831,11 +835,12 @@ def _early_result(h: Harness, sets: list[list[Any]], options: EngineOptions, ev:
                              "lead_us": lead_us}
 
 
-def _first_dtype(h: Harness) -> str:
+def _first_dtype(h: Harness, sets: list[list[Any]]) -> str:
+    """The Task's dtype: its first parameter's, else its first floating input's (of a timing set
+    already drawn: drawing one more costs seconds on the largest Tasks)."""
     for p in list(h.model.parameters())[:1] if h.model is not None else []:
         return str(p.dtype)
-    s = h.make_inputs(h.seed)
-    for v in s.values:
+    for v in sets[0] if sets else []:
         if isinstance(v, torch.Tensor) and v.is_floating_point():
             return str(v.dtype)
     return "torch.float32"
