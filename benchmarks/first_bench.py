@@ -34,7 +34,8 @@ and the exit status. Then the issue's targets, pass/fail:
 A number that could not be read is "n/a", and its target "unknown", never a pass. ``--smoke``: a
 tiny CPU Task, no GPU (CUDA hidden), two processes: checks that this script runs (the CPU suite
 does, tests/benchmarks/test_first_bench.py). Results: ``first_bench.md`` and ``first_bench.json``
-under ``--out-dir`` (``first_bench_smoke.*`` for ``--smoke``), with the command line.
+under ``--out-dir`` (``first_bench_smoke.*`` for ``--smoke``), with the command line; while it runs,
+``first_bench_partial.json`` holds the rows measured so far (a run cut short keeps them).
 """
 
 from __future__ import annotations
@@ -254,7 +255,10 @@ def scenario_env(base: dict[str, str], folder: Path, mode: str) -> dict[str, str
 
 
 def run_scenario(mode: str, tasks: list[tuple[str, list[tuple[Path, str]]]], args: argparse.Namespace,
-                 base_env: dict[str, str], work: Path, log: Any) -> dict[str, Any]:
+                 base_env: dict[str, str], work: Path, log: Any,
+                 checkpoint: Any = lambda part: None) -> dict[str, Any]:
+    """`checkpoint(out)` after each part: a run cut short (a device call's time limit) keeps
+    what it measured."""
     out: dict[str, Any] = {"mode": mode}
     for how, parallel in (("alone", 1), ("parallel", args.parallel)):
         folder = work / f"{mode}_{how}"
@@ -273,6 +277,7 @@ def run_scenario(mode: str, tasks: list[tuple[str, list[tuple[Path, str]]]], arg
             row["label"] = label
             log(f"  {label}: {row.get('wall_s')} s, {row.get('verdict')}, rc {row.get('rc')}")
         out[how] = {"rows": rows, "makespan_s": makespan, "parallel": parallel}
+        checkpoint(out)
     return out
 
 
@@ -390,9 +395,17 @@ def main(argv: list[str] | None = None) -> int:
     doc: dict[str, Any] = {"when": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                            "command": " ".join(["python", "benchmarks/first_bench.py", *(argv if argv is not None else sys.argv[1:])]),
                            "device": device, "input_bytes": sizes, "scenarios": []}
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = "first_bench_smoke" if args.smoke else "first_bench"
+    partial = out / f"{stem}_partial.json"
+
+    def checkpoint(part: dict[str, Any]) -> None:  # the rows so far, replaced by the results at the end
+        partial.write_text(json.dumps({**doc, "scenarios": doc["scenarios"] + [part]}, indent=2, default=str) + "\n")
+
     try:
         for mode in modes:
-            scn = run_scenario(mode, tasks, args, base_env, work, log)
+            scn = run_scenario(mode, tasks, args, base_env, work, log, checkpoint)
             scn["targets"] = targets(scn, sizes)
             doc["scenarios"].append(scn)
     finally:
@@ -400,9 +413,6 @@ def main(argv: list[str] | None = None) -> int:
     if doc["device"] is None:  # what the benches ran on, as the Worker named it
         named = [r.get("device") for s in doc["scenarios"] for how in ("alone", "parallel") for r in s[how]["rows"]]
         doc["device"] = next((d for d in named if d), None) or _gpu_name()
-    out = Path(args.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = "first_bench_smoke" if args.smoke else "first_bench"
     doc["tasks"] = [label for label, _ in tasks]
     try:  # a run of the other mode on the same Tasks: keep its scenarios beside these
         old = json.loads((out / f"{stem}.json").read_text())
@@ -415,6 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     (out / f"{stem}.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
     text = markdown(doc)
     (out / f"{stem}.md").write_text(text)
+    partial.unlink(missing_ok=True)
     print(text)
     # A bench that said no verdict (could not start, crashed, timed out) makes the run fail.
     bad = [r for s in doc["scenarios"] if s["mode"] in modes for how in ("alone", "parallel") for r in s[how]["rows"]
