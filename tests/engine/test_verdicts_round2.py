@@ -119,6 +119,66 @@ def test_memory_plan_for_the_6_gib_softmax_on_an_empty_h200() -> None:
     assert p.working_bytes < 50 * GIB
 
 
+def test_the_oracle_is_sized_against_what_is_alive_when_it_runs() -> None:
+    # The 6 GiB softmax on an 80 GB H100 (78.9 GiB free; the reference's workspace 6 GiB): its
+    # float64 run (45 GiB) does not fit beside the whole working set (42 GiB), but runs while only
+    # the inputs, their copy and the two outputs are alive (24 GiB): on the GPU, not the CPU.
+    six = 6 * GIB
+    p = memory_plan.plan(six, six, 0, six, free_bytes=int(78.9 * GIB), host_free_bytes=120 * GIB)
+    assert p.oracle_bytes == 45 * GIB and p.working_bytes == 42 * GIB
+    assert (p.keep, p.oracle) == ("host", "device"), p.notes
+    # Less room than that: the host CPU, and the note says how much the GPU had beside the check.
+    p = memory_plan.plan(six, six, 0, six, free_bytes=60 * GIB, host_free_bytes=120 * GIB)
+    assert p.oracle == "host" and "36.0 GiB free beside the check itself" in p.notes[-1], p.notes
+
+
+def test_an_oracle_out_of_gpu_memory_runs_on_the_host_cpu_instead(monkeypatch) -> None:
+    # The plan leaves room, the allocator finds less (its rounding, another process): the float64
+    # run moves to the host CPU and the verdict is the oracle's, with a note; never "no float64".
+    # No GPU here: the oracle is sent to the meta device, where this reference runs out of memory.
+    from kernel_lsp.engine.worker import oracle
+
+    real_run = oracle.Oracle._run
+
+    def first_on_meta(self, *args, **kw):
+        if not getattr(self, "sent_to_meta", False):
+            self.sent_to_meta, self.device = True, torch.device("meta")
+        return real_run(self, *args, **kw)
+
+    monkeypatch.setattr(oracle.Oracle, "_run", first_on_meta)
+    ev = _inline(OOM_OFF_CPU)
+    assert ev.verdict == "correct", ev.message
+    assert ev.accuracy["rule"] == "oracle" and ev.accuracy["oracle"]["device"] == "cpu", ev.accuracy
+    assert "did not fit on meta beside the check: it ran on the host CPU" in " ".join(ev.evidence.get("notes", [])), (ev.evidence, ev.message)
+
+
+OOM_OFF_CPU = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        if x.device.type != "cpu":  # as a float64 run too large for the GPU would
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 45.00 GiB")
+        return torch.softmax(x, dim=1)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        e = torch.exp(x - x.amax(dim=1, keepdim=True))
+        return e / e.sum(dim=1, keepdim=True)
+
+
+def get_inputs():
+    return [torch.rand(8, 64)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
 def test_memory_plan_scales_the_oracle_by_the_dtype() -> None:
     fp16 = memory_plan.oracle_bytes(GIB, GIB, 0, 0, element_bytes=2)
     fp32 = memory_plan.oracle_bytes(GIB, GIB, 0, 0, element_bytes=4)

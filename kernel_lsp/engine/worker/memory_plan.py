@@ -81,12 +81,20 @@ def plan(input_bytes: int, output_bytes: int, param_bytes: int, peak_bytes: int,
         notes.append(f"{HOST_NOTE} ({(sets + 1) * per_set / GIB:.1f} GiB; "
                      f"{free_bytes / GIB:.1f} GiB of GPU memory free)")
     kept_on_gpu = (sets + 1) * per_set if keep == "device" else 0
-    if need64 <= spare - kept_on_gpu:
+    # The oracle runs inside a set's check, when its inputs (the candidate's and a pristine copy),
+    # the candidate's output and the expected one are alive (and, with the sets kept on the GPU,
+    # the previous set's expected output), not the references' workspaces: on an 80 GB H100 the
+    # 6 GiB softmax's float64 run (45 GiB) fits beside those 24 GiB, not beside the whole working
+    # set (45 GiB). Where the allocator still finds too little, the oracle moves to the host CPU
+    # (worker/oracle.py).
+    alive = 2 * input_bytes + (3 if keep == "device" else 2) * output_bytes
+    room = max(0, free_bytes - alive - kept_on_gpu)
+    if need64 <= room:
         oracle = "device"
     elif host_free_bytes is None or need64 <= host_free_bytes:
         oracle = "host"
         notes.append(f"the float64 reference runs on the host CPU (about {need64 / GIB:.1f} GiB; the GPU has "
-                     f"{spare / GIB:.1f} GiB free beyond the check itself)")
+                     f"{room / GIB:.1f} GiB free beside the check itself)")
     else:
         oracle = "none"
         notes.append(_no_room(need64, host_free_bytes))

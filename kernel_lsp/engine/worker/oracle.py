@@ -102,6 +102,7 @@ class Oracle:
         # room for it beside the check (worker/memory_plan.py decides; verify sets it).
         self.device: torch.device = h.device
         self.reruns = 0          # float64 runs made again under another seed (is the reference random?)
+        self.moved: str | None = None  # why it left the GPU for the host CPU mid-verify
 
     def _model(self) -> torch.nn.Module:
         if self.model64 is None:
@@ -148,6 +149,7 @@ class Oracle:
     def _run(self, inputs: list[Any], mode: str, seed: int | None = None) -> Any | None:
         before = torch.get_default_dtype()
         watch = _LowPrecisionOps(self.skip_ops)
+        out_of_memory = False
         try:
             model = self._model()
             model.load_state_dict(self.init_state)  # each call starts where the reference did
@@ -161,6 +163,13 @@ class Oracle:
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             self.runs += 1
+        except torch.OutOfMemoryError as exc:
+            # The plan counts what is alive when the oracle runs; the allocator's rounding or
+            # another process can still leave less: the host CPU then, never a verdict lost.
+            if self.device.type == "cpu":
+                self.refuse(f"the float64 run ran out of host memory ({str(exc).splitlines()[0][:120]})")
+                return None
+            out_of_memory = True
         except Exception as exc:  # an op without a float64 kernel, a dtype the forward insists on
             first = (str(exc).strip().splitlines() or [""])[0][:200]
             where = " on the host CPU" if self.device.type != self.h.device.type else ""
@@ -168,6 +177,14 @@ class Oracle:
             return None
         finally:
             torch.set_default_dtype(before)
+        if out_of_memory:
+            args = out = None  # noqa: F841 (their GPU memory goes before the host run)
+            self.model64 = None
+            self.moved = f"the float64 run did not fit on {self.device} beside the check: it ran on the host CPU"
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            self.device = torch.device("cpu")
+            return self._run(inputs, mode, seed)
         if watch.low:
             self.refuse("the float64 run still computed in lower precision ("
                         + ", ".join(sorted(watch.low)[:4]) + "): the forward casts down itself")
@@ -197,6 +214,8 @@ class Oracle:
                "cached": self.hits, "seconds": round(self.seconds, 4), "device": str(self.device)}
         if self.reruns:
             out["reruns"] = self.reruns
+        if self.moved:
+            out["moved"] = self.moved
         if self.not_kept:
             out["not_kept"] = self.not_kept
             out["not_kept_why"] = (f"float64 outputs above {CACHE_BYTES // 4 >> 20} MiB each are not kept: "

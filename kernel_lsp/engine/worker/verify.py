@@ -858,6 +858,8 @@ def verify(h: Harness, options: EngineOptions | dict[str, Any]) -> VerifyResult:
                 res.accuracy = {"rule": "unknown", "error": f"{type(exc).__name__}: {exc}"}
             if judge.why_fixed and not judge.off_by_option:
                 res.notes.append(judge.why_fixed)
+            if judge.oracle is not None and judge.oracle.moved:
+                res.notes.append(judge.oracle.moved)
         if _precision_state() != STRICT_PRECISION:
             res.flags.append("precision_lowering")
             res.notes.append("the candidate switched on TF32 / reduced-precision math "
