@@ -119,3 +119,4 @@ def test_recomputed_outputs_run_the_reference_at_each_access() -> None:
     r.append(2)
     assert len(r) == 2 and r[0] == 10 and list(r) == [10, 20] and list(r.plus(3)) == [10, 20, 30]
     assert calls == [1, 1, 2, 1, 2, 3] and len(r) == 2
+

@@ -966,7 +966,10 @@ def _verify(h: Harness, options: EngineOptions, judge: Judge, res: VerifyResult)
     # Too large to keep on the GPU: drawn and computed again when both repeat (worker/recompute.py),
     # else copied to host memory.
     redo = False
-    if host:
+    if host and not h.inputs_on_device and dev.type != "cpu":
+        # Drawn by one CPU thread (~0.7 GB/s) and copied up: dearer than the host copy it replaces.
+        res.notes.append("kept in host memory, not drawn again: get_inputs() draws on the host")
+    elif host:
         redo, why = recompute.repeatable(
             draw, lambda x: call(ref, x, dev, "reference"), base, warm.values, prev_expected,
             lambda a, b: _first_mutation(a, b) is None, lambda a, b: compare(a, b, atol, rtol, 0) is None,
