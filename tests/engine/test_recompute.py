@@ -54,14 +54,9 @@ def test_a_correct_candidate_is_judged_with_its_sets_recomputed(too_large) -> No
     ("mutate_input", "mutated_input"),
     ("cache_ptr", "stale_result"),
     ("cache_id", "stale_result"),
-    ("value_cache", None),
 ])
-def test_every_cheat_is_still_caught_when_nothing_is_kept(too_large, name: str, verdict: str | None) -> None:
+def test_every_cheat_is_still_caught_when_nothing_is_kept(too_large, name: str, verdict: str) -> None:
     ev = evaluate(name)
-    if verdict is None:  # its verdict kept, whatever it is, as with the sets kept
-        monkey = evaluate(name, input_sets=3)
-        assert ev.verdict == monkey.verdict, (ev.verdict, monkey.verdict)
-        return
     assert ev.verdict == verdict, (ev.verdict, ev.message)
     assert ev.correct is False
 

@@ -12,8 +12,9 @@ while it fits beside the working set with a margin, else on the host:
   is free beyond the working set; else in host memory (copied back one set at a time), which
   verify turns into "recompute" (kept nowhere: drawn and computed again, worker/recompute.py)
   when the draw and the reference repeat;
-* the float64 oracle: on the GPU when it fits in what is free beyond the working set and the
-  kept sets (ORACLE_HEADROOM for the allocator's rounding); else on the host (CPU, float64);
+* the float64 oracle: on the GPU when it fits beside what is alive while it runs (a set's inputs
+  and their copy, the two outputs, the kept sets; ORACLE_HEADROOM for the allocator's rounding);
+  else on the host (CPU, float64);
   when the host cannot hold it either, there is no oracle and the fixed tolerance decides;
 * input sets: `wanted`, but FEWER_SETS when one set (inputs + outputs) is above LARGE_SET_BYTES,
   with a note (each set of a 6 GiB softmax costs seconds to make, move and check).
@@ -36,6 +37,8 @@ ORACLE_HEADROOM = 1.25
 # Above this many bytes per input set (inputs + outputs), FEWER_SETS fresh sets are checked.
 LARGE_SET_BYTES = 2 * GIB
 FEWER_SETS = 2
+# The plan's note when the sets go to host memory (verify replaces it when it recomputes them).
+HOST_NOTE = "input sets and expected outputs kept in host memory"
 
 
 @dataclass
@@ -99,9 +102,6 @@ def plan(input_bytes: int, output_bytes: int, param_bytes: int, peak_bytes: int,
         oracle = "none"
         notes.append(_no_room(need64, host_free_bytes))
     return Plan(keep, oracle, sets, notes, working, need64)
-
-
-HOST_NOTE = "input sets and expected outputs kept in host memory"
 
 
 def recompute_note(sets: int, per_set: int) -> str:

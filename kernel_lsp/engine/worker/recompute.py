@@ -13,8 +13,6 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Iterator, Sequence
 
-import torch
-
 # What a host copy of a large set costs, measured on the H200 (pageable, one way): a reference
 # slower than that per set is kept in host memory instead.
 HOST_COPY_BYTES_PER_S = 1.3e9
@@ -57,14 +55,13 @@ def repeatable(draw: Callable[[int], list[Any]], run_reference: Callable[[list[A
                first_inputs: list[Any], first_expected: Any, same_bits: Callable[[Any, Any], bool],
                close: Callable[[Any, Any], bool], set_bytes: int) -> tuple[bool, str]:
     """(whether the warm-up set can be drawn and computed again instead of kept, why not).
-    `first_inputs`/`first_expected`: the warm-up set and the reference's output on it."""
+    `first_inputs`/`first_expected`: the warm-up set and the reference's output on it;
+    `run_reference` returns once the device is done (verify's `call` synchronizes)."""
     again = draw(seed)
     if not same_bits(first_inputs, again):
         return False, "get_inputs() draws different values for the same seed"
     t0 = time.perf_counter()
     out = run_reference(again)
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
     took = time.perf_counter() - t0
     if not close(out, first_expected):
         return False, "two runs of the reference on the same inputs disagree"
