@@ -218,6 +218,9 @@ def run_bench(path: Path, env: dict[str, str], python: str, timeout: float, patt
         "verdict_s": round(verdict_s, 3) if verdict_s is not None else None, "verdict_line": verdict_line,
         "verdict": target.get("verdict"), "speedup_eager": target.get("speedup_eager"),
         "speedup_compile": target.get("speedup_compile"), "worker": doc.get("worker"),
+        # The corpus's fractions of the hardware floor (benchmarks/speed_of_light_table.py reads them).
+        "speed_of_light": target.get("speed_of_light"), "custom_kernel": target.get("custom_kernel"),
+        "flags": target.get("flags"), "time_ms": target.get("time_ms"),
         "device": (doc.get("device") or {}).get("name") if isinstance(doc.get("device"), dict) else None,
         "phases": phases, "gpu_s": span_sum(phases, ": evaluating"),
         "build_s": span_sum(phases, ": compiling") + span_sum(phases, "waiting for the early build", exact=True),

@@ -197,7 +197,7 @@ def write(rows: list[dict[str, Any]], meta: dict[str, Any], stem: str) -> None:
     lines = [
         "# Verdicts: fixed tolerance against the float64 oracle",
         "",
-        f"- date: {meta['date']}; device: {meta['device_name']}; torch {meta['torch']}; python {meta['python']}",
+        f"- date: {meta['date']}; device: {_devices(rows, meta)}; torch {meta['torch']}; python {meta['python']}",
         f"- run: `{meta['command']}`; took {meta['seconds']:.0f} s",
         "- rule (docs/correctness.md): ratio = the candidate's error over the reference's own, against float64; "
         "correct up to 100x, less_accurate up to 10,000x within 1e-2, else mismatch",
@@ -245,6 +245,17 @@ def write(rows: list[dict[str, Any]], meta: dict[str, Any], stem: str) -> None:
     (RESULTS / f"{stem}.md").write_text("\n".join(lines) + "\n")
 
 
+def _devices(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    """The card of every row: one name, or each card with the rows it ran when runs were merged."""
+    by: dict[str, list[str]] = {}
+    for r in rows:
+        by.setdefault(r.get("device_name") or meta["device_name"], []).append(r["name"])
+    if len(by) <= 1:
+        return next(iter(by), meta["device_name"])
+    main = max(by, key=lambda d: len(by[d]))
+    return f"{main} ({len(by[main])} rows); " + "; ".join(f"{d}: {', '.join(n)}" for d, n in by.items() if d != main)
+
+
 def _counts(rows: list[dict[str, Any]]) -> dict[str, int]:
     out: dict[str, int] = {}
     for r in rows:
@@ -269,7 +280,11 @@ def merge(files: list[Path], stem: str) -> int:
         metas.append(doc["meta"])
         for r in doc["rows"]:
             if r["name"] not in rows or rows[r["name"]].get("error"):
-                rows[r["name"]] = {**r, "problems": check(r) if not r.get("error") else []}
+                # Runs may come from different cards (an H100 one day, the H200 the next): each row keeps its own.
+                rows[r["name"]] = {"device_name": doc["meta"].get("device_name"), **r,
+                                   "problems": check(r) if not r.get("error") else []}
+    order = {g: i for i, g in enumerate(("suite", "example", "examples", "task", "tasks", "corpus"))}
+    rows = dict(sorted(rows.items(), key=lambda kv: (order.get(kv[1].get("group"), 9), kv[0])))
     meta = {**metas[-1], "command": " ; ".join(m["command"] for m in metas),
             "seconds": sum(m["seconds"] for m in metas)}
     write(list(rows.values()), meta, stem)

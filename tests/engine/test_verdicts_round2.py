@@ -132,6 +132,23 @@ def test_the_oracle_is_sized_against_what_is_alive_when_it_runs() -> None:
     assert p.oracle == "host" and "36.0 GiB free beside the check itself" in p.notes[-1], p.notes
 
 
+def test_the_warm_up_sets_memory_counts_as_free_when_the_sets_are_not_kept_on_the_gpu() -> None:
+    # Recorded on an H100 80GB (tests/engine/test_gpu_verdicts_round2.py, 2026-12-05): the 6 GiB
+    # softmax's plan read 71,363,133,440 bytes free while the warm-up set's input and expected
+    # output (12 GiB) were alive, and sent the float64 run to the host CPU ("42.5 GiB free beside
+    # the check"), although verify frees those 12 GiB before the sets.
+    six, free = 6 * GIB, 71_363_133_440
+    p = memory_plan.plan(six, six, 0, six, free_bytes=free, host_free_bytes=130_867_302_400)
+    assert p.oracle_bytes == 48_318_382_080  # the run's own evidence.memory.oracle_bytes
+    assert (p.keep, p.oracle) == ("host", "host") and "42.5 GiB free beside the check itself" in p.notes[-1]
+    p = memory_plan.plan(six, six, 0, six, free_bytes=free, host_free_bytes=130_867_302_400, held_bytes=2 * six)
+    assert (p.keep, p.oracle) == ("host", "device"), p.notes
+    # A Task whose float64 run fits only with the warm-up set counted as free goes to the device.
+    edge = memory_plan.plan(six, six, 0, six, free_bytes=58 * GIB, host_free_bytes=None, held_bytes=12 * GIB)
+    assert edge.oracle == "device" and edge.oracle_bytes + 24 * GIB <= 70 * GIB
+    assert memory_plan.plan(six, six, 0, six, free_bytes=58 * GIB, host_free_bytes=None).oracle == "host"
+
+
 def test_an_oracle_out_of_gpu_memory_runs_on_the_host_cpu_instead(monkeypatch) -> None:
     # The plan leaves room, the allocator finds less (its rounding, another process): the float64
     # run moves to the host CPU and the verdict is the oracle's, with a note; never "no float64".

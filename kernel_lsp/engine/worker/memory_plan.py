@@ -60,9 +60,12 @@ def oracle_bytes(input_bytes: int, output_bytes: int, param_bytes: int, peak_byt
 
 
 def plan(input_bytes: int, output_bytes: int, param_bytes: int, peak_bytes: int, free_bytes: int | None,
-         host_free_bytes: int | None, wanted: int = 3, element_bytes: int = 4, on_gpu: bool = True) -> Plan:
+         host_free_bytes: int | None, wanted: int = 3, element_bytes: int = 4, on_gpu: bool = True,
+         held_bytes: int = 0) -> Plan:
     """`peak_bytes`: the reference's own workspace beyond its inputs (its measured peak);
-    `free_bytes`: GPU memory free to this process (None: a CPU Task, everything on the host)."""
+    `free_bytes`: GPU memory free to this process (None: a CPU Task, everything on the host);
+    `held_bytes`: what is on the GPU as the plan is made and freed before the sets when they are
+    not kept there (the warm-up set's inputs and expected output)."""
     notes: list[str] = []
     per_set = input_bytes + output_bytes
     sets = max(2, wanted)
@@ -88,10 +91,13 @@ def plan(input_bytes: int, output_bytes: int, param_bytes: int, peak_bytes: int,
     # the candidate's output and the expected one are alive (and, with the sets kept on the GPU,
     # the previous set's expected output), not the references' workspaces: on an 80 GB H100 the
     # 6 GiB softmax's float64 run (45 GiB) fits beside those 24 GiB, not beside the whole working
-    # set (45 GiB). Where the allocator still finds too little, the oracle moves to the host CPU
+    # set (42 GiB). Where the allocator still finds too little, the oracle moves to the host CPU
     # (worker/oracle.py).
+    # `free_bytes` is read while the warm-up set's inputs and expected output are alive; with the
+    # sets not kept on the GPU verify frees them first, and `alive` counts their successors: on
+    # the H100 the 6 GiB softmax's plan read 66.5 GiB free with those 12 GiB still held.
     alive = 2 * input_bytes + (3 if keep == "device" else 2) * output_bytes
-    room = max(0, free_bytes - alive - kept_on_gpu)
+    room = max(0, free_bytes + (held_bytes if keep != "device" else 0) - alive - kept_on_gpu)
     if need64 <= room:
         oracle = "device"
     elif host_free_bytes is None or need64 <= host_free_bytes:

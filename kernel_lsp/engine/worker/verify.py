@@ -903,14 +903,19 @@ def _free_memory(dev: torch.device) -> tuple[int | None, int | None]:
 
 
 def _plan_memory(h: Harness, options: EngineOptions, judge: Judge, res: VerifyResult, peak: int,
-                 out_elem: int) -> memory_plan.Plan:
+                 out_elem: int, held: list[torch.Tensor]) -> memory_plan.Plan:
+    """`held`: the warm-up set's tensors, freed before the sets when they are not kept on the GPU."""
     assert h.model is not None
     params = sum(t.numel() * t.element_size() for t in list(h.model.parameters()) + list(h.model.buffers()))
     gpu, host = _free_memory(h.device)
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in held if t.device.type == "cuda"}
+    held_bytes = sum(storages.values())  # by storage: an output that is a view of an input counts once
     p = memory_plan.plan(res.input_bytes, res.output_bytes, params, peak, gpu, host,
-                         wanted=options.input_sets, element_bytes=out_elem, on_gpu=h.device.type == "cuda")
+                         wanted=options.input_sets, element_bytes=out_elem, on_gpu=h.device.type == "cuda",
+                         held_bytes=held_bytes)
     res.memory = {"keep": p.keep, "oracle": p.oracle, "sets": p.sets, "working_bytes": p.working_bytes,
-                  "oracle_bytes": p.oracle_bytes, "gpu_free_bytes": gpu, "host_free_bytes": host}
+                  "oracle_bytes": p.oracle_bytes, "gpu_free_bytes": gpu, "host_free_bytes": host,
+                  "held_bytes": held_bytes}
     res.notes += p.notes
     if judge.oracle is not None:
         if p.oracle == "host":
@@ -953,7 +958,8 @@ def _verify(h: Harness, options: EngineOptions, judge: Judge, res: VerifyResult)
     res.read_bytes = read_bytes(recorder.reads or {}, flat_tensors(warm.values) + model_tensors)
     res.output_bytes = written_bytes(prev_expected, flat_tensors(warm.values) + model_tensors) or res.output_bytes
     out_elem = min((t.element_size() for t in flat_tensors(prev_expected) if t.is_floating_point()), default=4)
-    plan = _plan_memory(h, options, judge, res, max(0, peak - res.output_bytes), out_elem)
+    plan = _plan_memory(h, options, judge, res, max(0, peak - res.output_bytes), out_elem,
+                        flat_tensors(warm.values) + flat_tensors(prev_expected))
     host = plan.keep == "host"  # never on a CPU Task: memory_plan keeps it all "device" (host memory)
     n_sets = plan.sets
 
