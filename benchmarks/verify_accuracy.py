@@ -283,7 +283,7 @@ def merge(files: list[Path], stem: str) -> int:
                 # Runs may come from different cards (an H100 one day, the H200 the next): each row keeps its own.
                 rows[r["name"]] = {"device_name": doc["meta"].get("device_name"), **r,
                                    "problems": check(r) if not r.get("error") else []}
-    order = {g: i for i, g in enumerate(("suite", "example", "examples", "task", "tasks", "corpus"))}
+    order = {g: i for i, g in enumerate(("suite", "examples", "tasks", "corpus"))}
     rows = dict(sorted(rows.items(), key=lambda kv: (order.get(kv[1].get("group"), 9), kv[0])))
     meta = {**metas[-1], "command": " ; ".join(m["command"] for m in metas),
             "seconds": sum(m["seconds"] for m in metas)}

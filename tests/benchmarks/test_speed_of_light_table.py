@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from . import load_script
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("sol_table", ROOT / "benchmarks" / "speed_of_light_table.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("speed_of_light_table")
 
 
 def sol(fraction: float, small: bool = False, ref_ms: float | None = None) -> dict:

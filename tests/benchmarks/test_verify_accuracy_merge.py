@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from . import load_script
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("va_bench", ROOT / "benchmarks" / "verify_accuracy.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("verify_accuracy")
 
 
 def run(path: Path, device: str, rows: list[dict]) -> Path:
