@@ -41,6 +41,8 @@ def shared_oom_reason(processes: list[dict[str, Any]], waited_s: float, retried:
         mib = p.get("memory_mib")
         held = f"{mib / 1024:.1f} GiB" if isinstance(mib, (int, float)) else "memory"
         name = f" ({p['name']})" if p.get("name") else ""
+        if p.get("pid") is None:  # not listed (a sandboxed Worker sees no other process): the amount only
+            return f"{p.get('name') or 'other processes'} {held}"
         return f"pid {p.get('pid')}{name} {held}"
 
     names = ", ".join(one(p) for p in processes[:6]) + (f" and {len(processes) - 6} more" if len(processes) > 6 else "")

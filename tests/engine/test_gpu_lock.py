@@ -232,3 +232,54 @@ def test_a_build_runs_outside_the_gpu_turn_so_another_process_times_meanwhile(lo
     assert float(turn.read_text()) < float(ended.read_text()), "the other process got the GPU only after the build"
     assert ev.evidence["gpu_wait_s"] > 0  # then this evaluation waited for the other's turn
     assert "compiling" in phases and phases.index("compiling") < len(phases) - 1 - phases[::-1].index("evaluating")
+
+
+def test_a_turn_is_handed_over_only_when_the_paused_evaluation_keeps_little_on_the_gpu(lock_dir):
+    """Four benches of a 6 GiB softmax on an H100: one handed its turn over with its live data on
+    the GPU and the next ran out of memory. A turn point that says it holds more than
+    HAND_OVER_MAX_HELD of the card keeps the turn; one that holds little hands it over."""
+    from kernel_lsp.engine import Engine
+    from kernel_lsp.engine.caller.client import _Deadline
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    total = 80 << 30
+    released: list[bool] = []
+
+    async def release() -> None:
+        released.append(True)
+
+    async def go() -> tuple[list, float, float, int]:
+        engine = Engine(timeout=60, options={"device": "cpu"})
+        async with gpu_lock.gpu_turn("GPU-turns", "evaluate") as turn:
+            waiter = subprocess.Popen([sys.executable, "-c", HOLD, "GPU-turns", "0"], env=env,
+                                      stdout=subprocess.PIPE, text=True)
+            for _ in range(200):  # the waiter queues itself
+                if turn.others_waiting():
+                    break
+                await asyncio.sleep(0.05)
+            assert turn.others_waiting(), "the waiter never queued"
+            t0 = time.monotonic()
+            await engine._hand_over(turn, {"stage": "verify_set", "turn": 1, "held_bytes": 22 << 30,
+                                           "total_bytes": total}, release, _Deadline(60), None, None)
+            kept_s = time.monotonic() - t0
+            kept = list(turn.kept)
+            assert waiter.poll() is None and not released  # still waiting: the turn was kept
+            t0 = time.monotonic()
+            await engine._hand_over(turn, {"stage": "verify_set", "turn": 2, "held_bytes": 4 << 30,
+                                           "total_bytes": total}, release, _Deadline(60), None, None)
+            handed_s = time.monotonic() - t0
+            assert waiter.stdout is not None and waiter.stdout.readline().strip() == "held"
+            waiter.wait(10)
+            return kept, kept_s, handed_s, turn.handovers
+
+    kept, kept_s, handed_s, handovers = asyncio.run(go())
+    assert kept == [{"stage": "verify_set", "held_bytes": 22 << 30}]
+    assert kept_s < 0.5
+    assert released == [True] and handovers == 1  # the small one: cache released, GPU lent, taken back
+
+
+def test_may_hand_over_reads_unknown_sizes_as_yes():
+    assert gpu_lock.may_hand_over(None, None)
+    assert gpu_lock.may_hand_over(1 << 30, None)
+    assert gpu_lock.may_hand_over(10 << 30, 80 << 30)
+    assert not gpu_lock.may_hand_over(11 << 30, 80 << 30)

@@ -194,3 +194,42 @@ def test_holders_are_read_from_torchs_message_when_the_listing_is_empty(tmp_path
     marker.write_text("x")
     ev = settle(first_attempt(cand), cand)
     assert ev.verdict == "correct" and ev.evidence["shared_oom_retry"]["processes"][0]["pid"] == 807, ev.message
+
+
+# The four sandboxed benches of a 6 GiB softmax on an H100 (2026-12-05): 79.18 GiB in all, 4.85 GiB
+# free, this Worker 6.6 GiB; the Worker (its own PID namespace) listed no other process.
+H100_TOTAL, H100_FREE, OWN_MIB = int(79.18 * GIB), int(4.85 * GIB), 6.6 * 1024
+
+
+def recorded_card(monkeypatch, free: int, own_mib: float) -> None:
+    monkeypatch.setattr(gpu_share, "free_bytes", lambda device: free)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, H100_TOTAL))
+    monkeypatch.setattr(gpu_share, "_own_mib", lambda device: own_mib)
+
+
+def test_memory_held_by_processes_a_sandboxed_worker_cannot_list_is_could_not_run(tmp_path, fake_gpu, monkeypatch):
+    fake_gpu(None)  # the process list is empty: the sandbox hides the other processes
+    recorded_card(monkeypatch, H100_FREE, OWN_MIB)
+    unseen = gpu_share.unseen_holding("cuda:0")
+    assert len(unseen) == 1 and unseen[0]["pid"] is None and 67 * 1024 < unseen[0]["memory_mib"] < 68 * 1024
+    marker = tmp_path / "held"
+    marker.write_text("x")
+    cand = candidate(marker, "CUDA out of memory. Tried to allocate 6.00 GiB. GPU 0 has a total capacity of "
+                             "79.18 GiB of which 4.85 GiB is free. Including non-PyTorch memory, this process "
+                             "has 6.60 GiB memory in use.")
+    ev = settle(first_attempt(cand), cand)
+    assert ev.verdict == "not_run" and status(ev) == 2, ev.message
+    assert f"({gpu_share.UNSEEN_NAME} 67." in ev.message and "pid None" not in ev.message, ev.message
+    assert ev.evidence["gpu_memory_held"]["source"] == "free memory"
+
+
+def test_what_a_worker_holds_itself_is_not_blamed_on_unseen_processes(tmp_path, fake_gpu, monkeypatch):
+    fake_gpu(None)
+    # Everything taken is this Worker's own, but a CUDA context larger than CONTEXT_MIB: within the margin.
+    recorded_card(monkeypatch, H100_FREE, (H100_TOTAL - H100_FREE) / (1 << 20) - 1024)
+    assert gpu_share.unseen_holding("cuda:0") == []
+    marker = tmp_path / "held"
+    marker.write_text("x")
+    cand = candidate(marker)
+    ev = settle(first_attempt(cand), cand)
+    assert ev.verdict == "oom" and status(ev) == 1

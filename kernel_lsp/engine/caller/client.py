@@ -314,6 +314,12 @@ class Engine:
             return
         stage = str(data.get("stage") or "")
         where = TURN_STAGES.get(stage, f"after {stage}" if stage else "")
+        if not gpu_lock.may_hand_over(data.get("held_bytes"), data.get("total_bytes")):
+            # Its live data would stay on the GPU beside the other process's: it keeps the turn.
+            turn.kept.append({"stage": stage, "held_bytes": data.get("held_bytes")})
+            log.info("kept the GPU %s: %.1f GiB of this evaluation live on it", where,
+                     float(data.get("held_bytes") or 0) / (1 << 30))
+            return
         clock.pause()
         try:
             await release()

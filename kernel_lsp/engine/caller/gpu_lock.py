@@ -50,6 +50,27 @@ HEARTBEAT_S = 1.0
 STALE_S = 10.0
 
 
+# A turn is handed over only when what the evaluation keeps live on the GPU while it waits is
+# small: the process that gets the GPU then runs beside a few such paused holders, not beside
+# their input sets. Four benches of a 6 GiB softmax at once on an H100 (2026-12-05): the other
+# three held 67.7 GiB while paused at turn points, and the one with the turn ran out of memory at
+# its first 6 GiB allocation, 4.85 GiB free of 79 (a verdict against a correct candidate). At 1/8
+# of the card (9.9 GiB of an H100, 17.6 GiB of an H200), three paused holders leave the runner at
+# least 62 % of it: the 6 GiB softmax's working set (30 GiB) fits beside them on an H100. The
+# medium Tasks (64 MiB of inputs) hold well under 1 GiB at their turn points and the GPU turns
+# test's 1 GiB softmax a few GiB, so they still hand over (not yet measured on a GPU: the Worker
+# has said how much it holds only since this change).
+HAND_OVER_MAX_HELD = 1 / 8
+
+
+def may_hand_over(held_bytes: Any, total_bytes: Any) -> bool:
+    """May an evaluation paused with `held_bytes` live on a GPU of `total_bytes` let another
+    process have it? Unknown sizes (a CPU, a Worker that did not say): yes."""
+    if not isinstance(held_bytes, (int, float)) or not isinstance(total_bytes, (int, float)) or total_bytes <= 0:
+        return True
+    return held_bytes <= HAND_OVER_MAX_HELD * total_bytes
+
+
 class GPUBusy(Exception):
     """The GPU stayed held by other kernel-lsp evaluations past the wait: could not run."""
 
@@ -105,6 +126,7 @@ class Turn:
         self.wait_s = wait_s
         self.handed_s = 0.0
         self.handovers = 0
+        self.kept: list[dict[str, Any]] = []  # turn points where it was not handed over (may_hand_over)
         self.held = fd is not None  # False while handed over (and after a hand-over that failed)
 
     def others_waiting(self) -> list[dict[str, Any]]:

@@ -78,7 +78,7 @@ def turn_point(stage: str) -> float | None:
     read = _current[0][2]
     turn = next(_turns)
     t0 = time.perf_counter()
-    if not send(protocol.PARTIAL_TURN_POINT, {"stage": stage, "turn": turn}):
+    if not send(protocol.PARTIAL_TURN_POINT, {"stage": stage, "turn": turn, **gpu_held()}):
         return None
     released = False
     while True:
@@ -106,6 +106,23 @@ def turn_point(stage: str) -> float | None:
         _paused[0] += waited
         _taken.append({"stage": stage, "waited_s": round(waited, 3), "released": released})
         return waited
+
+
+def gpu_held() -> dict[str, int]:
+    """What this Worker keeps live on its GPU while it waits at a turn point (allocated tensors,
+    not the allocator's cache, which goes back on release) and the card's size: the caller hands
+    the turn over only when it is small (caller/gpu_lock.may_hand_over). Empty on a CPU."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return {}
+    try:
+        if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+            return {}
+        dev = torch.cuda.current_device()
+        return {"held_bytes": int(torch.cuda.memory_allocated(dev)),
+                "total_bytes": int(torch.cuda.get_device_properties(dev).total_memory)}
+    except Exception:  # noqa: BLE001 - unknown: the caller decides as before
+        return {}
 
 
 def release_gpu_memory() -> None:

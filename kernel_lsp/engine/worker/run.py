@@ -276,6 +276,9 @@ def _shared_oom(ev: Evaluation, options: dict[str, Any], again: Any, t0: int) ->
     seen = gpu_share.others_holding(dev)
     if not (seen and seen[1]) and gpu_share.holders_in_message(ev.message):
         seen = ("torch's out-of-memory message", gpu_share.holders_in_message(ev.message))
+    if not (seen and seen[1]):  # nobody listed (a sandboxed Worker lists no one): free memory may still tell
+        unseen = gpu_share.unseen_holding(dev)
+        seen = ("free memory", unseen) if unseen else seen
     if seen is None:
         return ev
     source, others = seen
@@ -293,6 +296,8 @@ def _shared_oom(ev: Evaluation, options: dict[str, Any], again: Any, t0: int) ->
     def held_now() -> int | None:
         if source == "torch's out-of-memory message":
             return None  # this Worker cannot list them: free memory alone says when they let go
+        if source == "free memory":
+            return gpu_share.held_bytes(gpu_share.unseen_holding(dev))
         got = gpu_share.others_holding(dev)
         return None if got is None else gpu_share.held_bytes(got[1])
 
@@ -309,6 +314,7 @@ def _shared_oom(ev: Evaluation, options: dict[str, Any], again: Any, t0: int) ->
             return ev
         seen = gpu_share.others_holding(dev)
         others = seen[1] if seen is not None and seen[1] else gpu_share.holders_in_message(ev.message)
+        others = others or gpu_share.unseen_holding(dev)
         if not gpu_share.blames_others(ev.message, others, gpu_share.free_bytes(dev)):
             return ev  # they let go and it still does not fit: the candidate's own
     ev.verdict, ev.correct = "not_run", None
