@@ -231,6 +231,17 @@ def test_has_kernel_tells_kernels_from_pytorch() -> None:
     assert static_checks.has_kernel("import triton\n@triton.jit\ndef k(x_ptr):\n    pass\n")
     assert not static_checks.has_kernel("import torch\n# load_inline would go here\nx = torch.ops.aten.add\n")
     assert not static_checks.has_kernel("s = 'load_inline'\n")
+    # An import alone is no kernel (a KernelBench file's reference once its ModelNew is cut away,
+    # which the no-LLM writer must take for a plain module); a name it imports counts when called.
+    assert not static_checks.has_kernel("import torch\nfrom torch.utils.cpp_extension import load_inline\n"
+                                        "class Model(torch.nn.Module):\n    def forward(self, x):\n"
+                                        "        return torch.relu(x)\n")
+    assert not static_checks.has_kernel("import triton\nimport torch\nx = torch.relu\n")
+    assert static_checks.has_kernel("from torch.utils.cpp_extension import load_inline as L\nm = L(name='m', "
+                                    "cpp_sources='', functions=['f'])\n")
+    assert static_checks.has_kernel("from torch.utils.cpp_extension import load\nm = load(name='m', sources=['k.cu'])\n")
+    assert static_checks.has_kernel("from torch.utils import cpp_extension\nm = cpp_extension.load_inline(name='m')\n")
+    assert static_checks.has_kernel("import ctypes\nlib = ctypes.CDLL('./k.so')\n")
 
 
 def test_timer_patch_changes_nothing_measured() -> None:

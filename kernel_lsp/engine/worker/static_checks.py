@@ -227,7 +227,34 @@ def has_kernel(source: str) -> bool:
     code, c_lines, _ = _python_parts(source)
     if any("__global__" in text for _, text in c_lines):
         return True
-    return bool(_PY_HAS_KERNEL.search("\n".join(code.values())))
+    # An import alone builds nothing: a KernelBench file's reference keeps the file's
+    # `from torch.utils.cpp_extension import load_inline` once its ModelNew is cut away, and the
+    # no-LLM writer must still see a plain module there. A name it imports counts where it is called.
+    imports = [t for t in code.values() if _IMPORT_LINE.match(t)]
+    body = "\n".join(t for t in code.values() if not _IMPORT_LINE.match(t))
+    if _PY_HAS_KERNEL.search(body):
+        return True
+    for line in imports:
+        if _PY_HAS_KERNEL.search(line) and any(re.search(rf"\b{re.escape(n)}\s*\(", body) for n in _imported_names(line)):
+            return True
+    return False
+
+
+_IMPORT_LINE = re.compile(r"^\s*(?:from\s+[\w.]+\s+)?import\s")
+
+
+def _imported_names(line: str) -> list[str]:
+    """The names an import line binds: `from a.b import c as d, e` gives [d, e]; `import a.b as c`
+    gives [c]; `import a.b` gives [a]."""
+    names = line.split(" import ", 1)[1] if re.match(r"\s*from\s", line) else re.sub(r"^\s*import\s", "", line)
+    out = []
+    for part in names.replace("(", " ").replace(")", " ").split(","):
+        words = part.split()
+        if not words:
+            continue
+        name = words[-1] if len(words) >= 3 and words[-2] == "as" else words[0]
+        out.append(name.split(".")[0])
+    return out
 
 
 def _dedupe(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
