@@ -264,6 +264,8 @@ def run_scenario(mode: str, tasks: list[tuple[str, list[tuple[Path, str]]]], arg
     what it measured."""
     out: dict[str, Any] = {"mode": mode}
     for how, parallel in (("alone", 1), ("parallel", args.parallel)):
+        if how not in args.how:
+            continue
         folder = work / f"{mode}_{how}"
         env = scenario_env(base_env, folder, mode)
         if mode == "warm":
@@ -291,6 +293,8 @@ def verdict_of(ok: bool | None) -> str:
 
 
 def targets(scn: dict[str, Any], sizes: dict[str, int | None]) -> list[dict[str, Any]]:
+    if "alone" not in scn or "parallel" not in scn:
+        return []  # one part run (--how): the targets compare the two
     alone = scn["alone"]["rows"]
     par = scn["parallel"]
     out = []
@@ -333,6 +337,8 @@ def markdown(doc: dict[str, Any]) -> str:
              f"Command: `{doc['command']}`  ", f"Device: {doc['device']}", ""]
     for scn in doc["scenarios"]:
         for how in ("alone", "parallel"):
+            if how not in scn:
+                continue
             part = scn[how]
             lines += [f"## {scn['mode']}, {how} ({part['parallel']} at a time; makespan {fmt(part['makespan_s'])} s)", "",
                       "| Task | inputs MiB | wall s | verdict at s | GPU span s | build span s | verdict | x eager | x compile | rc | kept Worker reused | largest phases (s) | largest inside the Worker's evaluate (s) |",
@@ -360,6 +366,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parallel", type=int, default=6)
     ap.add_argument("--modes", default="fresh,warm", help="fresh, warm or both (default)")
     ap.add_argument("--corpus", type=int, default=0, metavar="N", help="add the first N corpus pairs")
+    ap.add_argument("--corpus-only", action="store_true", help="the corpus pairs without the default Tasks")
+    ap.add_argument("--how", default="alone,parallel",
+                    help="alone, parallel or both (default); one alone suits the corpus's speed of light")
     ap.add_argument("--timeout", type=float, default=480.0, help="seconds per bench before it is killed")
     ap.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--python", default=sys.executable)
@@ -381,13 +390,18 @@ def main(argv: list[str] | None = None) -> int:
         tasks = [(f"{label}{i}", files) for i, (label, files) in enumerate(tasks)]
     else:
         args.warmup = Path(args.warmup)
-        chosen = [("", t) for t in args.tasks] if args.tasks else DEFAULT_TASKS
+        chosen = [("", t) for t in args.tasks] if args.tasks else ([] if args.corpus_only else DEFAULT_TASKS)
         tasks = []
         for size, t in chosen:
             p = (ROOT / t) if not os.path.isabs(t) else Path(t)
             tasks.append((f"{size}:{p.name}" if size else p.name, [(f, f.name) for f in pair_of(p)]))
         tasks += corpus_tasks(args.corpus)
     modes = [m.strip() for m in args.modes.split(",") if m.strip() in ("fresh", "warm")]
+    args.how = [h.strip() for h in args.how.split(",") if h.strip() in ("alone", "parallel")]
+    if not modes or not args.how or not tasks:
+        print("first_bench: nothing to run (--modes fresh|warm, --how alone|parallel, and Tasks or --corpus N "
+              "with benchmarks/corpus/inline_build gathered)", file=sys.stderr)
+        return 2
 
     def log(msg: str) -> None:
         print(f"[first_bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
@@ -414,7 +428,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if doc["device"] is None:  # what the benches ran on, as the Worker named it
-        named = [r.get("device") for s in doc["scenarios"] for how in ("alone", "parallel") for r in s[how]["rows"]]
+        named = [r.get("device") for s in doc["scenarios"] for how in ("alone", "parallel") if how in s
+                 for r in s[how]["rows"]]
         doc["device"] = next((d for d in named if d), None) or _gpu_name()
     doc["tasks"] = [label for label, _ in tasks]
     try:  # a run of the other mode on the same Tasks: keep its scenarios beside these
@@ -431,7 +446,8 @@ def main(argv: list[str] | None = None) -> int:
     partial.unlink(missing_ok=True)
     print(text)
     # A bench that said no verdict (could not start, crashed, timed out) makes the run fail.
-    bad = [r for s in doc["scenarios"] if s["mode"] in modes for how in ("alone", "parallel") for r in s[how]["rows"]
+    bad = [r for s in doc["scenarios"] if s["mode"] in modes for how in ("alone", "parallel") if how in s
+           for r in s[how]["rows"]
            if r.get("rc") not in (0, 1) or not r.get("verdict")]
     for r in bad:
         log(f"{r.get('label')}: no verdict (rc {r.get('rc')}): " + " | ".join(r.get("stderr_tail") or [])[-600:])

@@ -114,7 +114,7 @@ def run_task(path: Path, budget: int, timeout: float, max_autotune: bool) -> dic
             doc = {}
         if doc:
             row.update(summarize(doc))
-            row.update(variants(Path(d)))
+            row.update(variants(Path(d), row.get("eager_ms"), row.get("compile_ms")))
             if not doc.get("improved") and row.get("eager_ms"):
                 row["label"] = "eager kept: the reference's own forward (no correct, counted variant beat it)"
         if max_autotune:
@@ -181,7 +181,7 @@ def kind_of(source: str, note: str) -> str | None:
     return "tuned"
 
 
-def variants(folder: Path) -> dict:
+def variants(folder: Path, base_eager_ms: float | None = None, base_compile_ms: float | None = None) -> dict:
     """Each kind of variant's best evaluation in a Task folder's store: time, ratio to the eager and
     torch.compile measured with it, verdict, flags."""
     from kernel_lsp.store import Store, store_path
@@ -199,10 +199,14 @@ def variants(folder: Path) -> dict:
                 if kind is None:
                     continue
                 t = ev.time.median_ms if ev.time else None
+                # The baselines measured with this evaluation; where it reused kept ones (the store keeps
+                # them once per reference), the Search's own eager and torch.compile (same Task, same run).
+                eager_ms = ev.eager.median_ms if ev.eager else base_eager_ms
+                compile_ms = ev.compiled.median_ms if ev.compiled else base_compile_ms
                 row = {"ms": t, "verdict": ev.verdict, "flags": [f for f in ev.flags if f != "not_counted"],
-                       "vs_eager": (ev.eager.median_ms / t) if t and ev.eager else None,
-                       "vs_compile": (ev.compiled.median_ms / t) if t and ev.compiled else None,
-                       "note": cand.note}
+                       "vs_eager": (eager_ms / t) if t and eager_ms else None,
+                       "vs_compile": (compile_ms / t) if t and compile_ms else None,
+                       "baselines": "measured with it" if ev.eager else "the Search's", "note": cand.note}
                 old = best.get(kind)
                 better = old is None or (row["verdict"] == "correct" and (
                     old["verdict"] != "correct" or (t or 1e9) < (old["ms"] or 1e9)))
@@ -268,7 +272,8 @@ def write(rows: list[dict], out: Path, command: str, device: str) -> None:
              "Ratios are eager time over the other's time (higher is faster). eager, torch.compile default "
              "and every variant: the engine's timing (CUDA events, L2 flushed, median), each variant against "
              "the eager measured with it; max-autotune: triton do_bench against its own eager in a separate "
-             "process. Variants (best of each kind the Search evaluated): generated = the file written from a "
+             "process; a variant whose evaluation reused the kept baselines is read against the Search's own eager "
+             "and torch.compile. Variants (best of each kind the Search evaluated): generated = the file written from a "
              "recording (default or max-autotune), tuned = launch changes only, eager kept = some kernel left "
              "to eager's ATen ops, graphed = the whole forward replayed from one CUDA graph (the engine flags "
              "it `cuda_graph`, so it is shown, never kept). 'result' is what the user keeps: the best counted "

@@ -40,7 +40,8 @@ def traffic(path: Path) -> tuple[int, int, int | None]:
     return read_bytes(rec.reads or {}, tensors), written_bytes(out, tensors), int(counter.get_total_flops()) or None
 
 
-# The corpus's times: `first_bench.py --modes warm --corpus N` run on the GPU, its JSON kept here.
+# The corpus's times: `first_bench.py --modes warm --how alone --corpus-only --corpus N` run on the
+# GPU, its JSON kept here.
 CORPUS_SOURCE = RESULTS / "first_bench_corpus.json"
 
 
@@ -56,7 +57,8 @@ def corpus_rows(source: Path = CORPUS_SOURCE) -> list[dict]:
     for scn in doc.get("scenarios", []):
         if scn.get("mode") != "warm":
             continue
-        for r in scn["alone"]["rows"]:
+        part = scn.get("alone") or scn.get("parallel") or {}  # alone if run (--how), else the parallel part
+        for r in part.get("rows") or []:
             sol = r.get("speed_of_light")
             if not str(r.get("label", "")).startswith("corpus:") or not isinstance(sol, dict) or not r.get("time_ms"):
                 continue

@@ -50,3 +50,11 @@ def test_the_smoke_mode_benches_alone_and_two_at_once_and_scores_the_targets(tmp
     text = (tmp_path / "first_bench_smoke.md").read_text()
     assert "## fresh, alone" in text and "## fresh, parallel" in text and "### targets (fresh)" in text
     assert "--smoke --modes fresh" in doc["command"]
+
+
+def test_nothing_to_run_says_so_and_exits_2(tmp_path):
+    for args in (["--corpus-only"], ["--how", "neither"], ["--modes", "cold"]):  # --corpus-only: no --corpus N
+        proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "first_bench.py"), *args, "--out-dir",
+                               str(tmp_path)], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and "nothing to run" in proc.stderr, (args, proc.stderr[-2000:])
+        assert "Traceback" not in proc.stderr

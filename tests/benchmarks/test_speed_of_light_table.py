@@ -44,3 +44,13 @@ def test_corpus_rows_take_the_warm_alone_benches_and_fire_the_hint_only_where_th
 
 def test_no_corpus_run_means_no_corpus_rows(tmp_path):
     assert load().corpus_rows(tmp_path / "absent.json") == []
+
+
+def test_a_corpus_run_of_the_parallel_part_only_is_read_too(tmp_path):
+    rows = [{"label": "corpus:slow", "verdict": "correct", "custom_kernel": True, "time_ms": 0.28,
+             "speed_of_light": sol(0.10)}]
+    src = tmp_path / "first_bench_corpus.json"
+    src.write_text(json.dumps({"device": "NVIDIA H100 80GB HBM3",
+                               "scenarios": [{"mode": "warm", "parallel": {"rows": rows}}]}))
+    (row,) = load().corpus_rows(src)
+    assert row["target"] == "slow" and row["hint"] and row["device"] == "NVIDIA H100 80GB HBM3"
