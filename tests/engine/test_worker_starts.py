@@ -273,3 +273,69 @@ async def test_get_ready_ahead_compiles_the_reference_while_a_build_runs_elsewhe
         ev = await engine.evaluate(task, cand, options=opts)
     assert ev.verdict == "correct", ev.message
     assert sent.count("prepare_reference") == 1 and sent[-1] == "evaluate", sent
+
+
+HOLD_GPU = """
+import asyncio, sys
+from kernel_lsp.engine.caller import gpu_lock
+
+async def main():
+    async with gpu_lock.gpu_turn(sys.argv[1], "evaluate"):
+        print("held", flush=True)
+        await asyncio.sleep(float(sys.argv[2]))
+
+asyncio.run(main())
+"""
+
+
+async def test_the_reference_is_prepared_ahead_only_on_an_idle_gpu(tmp_path, monkeypatch):
+    """Six benches at once on an H100: a prepare_reference held the GPU 15 s compiling while five
+    others waited, and its evaluation compiled again. With another process on the GPU now, it is
+    not prepared ahead (the evaluation compiles it in its own turn); on an idle GPU it is, holding
+    the machine-wide turn. A real lock, a real holder process; the Worker runs on the CPU with the
+    GPU's key set by hand."""
+    from kernel_lsp.engine.caller import gpu_lock
+    from tests.cpu_task import TASK
+
+    pytest.importorskip("torch")
+    monkeypatch.setenv("KERNEL_LSP_GPU_LOCK_DIR", str(tmp_path / "locks"))
+    path = tmp_path / "rowsum.py"
+    path.write_text(TASK)
+    task, cand = find_task(str(path), TASK)
+    opts = {"device": "cpu"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
+                                                                     os.environ.get("PYTHONPATH")]))}
+
+    async def run(busy: bool) -> tuple[list[str], list[str | None], int]:
+        async with Engine(timeout=240.0, sandbox="off") as engine:
+            async def key(progress=None) -> str:
+                return "GPU-prepare"
+            engine._gpu_key = key  # type: ignore[method-assign]
+            await engine.start()
+            sent: list[str] = []
+            holders: list[str | None] = []
+            real = engine._call_now
+
+            async def spy(w, op, params, deadline):
+                sent.append(op)
+                holders.append((gpu_lock.holder(gpu_lock.lock_path("GPU-prepare")) or {}).get("op"))
+                return await real(w, op, params, deadline)
+            engine._call_now = spy  # type: ignore[method-assign]
+            holder = None
+            if busy:
+                holder = subprocess.Popen([sys.executable, "-c", HOLD_GPU, "GPU-prepare", "3"], env=env,
+                                          stdout=subprocess.PIPE, text=True)
+                assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+            try:
+                engine.get_ready_ahead(task, ("compile", "verify", "bench"), opts)
+                await asyncio.gather(*list(engine._readying))
+            finally:
+                if holder is not None:
+                    holder.wait(30)
+            return sent, holders, engine.prepare_skipped
+
+    sent, _, skipped = await run(busy=True)
+    assert "prepare_reference" not in sent and skipped == 1, sent
+    sent, holders, skipped = await run(busy=False)
+    assert sent.count("prepare_reference") == 1 and skipped == 0, sent
+    assert holders[sent.index("prepare_reference")] == "prepare_reference"  # it held the turn

@@ -107,6 +107,7 @@ class Engine:
         self._device_info: dict[str, Any] | None = None
         self._prebuilds: dict[tuple[str, ...], list[Any]] = {}  # builds in flight: [future, waiters]
         self.restarts = 0
+        self.prepare_skipped = 0  # references not compiled ahead because the GPU was busy (_get_ready)
         self.last_stderr = ""
         # The sandbox setting (None: the workspace's, from pyproject.toml, else auto), resolved
         # at the first Worker start: "required" without a sandbox raises SandboxUnavailable there.
@@ -552,7 +553,15 @@ class Engine:
                 if self._evaluations != seen:
                     return  # the build was quicker: the evaluation compiles it itself, once
                 w = await self._ensure(None, self.warm)
-                async with gpu_lock.gpu_turn(key, "prepare_reference"):
+                # Only on an idle GPU: behind other processes it would take one more turn in the
+                # queue and hold the GPU while it compiles (CPU work), and the evaluation compiles
+                # it again anyway (six benches at once on an H100: "prepare_reference, for 15 s"
+                # held the GPU while five others waited).
+                async with gpu_lock.gpu_turn_if_free(key, "prepare_reference") as turn:
+                    if turn is None:
+                        self.prepare_skipped += 1
+                        log.info("the reference of %s is not prepared ahead: other processes use the GPU", task.name)
+                        return
                     result, _ = await self._call_now(w, "prepare_reference", params, deadline)
             log.debug("reference prepared: %s", result)
         except Exception as exc:  # noqa: BLE001 - advisory: the evaluation compiles it anyway

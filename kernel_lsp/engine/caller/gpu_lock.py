@@ -189,6 +189,34 @@ async def gpu_turn(key: str | None, what: str = "", wait_s: float | None = None,
         os.close(fd)
 
 
+@contextlib.asynccontextmanager
+async def gpu_turn_if_free(key: str | None, what: str = "") -> AsyncIterator[Turn | None]:
+    """The GPU `key` for the block if nobody holds it or waits for it now, else None at once (no
+    queueing): for advisory work that is worth doing only on an idle GPU. `key` None: no lock."""
+    if not key:
+        yield Turn(None)
+        return
+    if others_waiting(key):
+        yield None
+        return
+    fd = await asyncio.to_thread(open_lock, lock_path(key))
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield None
+            return
+        stamp(fd, what or "?")
+        turn = Turn(key, fd, what)
+        try:
+            yield turn
+        finally:
+            if turn.held:
+                unlock(fd)
+    finally:
+        os.close(fd)
+
+
 async def _acquire(fd: int, path: str, queued: "_Waiter", wait_s: float, t0: float,
                    progress: Callable[[str], Awaitable[Any] | Any] | None) -> None:
     """Take the lock on `fd` once `queued` is the oldest live waiter (first come, first served)
