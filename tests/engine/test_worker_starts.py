@@ -275,18 +275,6 @@ async def test_get_ready_ahead_compiles_the_reference_while_a_build_runs_elsewhe
     assert sent.count("prepare_reference") == 1 and sent[-1] == "evaluate", sent
 
 
-HOLD_GPU = """
-import asyncio, sys
-from kernel_lsp.engine.caller import gpu_lock
-
-async def main():
-    async with gpu_lock.gpu_turn(sys.argv[1], "evaluate"):
-        print("held", flush=True)
-        await asyncio.sleep(float(sys.argv[2]))
-
-asyncio.run(main())
-"""
-
 
 async def test_the_reference_is_prepared_ahead_only_on_an_idle_gpu(tmp_path, monkeypatch):
     """Six benches at once on an H100: a prepare_reference held the GPU 15 s compiling while five
@@ -296,6 +284,7 @@ async def test_the_reference_is_prepared_ahead_only_on_an_idle_gpu(tmp_path, mon
     GPU's key set by hand."""
     from kernel_lsp.engine.caller import gpu_lock
     from tests.cpu_task import TASK
+    from tests.engine.test_gpu_lock import HOLD  # a process that holds a GPU's turn
 
     pytest.importorskip("torch")
     monkeypatch.setenv("KERNEL_LSP_GPU_LOCK_DIR", str(tmp_path / "locks"))
@@ -323,7 +312,7 @@ async def test_the_reference_is_prepared_ahead_only_on_an_idle_gpu(tmp_path, mon
             engine._call_now = spy  # type: ignore[method-assign]
             holder = None
             if busy:
-                holder = subprocess.Popen([sys.executable, "-c", HOLD_GPU, "GPU-prepare", "3"], env=env,
+                holder = subprocess.Popen([sys.executable, "-c", HOLD, "GPU-prepare", "3"], env=env,
                                           stdout=subprocess.PIPE, text=True)
                 assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
             try:
