@@ -312,7 +312,7 @@ async def test_the_reference_is_prepared_ahead_only_on_an_idle_gpu(tmp_path, mon
             engine._call_now = spy  # type: ignore[method-assign]
             holder = None
             if busy:
-                holder = subprocess.Popen([sys.executable, "-c", HOLD, "GPU-prepare", "3"], env=env,
+                holder = subprocess.Popen([sys.executable, "-c", HOLD, "GPU-prepare", "8"], env=env,
                                           stdout=subprocess.PIPE, text=True)
                 assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
             try:
