@@ -46,7 +46,8 @@ CORPUS_SOURCE = RESULTS / "first_bench_corpus.json"
 
 
 def corpus_rows(source: Path = CORPUS_SOURCE) -> list[dict]:
-    """One row per measured public solution (the warm scenario's alone benches): the engine's own
+    """One row per measured public solution (the warm scenario's alone benches, or its parallel ones
+    when only those ran): the engine's own
     speed_of_light, and whether the hint fires on it (kernel_lsp.verdicts.far_from_hardware)."""
     from kernel_lsp.verdicts import far_from_hardware
 
