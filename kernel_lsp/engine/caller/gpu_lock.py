@@ -178,15 +178,22 @@ async def gpu_turn(key: str | None, what: str = "", wait_s: float | None = None,
             await _acquire(fd, path, queued, wait_s, t0, progress)
         finally:
             queued.remove()
-        stamp(fd, what or "?")
-        turn = Turn(key, fd, what, time.monotonic() - t0, wait_s)
-        try:
+        async with _holding(Turn(key, fd, what, time.monotonic() - t0, wait_s)) as turn:
             yield turn
-        finally:
-            if turn.held:  # (a stamp cleared while not held would be the next holder's)
-                unlock(fd)
     finally:
         os.close(fd)
+
+
+@contextlib.asynccontextmanager
+async def _holding(turn: Turn) -> AsyncIterator[Turn]:
+    """A lock just taken on `turn.fd`: stamped with who holds it, let go after the block."""
+    assert turn.fd is not None
+    stamp(turn.fd, turn.what or "?")
+    try:
+        yield turn
+    finally:
+        if turn.held:  # (a stamp cleared while not held would be the next holder's)
+            unlock(turn.fd)
 
 
 @contextlib.asynccontextmanager
@@ -206,13 +213,8 @@ async def gpu_turn_if_free(key: str | None, what: str = "") -> AsyncIterator[Tur
         except BlockingIOError:
             yield None
             return
-        stamp(fd, what or "?")
-        turn = Turn(key, fd, what)
-        try:
+        async with _holding(Turn(key, fd, what)) as turn:
             yield turn
-        finally:
-            if turn.held:
-                unlock(fd)
     finally:
         os.close(fd)
 

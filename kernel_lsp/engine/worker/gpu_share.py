@@ -273,6 +273,20 @@ def unseen_holding(device: Any) -> list[dict[str, Any]]:
     return [{"pid": None, "name": UNSEEN_NAME, "memory_mib": round(rest / (1 << 20), 1)}]
 
 
+def holders(device: Any, message: str) -> tuple[str, list[dict[str, Any]]] | None:
+    """(source, the other processes holding this GPU's memory) after an out-of-memory `message`:
+    the process list, else the ones torch's message names, else free memory's estimate
+    (unseen_holding); None when none of them can be asked."""
+    seen = others_holding(device)
+    if seen and seen[1]:
+        return seen
+    named = holders_in_message(message)
+    if named:
+        return "torch's out-of-memory message", named
+    unseen = unseen_holding(device)
+    return ("free memory", unseen) if unseen else seen
+
+
 def held_bytes(processes: list[dict[str, Any]]) -> int:
     return int(sum((p.get("memory_mib") or 0) for p in processes) * (1 << 20))
 

@@ -273,12 +273,7 @@ def _shared_oom(ev: Evaluation, options: dict[str, Any], again: Any, t0: int) ->
         dev = _device(EngineOptions.from_dict(options))
     except OptionsError:
         return ev
-    seen = gpu_share.others_holding(dev)
-    if not (seen and seen[1]) and gpu_share.holders_in_message(ev.message):
-        seen = ("torch's out-of-memory message", gpu_share.holders_in_message(ev.message))
-    if not (seen and seen[1]):  # nobody listed (a sandboxed Worker lists no one): free memory may still tell
-        unseen = gpu_share.unseen_holding(dev)
-        seen = ("free memory", unseen) if unseen else seen
+    seen = gpu_share.holders(dev, ev.message)
     if seen is None:
         return ev
     source, others = seen
@@ -312,9 +307,8 @@ def _shared_oom(ev: Evaluation, options: dict[str, Any], again: Any, t0: int) ->
             ev.evidence = {**(ev.evidence or {}), "shared_oom_retry": {
                 "first": first_message, "waited_s": round(waited, 1), "processes": others, "source": source}}
             return ev
-        seen = gpu_share.others_holding(dev)
-        others = seen[1] if seen is not None and seen[1] else gpu_share.holders_in_message(ev.message)
-        others = others or gpu_share.unseen_holding(dev)
+        again_seen = gpu_share.holders(dev, ev.message)
+        others = again_seen[1] if again_seen is not None else []
         if not gpu_share.blames_others(ev.message, others, gpu_share.free_bytes(dev)):
             return ev  # they let go and it still does not fit: the candidate's own
     ev.verdict, ev.correct = "not_run", None
