@@ -242,6 +242,13 @@ def test_has_kernel_tells_kernels_from_pytorch() -> None:
     assert static_checks.has_kernel("from torch.utils.cpp_extension import load\nm = load(name='m', sources=['k.cu'])\n")
     assert static_checks.has_kernel("from torch.utils import cpp_extension\nm = cpp_extension.load_inline(name='m')\n")
     assert static_checks.has_kernel("import ctypes\nlib = ctypes.CDLL('./k.so')\n")
+    # The scan's torch_fallback rule reads kernels the same way: an import alone is no kernel beside
+    # which torch.matmul would be a fallback.
+    plain = ("import torch\nfrom torch.utils.cpp_extension import load_inline\n"
+             "class ModelNew(torch.nn.Module):\n    def forward(self, a, b):\n        return torch.matmul(a, b)\n")
+    assert "torch_fallback" not in static_checks.flags(static_checks.scan(plain, "python"))
+    built = plain.replace("class ModelNew", "ext = load_inline(name='m', cpp_sources='', functions=['f'])\nclass ModelNew")
+    assert "torch_fallback" in static_checks.flags(static_checks.scan(built, "python"))
 
 
 def test_timer_patch_changes_nothing_measured() -> None:

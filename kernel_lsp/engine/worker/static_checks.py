@@ -194,7 +194,7 @@ def scan(source: str, kind: str, reference_source: str = "") -> list[dict[str, A
     for number, text in c_lines:
         add(_CU_RULES, number, text)
     findings += [f for f in _stream_findings(blocks, raw_lines) if not excused(f["line"])]
-    has_kernel = bool(c_lines) or bool(_PY_HAS_KERNEL.search(source))
+    has_kernel = _has_kernel(code, c_lines)
     in_forward, forward_indent = False, 0
     current_class = ""
     for number, raw in enumerate(raw_lines, start=1):
@@ -225,6 +225,11 @@ def has_kernel(source: str) -> bool:
     """A Python candidate that brings its own kernel (load_inline / cpp_extension CUDA, Triton,
     a ctypes library, a custom op); without one its speed is PyTorch's."""
     code, c_lines, _ = _python_parts(source)
+    return _has_kernel(code, c_lines)
+
+
+def _has_kernel(code: dict[int, str], c_lines: list[tuple[int, str]]) -> bool:
+    """has_kernel on a source already split by _python_parts."""
     if any("__global__" in text for _, text in c_lines):
         return True
     # An import alone builds nothing: a KernelBench file's reference keeps the file's
