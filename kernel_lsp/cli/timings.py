@@ -88,7 +88,13 @@ def progress_stamper(phases: Phases, label: str):
 
 
 def worker_phases(phases: Phases, ev: Any) -> None:
-    inside = (getattr(ev, "evidence", None) or {}).get("phases") or {}
+    evidence = getattr(ev, "evidence", None) or {}
+    # The candidate's build, step by step (device unit, host units, link, load; pool_s or worker_s:
+    # the whole build where it ran): what the "compiling" span above was made of.
+    for name, seconds in (evidence.get("build_steps") or {}).items():
+        if isinstance(seconds, (int, float)):
+            phases.add("build: " + name.removesuffix("_s").replace("_", " "), float(seconds))
+    inside = evidence.get("phases") or {}
     for name, seconds in inside.items():
         if isinstance(seconds, (int, float)):
             phases.add(name.removesuffix("_s").replace("_", " "), float(seconds))

@@ -47,3 +47,23 @@ def test_optimize_cu_on_gpu(workspace, capsys):
     assert doc["custom_kernel"] is True and doc["measurement"] == "confirmation"
     assert doc["speedup_eager"] and doc["speedup_compile"] and doc["spread"] is not None
     assert (workspace / "best.cu").read_text() == doc["best_source"]
+
+
+def test_bench_timings_say_what_the_build_was_made_of(tmp_path, monkeypatch, capsys):
+    """--timings breaks a new load_inline build into its steps (device unit, host units, link, load),
+    wherever it ran (the CPU pool, or the Worker before its GPU turn): the "compiling" span of a new
+    Task is most of its first number, and this says which step to cut."""
+    from kernel_lsp.engine.worker.fastbuild import pch_root
+
+    monkeypatch.setenv("KERNEL_LSP_PCH_CACHE", str(pch_root()))  # the machine's headers: no minute-long make
+    monkeypatch.setenv("KERNEL_LSP_CACHE", str(tmp_path / "cache"))  # but a build nothing has cached
+    shutil.copy(EXAMPLES / "row_softmax_inline.py", tmp_path / "row_softmax_inline.py")
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "row_softmax_inline.py", "--json", "--timings", "--keep-worker", "0"]) == 0
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    phases = {p["phase"]: p["seconds"] for p in doc["timings"]["phases"] if p["inside"]}
+    steps = {k.removeprefix("build: "): v for k, v in phases.items() if k.startswith("build: ")}
+    assert steps, (phases, err[-2000:])
+    assert {"device", "link"} <= set(steps) and ({"pool", "worker"} & set(steps)), steps
+    assert "build: device" in err

@@ -162,6 +162,27 @@ def test_environment_allowlist_unit():
     assert looks_secret("openai_api_key") and not looks_secret("CUDA_HOME")
 
 
+def test_a_worker_compiles_on_one_thread_unless_the_user_says_otherwise(monkeypatch):
+    """Inductor's default compile pool is a subprocess per CPU, each importing torch, started by a
+    Worker's first torch.compile: six benches at once started 96 of them. One thread, unless the
+    user set TORCHINDUCTOR_COMPILE_THREADS (then theirs, and the Worker knows it is theirs)."""
+    from kernel_lsp.engine.worker.inductor_code import recording_options
+
+    ours = worker_environment(base={"PATH": "/bin"})
+    assert ours["TORCHINDUCTOR_COMPILE_THREADS"] == "1" and ours["KERNEL_LSP_COMPILE_THREADS_CHOSEN"] == "1"
+    theirs = worker_environment(base={"PATH": "/bin", "TORCHINDUCTOR_COMPILE_THREADS": "8"})
+    assert theirs["TORCHINDUCTOR_COMPILE_THREADS"] == "8" and "KERNEL_LSP_COMPILE_THREADS_CHOSEN" not in theirs
+    via_engine = worker_environment(base={"PATH": "/bin"}, extra={"TORCHINDUCTOR_COMPILE_THREADS": "4"})
+    assert via_engine["TORCHINDUCTOR_COMPILE_THREADS"] == "4"
+    # Recording max-autotune's kernels (the no-LLM path) compiles its GEMM candidates on the CPUs.
+    monkeypatch.setenv("KERNEL_LSP_COMPILE_THREADS_CHOSEN", "1")
+    assert recording_options("max-autotune-no-cudagraphs", {"max_autotune": True})["compile_threads"] >= 1
+    assert "compile_threads" not in recording_options("default", {})
+    assert recording_options("default", {})["fx_graph_cache"] is False
+    monkeypatch.delenv("KERNEL_LSP_COMPILE_THREADS_CHOSEN")
+    assert "compile_threads" not in recording_options("max-autotune-no-cudagraphs", {"max_autotune": True})
+
+
 async def test_evaluations_are_recorded_in_the_store(tmp_path):
     store = Store(tmp_path)
     phases: list[str] = []

@@ -7,6 +7,7 @@ Run on the device:  python -m pytest tests/engine/test_gpu_worker_start.py -m gp
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -84,3 +85,42 @@ async def test_the_reference_compiled_ahead_shortens_the_evaluations_compile(tmp
     print(f"\nreference compiled ahead in {got['seconds']:.2f} s; the evaluation's own compile {compile_s:.2f} s")
     assert ev.verdict == "correct", ev.message
     assert compile_s < got["seconds"]
+
+
+def _descendants(pid: int) -> list[str]:
+    """The command lines of a process's descendants (Linux /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", encoding="utf-8") as fh:
+                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], list(children.get(pid, []))
+    while todo:
+        p = todo.pop()
+        todo += children.get(p, [])
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as fh:
+                out.append(fh.read().replace(b"\0", b" ").decode(errors="replace").strip())
+        except OSError:
+            continue
+    return out
+
+
+async def test_a_worker_compiles_without_a_pool_of_compile_processes():
+    """Inductor's default starts a compile subprocess per CPU at a process's first torch.compile;
+    a Worker compiles on one thread (caller/process.py), so six benches at once do not start 96."""
+    async with Engine(timeout=300.0, sandbox="off") as engine:
+        t0 = time.monotonic()
+        got = await engine.prepare_compile()
+        seconds = time.monotonic() - t0
+        pid = engine.worker_pid
+        assert pid is not None
+        await asyncio.sleep(1.0)  # a pool, if one were started, would be up by now
+        kids = _descendants(pid)
+    print(f"\nprepare_compile in {seconds:.2f} s: {got}; the Worker's descendants: {kids}")
+    assert got.get("state") == "compiled", got
+    assert not [k for k in kids if "compile_worker" in k or "multiprocessing" in k], kids

@@ -122,6 +122,7 @@ class Engine:
         self._prepared: set[str] = set()                 # references whose torch.compile was prepared
         self.gpu_waited = 0.0            # seconds the latest GPU request waited for its turn
         self.gpu_handed = 0.0            # ... and spent without it, handed over at its turn points
+        self.built_steps: dict[str, float] | None = None  # the latest build before the turn, by step
         # Seconds the GPU Worker outlives this Engine for the next command (caller/keeper.py);
         # None or 0: a Worker of its own, ended at aclose. The CLI's bench asks for it.
         self.keep_worker = keep_worker if keep_worker and keep_worker > 0 else None
@@ -268,8 +269,12 @@ class Engine:
         Worker that died or ran past the deadline is replaced by the caller; the op then
         builds inside its turn, under its own deadline)."""
         await _report(progress, "compiling")
+        t0 = time.perf_counter()
         try:
-            await self._call_now(w, "build", params, deadline)
+            built, _ = await self._call_now(w, "build", params, deadline)
+            steps = (built or {}).get("steps") if isinstance(built, dict) else None
+            if steps:  # where the seconds went (device, host, link, load), as a pool build tells
+                self.built_steps = {**steps, "worker_s": round(time.perf_counter() - t0, 3)}
         except (EngineTimeout, WorkerDied, WorkerRaised) as exc:
             log.info("the build before the GPU turn failed: %s", exc)
 
@@ -400,6 +405,7 @@ class Engine:
                     log.debug("prebuild failed", exc_info=True)
             await _report(progress, "evaluating")
             token = _ON_PARTIAL.set(self._early_handler(early, t0) if early is not None else None)
+            self.built_steps = None
             try:
                 data, fatal = await self._call("evaluate", params, timeout=deadline, warm=self.warm,
                                                progress=progress, resume="evaluating",
@@ -407,6 +413,7 @@ class Engine:
             finally:
                 _ON_PARTIAL.reset(token)
             ev = Evaluation.from_dict(data)
+            build_steps = build_steps or self.built_steps  # the pool's build, else the Worker's own
             if build_steps:  # where the CPU pool's build of this save went (device, host, link, load)
                 ev.evidence = {**(ev.evidence or {}), "build_steps": build_steps}
             if self.gpu_waited >= 0.05:  # other kernel-lsp processes had the GPU first

@@ -44,6 +44,19 @@ STDERR_TAIL_BYTES = 64 * 1024
 LINE_LIMIT = 256 * 1024 * 1024  # an Evaluation with a profile can be large
 
 
+# One torch.compile thread per Worker unless the user sets TORCHINDUCTOR_COMPILE_THREADS. Inductor's
+# default is a pool of min(32, CPUs) subprocesses, each importing torch and Triton, started by a
+# process's first torch.compile: 16 per Worker on the device's 16 cores, 96 for six benches at
+# once, which then took 11.7-12.9 s to start their Workers and up to 9.6 s to compile a baseline
+# that compiles in 3.2 s alone (H100, 2026-12-05, benchmarks/results/gpu_runs/2026-12-05d). A
+# Worker compiles one small module at a time, and its first compile runs in-process anyway (the
+# pool is not ready yet). Recording max-autotune's kernels (worker/inductor_code.py), whose GEMM
+# precompile uses these threads, asks for more.
+COMPILE_THREADS_ENV = "TORCHINDUCTOR_COMPILE_THREADS"
+WORKER_COMPILE_THREADS = "1"
+COMPILE_THREADS_CHOSEN_ENV = "KERNEL_LSP_COMPILE_THREADS_CHOSEN"  # "1": the engine's choice, not the user's
+
+
 def looks_secret(name: str) -> bool:
     upper = name.upper()
     return any(word in upper for word in SECRET_WORDS)
@@ -68,6 +81,9 @@ def worker_environment(
     parts = [root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]
     env["PYTHONPATH"] = os.pathsep.join(parts)
     env["PYTHONUNBUFFERED"] = "1"
+    if COMPILE_THREADS_ENV not in env:
+        env[COMPILE_THREADS_ENV] = WORKER_COMPILE_THREADS
+        env[COMPILE_THREADS_CHOSEN_ENV] = "1"
     if device is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(device)
     return env

@@ -80,6 +80,19 @@ def _chosen_configs(code: str) -> dict[str, dict[str, Any]]:
     return out
 
 
+def recording_options(mode: str, mode_options: dict[str, Any]) -> dict[str, Any]:
+    """Inductor's config for recording one mode: the mode's own options, compiled now (no FX graph
+    cache, so that run_and_get_code sees the code), and for max-autotune the compile threads its
+    GEMM precompile runs on: the Worker has one by default (caller/process.py), and max-autotune's
+    candidate GEMM kernels, compiled one at a time, would take minutes. The user's
+    TORCHINDUCTOR_COMPILE_THREADS wins over both."""
+    options = {**mode_options, "fx_graph_cache": False}
+    if mode != "default" and os.environ.get("KERNEL_LSP_COMPILE_THREADS_CHOSEN") == "1":
+        options["compile_threads"] = max(1, min(32, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                                             else (os.cpu_count() or 1)))
+    return options
+
+
 def record(reference_source: str, modes: tuple[str, ...] = MODES, seed: int = 0) -> dict[str, Any]:
     """{"torch", "triton", "device", "modes": {mode: {"codes", "args", "configs", "seconds",
     "error"?}}} or {"why": sentence}."""
@@ -121,8 +134,7 @@ def record(reference_source: str, modes: tuple[str, ...] = MODES, seed: int = 0)
         t0 = time.perf_counter()
         row: dict[str, Any] = {}
         try:
-            options = {} if mode == "default" else dict(torch._inductor.list_mode_options(mode))
-            options["fx_graph_cache"] = False  # compile now, so that run_and_get_code sees the code
+            options = recording_options(mode, dict(torch._inductor.list_mode_options(mode)) if mode != "default" else {})
             with torch.no_grad(), torch._inductor.config.patch(options):
                 _, codes = run_and_get_code(torch.compile(model, backend=backend, dynamic=False), *inputs)
             row["codes"] = list(codes)

@@ -926,8 +926,9 @@ def _profile(h: Harness, task: Task, candidate: Candidate | None, options: Engin
 
 def prepare_compile(options: dict[str, Any]) -> dict[str, Any]:
     """torch.compile's one-time costs, paid before any save needs them (the server asks right
-    after the Worker starts): inductor and Triton imported, the compile workers started, by
-    compiling a small function of our own and running it once. Nothing of a Task is touched."""
+    after the Worker starts): inductor and Triton imported and their caches warm, by compiling a
+    small function of our own and running it once (in-process: a Worker compiles on one thread,
+    caller/process.py says why). Nothing of a Task is touched."""
     t0 = bench._perf_counter_ns()
     dev = _device(EngineOptions.from_dict(options))
     if dev.type == "cuda" and not torch.cuda.is_available():
