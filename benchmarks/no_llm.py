@@ -7,9 +7,9 @@ Per Task (each reference alone in a fresh folder, no ModelNew of its own): `kern
 TASK --proposer tuner --json` (the Worker records torch.compile's code, the writer makes the
 standalone file; the Search then tries eager's ops in place of single kernels, the whole forward in
 one CUDA graph and the launch sweep; every candidate verified and timed by the engine, eager and
-torch.compile default timed with it), and, in a separate process, torch.compile
-max-autotune-no-cudagraphs timed against eager with triton's do_bench (its own eager, so the ratio
-is same-method). Reported per Task: eager, torch.compile default and max-autotune, and each kind of
+torch.compile default timed with it), and, after every Task's optimize, in one separate process
+for them all, torch.compile max-autotune-no-cudagraphs timed against eager with triton's do_bench
+(its own eager, so the ratio is same-method). Reported per Task: eager, torch.compile default and max-autotune, and each kind of
 variant the Search evaluated, read from the Task folder's store: the generated file (default and
 max-autotune recordings), its launch-tuned best, its best with eager ops kept, the CUDA-graph
 variant (flagged `cuda_graph` by the engine, so shown but not counted), then what the user keeps,
@@ -39,20 +39,45 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+# torch.compile max-autotune against eager, every Task in one process (one torch import and CUDA
+# init for the whole run, not one per Task): one JSON line per Task file given.
 MEASURE_MAX = r'''
-import importlib.util, json, sys, torch
-from triton.testing import do_bench
-spec = importlib.util.spec_from_file_location("ref", sys.argv[1])
-m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
-torch.manual_seed(0)
-model = m.Model(*m.get_init_inputs()).cuda().eval()
-xs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in m.get_inputs()]
-with torch.no_grad():
-    eager = do_bench(lambda: model(*xs), return_mode="median")
-    c = torch.compile(model, mode="max-autotune-no-cudagraphs")
-    c(*xs)
-    ms = do_bench(lambda: c(*xs), return_mode="median")
-print(json.dumps({"eager_ms": eager, "max_autotune_ms": ms}))
+import importlib.util, json, signal, sys, traceback
+import torch
+
+def measure(path):
+    if not torch.cuda.is_available():
+        return {"error": "no CUDA GPU visible: max-autotune is measured on the GPU"}
+    from triton.testing import do_bench
+    spec = importlib.util.spec_from_file_location(f"ref_{abs(hash(path))}", path)
+    m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+    torch.manual_seed(0)
+    model = m.Model(*m.get_init_inputs()).cuda().eval()
+    xs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in m.get_inputs()]
+    with torch.no_grad():
+        eager = do_bench(lambda: model(*xs), return_mode="median")
+        c = torch.compile(model, mode="max-autotune-no-cudagraphs")
+        c(*xs)
+        ms = do_bench(lambda: c(*xs), return_mode="median")
+    return {"eager_ms": eager, "max_autotune_ms": ms}
+
+def too_long(signum, frame):
+    raise TimeoutError("ran past its time")
+
+signal.signal(signal.SIGALRM, too_long)
+limit = int(sys.argv[1])
+for path in sys.argv[2:]:
+    signal.alarm(limit)
+    try:
+        got = measure(path)
+    except BaseException as exc:
+        got = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"}
+    finally:
+        signal.alarm(0)
+    torch._dynamo.reset()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    print(json.dumps({"path": path, **got}), flush=True)
 '''
 
 
@@ -85,7 +110,7 @@ def reference_only(path: Path) -> str | None:
     return reference_only_source(text)
 
 
-def run_task(path: Path, budget: int, timeout: float, max_autotune: bool) -> dict:
+def run_task(path: Path, budget: int, timeout: float) -> dict:
     name = task_name(path)
     row: dict = {"task": name, "path": str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)}
     ref = reference_only(path)
@@ -117,18 +142,53 @@ def run_task(path: Path, budget: int, timeout: float, max_autotune: bool) -> dic
             row.update(variants(Path(d), row.get("eager_ms"), row.get("compile_ms")))
             if not doc.get("improved") and row.get("eager_ms"):
                 row["label"] = "eager kept: the reference's own forward (no correct, counted variant beat it)"
-        if max_autotune:
-            try:
-                m = subprocess.run([sys.executable, "-c", MEASURE_MAX, str(task)], env=env, capture_output=True,
-                                   text=True, timeout=timeout)
-                got = json.loads(m.stdout.strip().splitlines()[-1]) if m.returncode == 0 else {}
-                if got:
-                    row["max_autotune_vs_eager"] = got["eager_ms"] / got["max_autotune_ms"]
-                else:
-                    row["max_autotune_error"] = (m.stderr.strip().splitlines() or ["failed"])[-1][:200]
-            except (subprocess.TimeoutExpired, ValueError, IndexError) as exc:
-                row["max_autotune_error"] = str(exc)[:200]
     return row
+
+
+def measure_max_autotune(rows: list[dict], timeout: float) -> None:
+    """torch.compile max-autotune against its own eager (triton do_bench) for every row that has
+    neither yet, all in one process (MEASURE_MAX), after the Tasks' optimizes: run beside them it
+    would disturb their timing, and one process per Task paid a torch import and CUDA init each."""
+    todo = [r for r in rows if "skipped" not in r and "max_autotune_vs_eager" not in r
+            and "max_autotune_error" not in r and r.get("path")]
+    if not todo:
+        return
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    with tempfile.TemporaryDirectory(prefix="nollm_max_") as d:
+        files: dict[str, dict] = {}
+        for r in todo:
+            path = Path(r["path"]) if Path(r["path"]).is_absolute() else ROOT / r["path"]
+            ref = reference_only(path) if path.exists() else None
+            if ref is None:
+                r["max_autotune_error"] = "the Task's reference could not be read"
+                continue
+            f = Path(d) / f"{r['task']}.py"
+            f.write_text(ref)
+            files[str(f)] = r
+        if not files:
+            return
+        print(f"max-autotune: {len(files)} Task(s) in one process", file=sys.stderr, flush=True)
+        try:
+            m = subprocess.run([sys.executable, "-c", MEASURE_MAX, str(max(1, int(timeout))), *files], env=env,
+                               capture_output=True, text=True, timeout=timeout * len(files) + 120)
+            out, why = m.stdout, (m.stderr.strip().splitlines() or [f"exit {m.returncode}"])[-1][:200]
+        except subprocess.TimeoutExpired as exc:
+            out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+            why = f"the max-autotune process ran past {timeout * len(files) + 120:g} s"
+        for line in out.splitlines():
+            try:
+                got = json.loads(line)
+            except ValueError:
+                continue
+            r = files.pop(str(got.get("path")), None) if isinstance(got, dict) else None
+            if r is None:
+                continue
+            if got.get("max_autotune_ms"):
+                r["max_autotune_vs_eager"] = got["eager_ms"] / got["max_autotune_ms"]
+            else:
+                r["max_autotune_error"] = str(got.get("error") or "no time")[:200]
+        for r in files.values():  # the process stopped before these
+            r["max_autotune_error"] = why
 
 
 def summarize(doc: dict) -> dict:
@@ -348,10 +408,12 @@ def main() -> int:
         if a.stop_after and time.perf_counter() - began > a.stop_after:
             print(f"stopping: {a.stop_after:g} s spent; rerun with --resume for the rest", file=sys.stderr)
             break
-        row = run_task(p, a.budget, a.timeout, not a.no_max_autotune)
+        row = run_task(p, a.budget, a.timeout)
         rows.append(row)
         print(json.dumps(row), flush=True)
         write(rows, out, command, device)
+    if not a.no_max_autotune:
+        measure_max_autotune(rows, a.timeout)
     write(rows, out, command, device)
     return 0
 

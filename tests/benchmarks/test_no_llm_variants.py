@@ -4,6 +4,8 @@ against the Search's eager and torch.compile, not shown as "-x" (the H100 run of
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from kernel_lsp.model import Candidate, Evaluation, Task, Timing
 from kernel_lsp.store import Store, store_path
 
@@ -34,3 +36,54 @@ def test_a_variant_without_its_own_baselines_reads_against_the_searchs(tmp_path)
     assert abs(got["variant_tuned"]["vs_compile"] - 0.075 / 0.05) < 1e-9 and got["variant_tuned"]["baselines"] == "the Search's"
     # Without the Search's numbers either: unknown, not made up.
     assert no_llm.variants(tmp_path)["variant_tuned"]["vs_eager"] is None
+
+
+REF = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x.relu()
+
+
+def get_inputs():
+    return [torch.randn(8)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_max_autotune_is_measured_for_every_task_in_one_process(tmp_path, monkeypatch):
+    """After the optimizes, one process measures max-autotune for every row that has no number
+    yet (one torch import for the run); each row gets its number or a sentence, never nothing.
+    Here (no GPU) the sentence says why; a row already measured is left alone."""
+    import torch
+
+    no_llm = load_script("no_llm")
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.py").write_text(REF)
+    rows = [{"task": "a", "path": str(tmp_path / "a.py")}, {"task": "b", "path": str(tmp_path / "b.py")},
+            {"task": "c", "path": str(tmp_path / "c.py"), "max_autotune_vs_eager": 1.5},
+            {"task": "d", "skipped": "not a module Task"}, {"task": "e", "path": str(tmp_path / "missing.py")}]
+    calls = []
+    real = no_llm.subprocess.run
+
+    def counting(*args, **kwargs):
+        calls.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(no_llm.subprocess, "run", counting)
+    no_llm.measure_max_autotune(rows, timeout=120)
+    assert len(calls) == 1 and [Path(x).name for x in calls[0][-2:]] == ["a.py", "b.py"], calls
+    a, b, c, d, e = rows
+    if not torch.cuda.is_available():
+        assert "no CUDA GPU" in a["max_autotune_error"] and "no CUDA GPU" in b["max_autotune_error"], (a, b)
+    else:
+        assert a["max_autotune_vs_eager"] > 0 and b["max_autotune_vs_eager"] > 0, (a, b)
+    assert c == {"task": "c", "path": str(tmp_path / "c.py"), "max_autotune_vs_eager": 1.5}
+    assert "max_autotune_error" not in d and "could not be read" in e["max_autotune_error"]
+    no_llm.measure_max_autotune(rows, timeout=120)  # nothing left to measure: no process
+    assert len(calls) == 1

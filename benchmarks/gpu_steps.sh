@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Several GPU runs in one call on a lent GPU machine, each under its own time cap, their logs in one
+# tarball: a machine is lent for minutes, so the runs that belong together go in one command.
+#   OUT=/some/dir STEPS="g_turns:100 py_four:330 sh_nollm:560" py_four="tests/engine/test_gpu_edges.py -k four" \
+#     sh_nollm="python3 benchmarks/no_llm.py --stop-after 400 --resume --out benchmarks/results/no_llm_full" \
+#     bash benchmarks/gpu_steps.sh
+# A step is NAME:SECONDS. g_<group>: that group of benchmarks/gpu_sandboxed_tests.sh (ONLY=<group>);
+# py*: pytest -m gpu -s with the arguments in the variable of that name; sh*: the command in the
+# variable of that name. Prepare here as gpu_sandboxed_tests.sh says (.whl with this checkout's own
+# wheel, `pip wheel --no-deps -w .whl .`, and .deb); carry .whl and .deb (and benchmarks/corpus for
+# runs over the corpus). Each step prints its last line, exit code and seconds; $OUT/logs.tgz holds
+# every log.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/.gpu-out}
+export PYTHONUNBUFFERED=1 KERNEL_LSP_REQUIRE_SANDBOX=1
+L=$OUT/logs; mkdir -p "$L"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /opt/site .whl/*.whl \
+  >/dev/null 2>&1 || echo "wheel install failed"
+export PATH="$PWD/.deb/root/usr/bin:/opt/site/bin:$PATH" PYTHONPATH=/opt/site
+nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
+for s in ${STEPS:-}; do
+  name=${s%%:*}; cap=${s##*:}; t=$SECONDS
+  case $name in
+    g_*) ONLY=${name#g_} OUT=$L timeout "$cap" bash benchmarks/gpu_sandboxed_tests.sh > "$L/$name.driver.log" 2>&1
+         rc=$?; tail -1 "$L/${name#g_}.log" 2>/dev/null ;;
+    py*) timeout "$cap" python3 -m pytest -q -ra -p no:cacheprovider -m gpu -s ${!name} > "$L/$name.log" 2>&1
+         rc=$?; tail -1 "$L/$name.log" ;;
+    sh*) timeout "$cap" bash -c "${!name}" > "$L/$name.log" 2>&1; rc=$?; tail -3 "$L/$name.log" ;;
+    *) echo "unknown step $name (g_<group>, py*, sh*)"; rc=2 ;;
+  esac
+  echo "== $name rc=$rc $((SECONDS-t))s"
+done
+tar czf "$OUT/logs.tgz" -C "$OUT" logs
