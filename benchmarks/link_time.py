@@ -4,10 +4,11 @@
 
 Builds the editor loop's GELU extension once with the fast path (objects kept in a fresh unit
 cache), then links it again `--runs` times per linker the compiler can drive here (the compiler's
-default GNU ld, gold, lld): each run is a new extension name, so only the link (and the module
-object's rename) runs; the link step's seconds are the build's own `link` step. The engine uses the
+default GNU ld, gold, lld), each with torch's whole library list and with libtorch_python alone
+(`fastbuild.lean_ldflags`, the engine's default): each run is a new extension name, so only the link
+(and the module object's rename) runs; the link step's seconds are the build's own `link` step. The engine uses the
 first faster linker it finds (`fastbuild.fast_linker`; `KERNEL_LSP_LINKER=default` keeps the
-compiler's). Where a GPU is here, each linker's last library is imported and its `gelu_forward`
+compiler's). Where a GPU is here, each row's last library is imported and its `gelu_forward`
 compared with the default linker's on one input (the same output, bit for bit).
 
 Writes OUT/link_time.{json,md} and prints the table. Needs torch with CUDA headers and nvcc.
@@ -48,6 +49,7 @@ def main() -> int:
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
     from kernel_lsp.engine.worker import build, fastbuild  # noqa: PLC0415
 
+    stubs = cpu_stand_ins(tmp)
     nvcc = build._find_nvcc(None)
     flags = fastbuild.torch_flags(nvcc)
     t0 = time.perf_counter()
@@ -65,35 +67,64 @@ def main() -> int:
             rows.append({"linker": linker, "available": False})
             continue
         os.environ["KERNEL_LSP_LINKER"] = linker
-        secs = []
-        for k in range(ns.runs):
-            fb = fastbuild.build_inline(gelu_args(tmp / "b", f"link_{linker}_{k}"), nvcc)
-            if fb.reason or fb.compiled:
-                print(f"{linker}: {fb.reason or 'compiled ' + ', '.join(fb.compiled)}", file=sys.stderr)
-                return 2
-            if fb.linker != linker:  # it fell back to the default: its time is not this linker's
-                rows.append({"linker": linker, "available": True, "refused": fb.linker,
-                             "log": fb.log[-2000:]})
-                break
-            secs.append(fb.steps["link"])
-            libs[linker] = fb.so
-        else:
-            rows.append({"linker": linker, "available": True, "median_s": statistics.median(secs),
-                         "min_s": min(secs), "max_s": max(secs), "runs": len(secs),
-                         "command": " ".join(fb.commands[-1][:3])})
+        # torch's whole list, then libtorch_python alone (fastbuild.lean_ldflags: the engine's default)
+        for lean in (False, True):
+            os.environ["KERNEL_LSP_LEAN_LINK"] = "1" if lean else "0"
+            name = f"{linker}, lean" if lean else linker
+            secs = []
+            for k in range(ns.runs):
+                fb = fastbuild.build_inline(gelu_args(tmp / "b", f"link_{linker}_{int(lean)}_{k}"), nvcc)
+                if fb.reason or fb.compiled:
+                    print(f"{name}: {fb.reason or 'compiled ' + ', '.join(fb.compiled)}", file=sys.stderr)
+                    return 2
+                if fb.linker != name:  # it fell back: its time is not this linker's
+                    rows.append({"linker": name, "available": True, "refused": fb.linker, "log": fb.log[-2000:]})
+                    break
+                secs.append(fb.steps["link"])
+                libs[name] = fb.so
+            else:
+                rows.append({"linker": name, "available": True, "median_s": statistics.median(secs),
+                             "min_s": min(secs), "max_s": max(secs), "runs": len(secs),
+                             "command": " ".join(fb.commands[-1][:3])})
+    os.environ.pop("KERNEL_LSP_LEAN_LINK", None)
     same = same_output(libs)
     os.environ.pop("KERNEL_LSP_LINKER", None)
     doc = {"device": device(), "host": platform.node(), "cpus": os.cpu_count(), "cxx": flags.cxx,
            "date": time.strftime("%Y-%m-%d %H:%M"), "first_build_s": round(cold_s, 2),
            "first_build_linker": first_linker, "rows": rows,
-           "same_output": same, "engine_uses": fastbuild.fast_linker(flags.cxx, flags.identity)}
+           "same_output": same, "engine_uses": fastbuild.fast_linker(flags.cxx, flags.identity),
+           "cpu_stand_ins": stubs}
     out = Path(ns.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "link_time.json").write_text(json.dumps(doc, indent=2) + "\n")
+    stem = "link_time_cpu" if stubs else "link_time"  # a CPU run keeps the GPU machine's table
+    (out / f"{stem}.json").write_text(json.dumps(doc, indent=2) + "\n")
     md = markdown(doc)
-    (out / "link_time.md").write_text(md)
+    (out / f"{stem}.md").write_text(md)
     print(md)
     return 0
+
+
+def cpu_stand_ins(tmp: Path) -> list[str]:
+    """A CPU build of torch has no libc10_cuda or libtorch_cuda for torch's list to name: empty
+    libraries of those names (on LIBRARY_PATH) let the link run, so both lists can be timed here.
+    The names made; none with a CUDA torch."""
+    import subprocess  # noqa: PLC0415
+
+    import torch  # noqa: PLC0415
+
+    if torch.version.cuda:
+        return []
+    lib = Path(torch.__file__).parent / "lib"
+    stubs = tmp / "stand_ins"
+    stubs.mkdir(parents=True, exist_ok=True)
+    (stubs / "e.c").write_text("int klsp_stand_in;\n")
+    made = []
+    for name in ("c10_cuda", "torch_cuda"):
+        if not (lib / f"lib{name}.so").exists():
+            subprocess.run(["gcc", "-shared", "-o", str(stubs / f"lib{name}.so"), str(stubs / "e.c")], check=True)
+            made.append(f"lib{name}.so")
+    os.environ["LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(stubs), os.environ.get("LIBRARY_PATH")]))
+    return made
 
 
 def same_output(libs: dict[str, str]) -> dict[str, bool] | None:
@@ -118,7 +149,10 @@ def same_output(libs: dict[str, str]) -> dict[str, bool] | None:
 def markdown(doc: dict) -> str:
     lines = [f"# The fast build's link, by linker ({doc['device']}, {doc['cpus']} CPUs)", "",
              f"{doc['date']}; `python benchmarks/link_time.py`. The editor loop's GELU extension, its objects "
-             "kept, linked again per run (a new extension name each run).", "",
+             "kept, linked again per run (a new extension name each run); `, lean`: against libtorch_python "
+             "alone of torch's libraries (the engine's default)."
+             + (f" A CPU build of torch: {', '.join(doc['cpu_stand_ins'])} are empty stand-ins for the link."
+                if doc.get("cpu_stand_ins") else ""), "",
              "| linker | median | min | max | runs |", "| --- | ---: | ---: | ---: | ---: |"]
     for r in doc["rows"]:
         if not r["available"]:

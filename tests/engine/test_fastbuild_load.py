@@ -49,6 +49,26 @@ def nm(path: Path, *opts: str) -> str:
     return subprocess.run(["nm", "-C", *opts, str(path)], capture_output=True, text=True, check=True).stdout
 
 
+def test_the_lean_link_keeps_torch_python_and_what_is_not_torchs():
+    """libtorch_python's own dependencies bring torch's other libraries and the CUDA runtime: the
+    lean list names it alone of them, keeps every other flag, and stands aside when it cannot lean
+    on it or is turned off."""
+    torch_list = ["-L/t/lib", "-lc10", "-lc10_cuda", "-ltorch_cpu", "-ltorch_cuda", "-ltorch", "-ltorch_python",
+                  "-L/cuda/lib64", "-lcudart"]
+    assert fastbuild.lean_ldflags(torch_list) == ["-L/t/lib", "-ltorch_python", "-L/cuda/lib64"]
+    assert fastbuild.lean_ldflags(["-L/t/lib", "-lc10", "-ltorch"]) is None  # nothing brings them along
+    assert fastbuild.lean_ldflags(["-L/t/lib", "-ltorch_python"]) is None    # nothing to leave out
+
+
+def test_the_lean_link_can_be_turned_off(monkeypatch):
+    monkeypatch.setenv("KERNEL_LSP_LEAN_LINK", "0")
+    assert fastbuild.lean_ldflags(["-lc10", "-ltorch_python"]) is None
+
+
+def test_relink_full_says_why_it_cannot():
+    assert fastbuild.relink_full(fastbuild.FastBuild()) == "it was not linked lean"
+
+
 def link_objects(build_dir: Path) -> Path:
     """Link the objects as one shared library (torch's CUDA libraries are not here: their symbols
     stay undefined, which -shared allows; ours must all be resolved among the units)."""
@@ -117,6 +137,22 @@ def test_a_cu_and_a_cpp_build_as_three_units_against_the_light_headers(tmp_path,
              "try:\n    m.scale_add(torch.ones(3), 2.0)\n"
              "except RuntimeError as e:\n    print(str(e).splitlines()[0])\n")
     proc = subprocess.run([sys.executable, "-W", "ignore", "-c", check, str(b / "klsp_load_ext.so")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines() == ["7 3 x * s + KLSP_BIAS", "x: a contiguous CUDA tensor"]
+    # Linked lean (what the engine does): libtorch_python alone of torch's libraries, whose own
+    # dependencies bring libtorch, libtorch_cpu and libc10 when the extension loads. The CUDA
+    # runtime, which a CUDA build of torch brings the same way, is named here for this CPU build.
+    lean = fastbuild.lean_ldflags(ldflags)
+    assert lean is not None and "-ltorch_python" in lean and not {"-lc10", "-ltorch_cpu", "-ltorch"} & set(lean)
+    cudart = [f"-L{d}" for d in libdirs] + ["-lcudart"]
+    lean_so = b / "lean" / "klsp_load_ext.so"
+    lean_so.parent.mkdir()
+    proc = subprocess.run(["g++", "-shared", *objs, *lean, *cudart, "-o", str(lean_so)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    needed = subprocess.run(["readelf", "-d", str(lean_so)], capture_output=True, text=True, check=True).stdout
+    assert "libtorch_python" in needed and "libc10.so" not in needed and "libtorch_cpu" not in needed, needed
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", check, str(lean_so)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.splitlines() == ["7 3 x * s + KLSP_BIAS", "x: a contiguous CUDA tensor"]
@@ -250,8 +286,10 @@ def test_the_build_record_of_a_load_call_says_why_the_fast_path_was_not_taken(tm
 @needs_nvcc
 @pytest.mark.slow
 def test_a_load_call_goes_through_the_fast_path_up_to_the_link(tmp_path, monkeypatch, pch_env):
-    """Through the hook, with the fast path on: every unit compiles; on this CPU build of torch the
-    link then misses torch's CUDA libraries, so the record says so and the normal build runs."""
+    """Through the hook, with the fast path on: every unit compiles and links against libtorch_python
+    alone (fastbuild.lean_ldflags); on this CPU build of torch the extension then misses the CUDA
+    runtime and the link with torch's whole list misses its CUDA libraries, so the record says both
+    and the normal build runs."""
     import torch
 
     from kernel_lsp.engine.worker import build
@@ -267,7 +305,9 @@ def test_a_load_call_goes_through_the_fast_path_up_to_the_link(tmp_path, monkeyp
     text = CANDIDATE.replace('extra_cuda_cflags=["-O3"]', f"extra_cuda_cflags={EXTRA_CUDA!r}")
     result = build.build_python(text, str(tmp_path / "candidate.py"))
     assert result.fast_path is False and not result.ok
-    assert result.fallback_reason.startswith("fast link failed: "), result.fallback_reason
+    assert result.fallback_reason.startswith("the fast build does not load: "), result.fallback_reason
+    assert "undefined symbol" in result.fallback_reason, result.fallback_reason
+    assert "linked again with torch's whole list: the full link failed" in result.fallback_reason
     (ext_dir,) = [p for p in (tmp_path / "cache" / "ext").iterdir() if p.is_dir()]
     assert {p.name for p in ext_dir.glob("fast_*.o")} == {
         "fast_device_k.o", "fast_host_k.o", "fast_cpp_b.o"}
@@ -385,7 +425,8 @@ def test_a_cu_file_of_the_users_own_extension_takes_the_fast_path(tmp_path, monk
         assert result.fallback_reason.startswith(f'fast host unit of "{user_file}" failed to compile: {user_file}:23:'), \
             result.fallback_reason
     else:
-        assert result.fallback_reason.startswith("fast link failed: "), result.fallback_reason
+        assert result.fallback_reason.startswith("the fast build does not load: "), result.fallback_reason
+        assert "linked again with torch's whole list" in result.fallback_reason, result.fallback_reason
         assert {p.name for p in ext_dir.glob("fast_*.o")} >= {f"fast_device_{ext_dir.name}.o",
                                                               f"fast_host_{ext_dir.name}.o"}
     assert str(ext_dir) not in result.fallback_reason

@@ -259,6 +259,7 @@ EDITS = textwrap.dedent('''
         y = module.ModelNew()(x)
         torch.cuda.synchronize()
         out[name] = {"seconds": secs, "fast_path": result.fast_path, "fallback_reason": result.fallback_reason,
+                     "steps": result.steps,
                      "ok": bool(torch.equal(y, torch.relu(x))), "ext": module.relu_ext.__name__,
                      # objects by their text's key (not the copies kept by preprocessed tokens)
                      "objects": sum(json.loads((o.parent / "meta.json").read_text()).get("by") != "tokens"
@@ -280,9 +281,12 @@ def test_a_kernel_body_edit_rebuilds_one_unit_and_runs(tmp_path):
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    print("build seconds:", {k: round(v["seconds"], 2) for k, v in out.items()})
+    print("build seconds:", {k: round(v["seconds"], 2) for k, v in out.items()},
+          "link:", {k: round(v["steps"].get("link", -1), 3) for k, v in out.items()})
     for name, r in out.items():
         assert r["fast_path"] and r["fallback_reason"] == "" and r["ok"], (name, r)
+        # linked against libtorch_python alone (fastbuild.lean_ldflags), and loaded so: no relink
+        assert "link" in r["steps"] and "relink" not in r["steps"], (name, r["steps"])
     assert len({r["ext"] for r in out.values()}) == 3
     assert [r["objects"] for r in out.values()] == [3, 4, 5]  # one new object per edit
     assert out["body_edit"]["seconds"] < out["start"]["seconds"]

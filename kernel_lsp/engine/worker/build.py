@@ -619,9 +619,21 @@ def _try_fast(a: dict[str, Any], name: str, build_dir: Path, is_module: bool, no
     if fb.so:
         t0 = time.perf_counter()
         try:
-            lib = _import_built(name, build_dir, Path(fb.so), is_module)
+            try:
+                lib = _import_built(name, build_dir, Path(fb.so), is_module)
+            except (ImportError, OSError) as exc:  # OSError: torch.ops.load_library's dlopen
+                # Linked against libtorch_python alone (fastbuild.lean_ldflags) and a symbol was not
+                # found: linked again with torch's whole list, then loaded once more.
+                if not fb.lean:
+                    raise
+                why = fastbuild.relink_full(fb)
+                if why:
+                    raise ImportError(f"{exc}; linked again with torch's whole list: {why}") from exc
+                note["lean_link_failed"] = str(exc)[:300]
+                lib = _import_built(name, build_dir, Path(fb.so), is_module)
         except Exception as exc:  # noqa: BLE001 - e.g. an undefined symbol: build it the normal way
-            note["fallback_reason"] = f"the fast build does not load: {exc}"[:500]
+            said = str(exc).replace(f"{fb.so}: ", "")  # the cache's path says nothing to the user
+            note["fallback_reason"] = f"the fast build does not load: {said}"[:500]
             with contextlib.suppress(OSError):
                 os.unlink(fb.so)
             return None

@@ -99,6 +99,8 @@ class FastBuild:
     compiled: list[str] = field(default_factory=list)     # steps a compiler ran for in this build
     reused: list[str] = field(default_factory=list)       # steps whose object came from the unit cache
     linker: str = ""                       # what linked it: "gold", "lld", "default" (+ why not the faster one)
+    lean: bool = False                     # linked against libtorch_python alone (lean_ldflags); relink_full undoes it
+    full_link: list[str] = field(default_factory=list)  # the link command with torch's whole list
 
 
 def pch_root() -> Path:
@@ -514,12 +516,17 @@ def _build_units(units: list[Unit], args: dict[str, Any], nvcc: str, res: FastBu
         return done()
     so = build_dir / f"{name}.so"
     tmp = build_dir / f"{name}.so.{os.getpid()}.tmp"
-    base = [flags.cxx, "-shared", *(f"fast_{u.step}.o" for u in reversed(units)), *flags.ldflags,
-            *_as_list(args.get("extra_ldflags")), "-o", str(tmp)]
+    objects = [f"fast_{u.step}.o" for u in reversed(units)]
+    extra = _as_list(args.get("extra_ldflags"))
+    full = [flags.cxx, "-shared", *objects, *flags.ldflags, *extra, "-o", str(tmp)]
+    lean = lean_ldflags(flags.ldflags)
+    base = [flags.cxx, "-shared", *objects, *lean, *extra, "-o", str(tmp)] if lean is not None else full
+    res.lean = lean is not None
+    res.full_link = [*full[:-1], str(so)]
     linker = fast_linker(flags.cxx, flags.identity)
     cmd = [*base[:2], f"-fuse-ld={linker}", *base[2:]] if linker else base
     res.commands.append(cmd)
-    res.linker = linker or "default"
+    res.linker = (linker or "default") + (", lean" if res.lean else "")
     t1 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, cwd=build_dir, capture_output=True, text=True, timeout=timeout)
@@ -528,9 +535,15 @@ def _build_units(units: list[Unit], args: dict[str, Any], nvcc: str, res: FastBu
             said = (proc.stdout + proc.stderr).strip()
             _linker_failed(flags.cxx, flags.identity, linker, said)
             res.log += f"[link -fuse-ld={linker}]\n{said}\n"
-            res.linker = f"default ({linker} failed: {(said.splitlines() or [''])[0][:200]})"
+            res.linker = f"default ({linker} failed: {(said.splitlines() or [''])[0][:200]})" + (", lean" if res.lean else "")
             res.commands.append(base)
             proc = subprocess.run(base, cwd=build_dir, capture_output=True, text=True, timeout=timeout)
+        if proc.returncode != 0 and res.lean:  # the lean list refused: torch's own list decides
+            res.log += f"[lean link]\n{proc.stdout}{proc.stderr}\n"
+            res.lean = False
+            res.linker = res.linker.removesuffix(", lean") + " (the lean link failed)"
+            res.commands.append(full)
+            proc = subprocess.run(full, cwd=build_dir, capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return done(f"fast link: {exc}")
     res.steps["link"] = time.perf_counter() - t1
@@ -542,6 +555,48 @@ def _build_units(units: list[Unit], args: dict[str, Any], nvcc: str, res: FastBu
     os.replace(tmp, so)
     res.so = str(so)
     return done()
+
+
+# torch's libraries that libtorch_python.so brings along: it needs libtorch.so, which needs
+# libtorch_cpu, libtorch_cuda, libc10, libc10_cuda and the CUDA runtime, so an extension linked
+# against libtorch_python alone finds every one of them in its own dependency tree when it loads,
+# the same copies torch loaded (the dynamic linker matches them by name). The link then reads
+# neither libtorch_cpu.so (about 400 MB) nor libtorch_cuda.so: 0.053 s instead of 0.208 s for the
+# GELU extension with GNU ld on 2 cores here (benchmarks/results/link_time_cpu.md; the H200's
+# default link took 0.25 s, a seventh of a kernel-body edit's 1.7 s: benchmarks/results/link_time.md). An extension that then does not load is linked again with the
+# whole list (relink_full) before anything else is tried. KERNEL_LSP_LEAN_LINK=0 keeps torch's list.
+_TRANSITIVE = frozenset({"c10", "c10_cuda", "torch", "torch_cpu", "torch_cuda", "cudart"})
+
+
+def lean_ldflags(ldflags: list[str] | tuple[str, ...]) -> list[str] | None:
+    """torch's link flags less the libraries libtorch_python.so brings along; None when they do not
+    name libtorch_python (nothing to lean on) or the lean link is turned off."""
+    if os.environ.get("KERNEL_LSP_LEAN_LINK", "1").strip().lower() in ("0", "false", "no", "off"):
+        return None
+    if "-ltorch_python" not in ldflags:
+        return None
+    out = [f for f in ldflags if not (f.startswith("-l") and f[2:] in _TRANSITIVE)]
+    return out if len(out) < len(ldflags) else None
+
+
+def relink_full(fb: FastBuild, timeout: float = STEP_TIMEOUT) -> str:
+    """Link a lean-linked extension again with torch's whole list, in place; "" when done, else why not."""
+    if not fb.lean or not fb.full_link or not fb.so:
+        return "it was not linked lean"
+    so = Path(fb.so)
+    cmd = [*fb.full_link[:-1], str(so) + f".{os.getpid()}.full"]
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=so.parent, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"the full link: {exc}"
+    fb.steps["relink"] = time.perf_counter() - t0
+    fb.commands.append(cmd)
+    if proc.returncode != 0:
+        return "the full link failed: " + _first_error(proc.stdout + proc.stderr)[:300]
+    os.replace(cmd[-1], so)
+    fb.lean = False
+    return ""
 
 
 # Linkers faster than the default GNU ld for a shared object of three units against torch's
