@@ -10,7 +10,10 @@ work counts), medians of 200 calls:
   eager        the reference's forward
   jit launch   the generated file with every kernel launched through Triton's `kernel[grid](...)`
                (the files before the lean launcher)
-  lean         the generated file as written now (compiled once, launched through the compiled runner)
+  runner       compiled once, launched through Triton's runner (`compiled[grid]`: the files before
+               the direct launch)
+  lean         the generated file as written now (compiled once, launched through the compiled
+               kernel's own launcher, `_direct`, where the Triton version allows)
   graphed      the lean file's forward replayed from a CUDA graph (inputs copied in, outputs cloned)
 
 A file whose host time exceeds its GPU time is launch-bound: that is the time the engine charges
@@ -75,10 +78,12 @@ def main() -> int:
             print(f"| {path.parent.name or path.stem} | not written: {why} | | |")
             continue
         lean = gens["default"].source
-        jit = lean.replace('if hasattr(compiled, "packed_metadata") else False', "if False else False")
+        jit = lean.replace('if hasattr(compiled, "packed_metadata"):', "if False:")
+        runner = lean.replace("_direct(compiled, self.grid, device) or runner", "runner")
+        assert jit != lean and runner != lean, "the file's launcher changed: update these variants"
         with tempfile.TemporaryDirectory() as d, torch.no_grad():
             files = {}
-            for name, src in (("jit launch", jit), ("lean", lean), ("graphed", graphs.graphed(lean))):
+            for name, src in (("jit launch", jit), ("runner", runner), ("lean", lean), ("graphed", graphs.graphed(lean))):
                 f = Path(d) / f"{name.replace(' ', '_')}.py"
                 f.write_text(src)
                 files[name] = _load(f)

@@ -691,13 +691,39 @@ def _render(ref: str, sig: str, body: list[str], kernels: list[Kernel], cfgs: di
     return "\n".join(out) + "\n"
 
 
-# Written into every file with kernels: the lean launch (what Inductor's own launcher does, with
-# Triton's public API). Triton's `kernel[grid](...)` binds and specializes every argument and
-# looks the compiled kernel up on each call: tens of microseconds of Python per launch, more than
-# the kernel itself on small Tasks. The shapes here are fixed, so each kernel is compiled once per
-# device and then launched through the compiled kernel's own runner (`compiled[grid](*args)`, as
-# Triton's fused-softmax tutorial does).
+# Written into every file with kernels: the lean launch (what Inductor's own launcher does).
+# Triton's `kernel[grid](...)` binds and specializes every argument and looks the compiled kernel up
+# on each call: tens of microseconds of Python per launch, more than the kernel itself on small
+# Tasks. The shapes here are fixed, so each kernel is compiled once per device through the JIT, then
+# launched through the compiled kernel's own launcher. Triton's public runner for it
+# (`compiled[grid](*args)`, as its fused-softmax tutorial does) also asks the current device and
+# stream and builds launch metadata for its hooks on every call; `_direct` calls the same launcher
+# as that runner does (`compiled.run(grid, stream, function, packed metadata, metadata, hooks,
+# *args)`, checked against Triton 3.3 to 3.6), with the grid, function and device fixed and no hooks,
+# on those Triton versions while no launch hook is installed (a profiler's), else the runner.
 LAUNCHER = '''
+def _direct(compiled, grid, device):
+    """The compiled kernel's own launcher, called as Triton's runner calls it, without its per-launch
+    device lookup, launch metadata and hooks; None where that is not known to hold."""
+    version = tuple(int(p) for p in triton.__version__.split(".")[:2] if p.isdigit())
+    knobs = getattr(triton, "knobs", None)
+    hooks = getattr(getattr(knobs, "runtime", None), "launch_enter_hook", None)
+    if not (3, 3) <= version < (3, 7) or getattr(hooks, "calls", None) or device.type != "cuda":
+        return None
+    if getattr(type(compiled), "launch_enter_hook", None) is not None:  # Triton 3.3's hooks
+        return None
+    stream_of = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    launch, function, meta = compiled.run, compiled.function, compiled.packed_metadata
+    if stream_of is None or launch is None or function is None:
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    gx, gy, gz = grid
+
+    def run(*args):
+        launch(gx, gy, gz, stream_of(index), function, meta, None, None, None, *args)
+    return run
+
+
 class _Launcher:
     """One kernel at the recorded shapes: the first call on a device compiles and launches it through
     Triton's JIT; later calls launch the compiled kernel directly, with the grid computed once."""
@@ -713,7 +739,11 @@ class _Launcher:
         if run is None:
             compiled = self.kernel[self.grid](*args, **self.cfg)
             # Triton's interpreter (TRITON_INTERPRET=1) has no compiled kernel: it keeps the JIT launch.
-            self.runs[device] = compiled[self.grid] if hasattr(compiled, "packed_metadata") else False
+            if hasattr(compiled, "packed_metadata"):
+                runner = compiled[self.grid]  # (loads the kernel's handles)
+                self.runs[device] = _direct(compiled, self.grid, device) or runner
+            else:
+                self.runs[device] = False
         elif run is False:
             self.kernel[self.grid](*args, **self.cfg)
         else:
