@@ -67,3 +67,25 @@ def test_bench_timings_say_what_the_build_was_made_of(tmp_path, monkeypatch, cap
     assert steps, (phases, err[-2000:])
     assert {"device", "link"} <= set(steps) and ({"pool", "worker"} & set(steps)), steps
     assert "build: device" in err
+
+
+def test_bench_of_several_files_builds_the_next_while_one_is_evaluated(tmp_path, monkeypatch, capsys):
+    """Three new load_inline kernels in one run: while the first is evaluated the CPU pool builds the
+    next two (cli/bench.py _BuildAhead), so the third's "compiling" span is a wait for a build long
+    done, not a build."""
+    from kernel_lsp.engine.worker.fastbuild import pch_root
+
+    monkeypatch.setenv("KERNEL_LSP_PCH_CACHE", str(pch_root()))
+    monkeypatch.setenv("KERNEL_LSP_CACHE", str(tmp_path / "cache"))  # builds nothing has cached
+    tasks = Path(__file__).resolve().parents[2] / "benchmarks" / "tasks"
+    names = ("relu", "elu", "gelu_tanh")
+    for name in names:
+        for f in (f"{name}.py", f"{name}_new.py"):
+            shutil.copy(tasks / f, tmp_path / f)
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", *(f"{n}_new.py" for n in names), "--json", "--timings", "--keep-worker", "0"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [t["verdict"] for t in doc["targets"]] == ["correct"] * 3
+    spans = {p["phase"]: p["seconds"] for p in doc["timings"]["phases"] if not p["inside"]}
+    print("\n" + "\n".join(f"  {k:<50} {v:7.3f}" for k, v in spans.items()))
+    assert spans.get("gelu_tanh_new.py: compiling", 0.0) < 1.0, spans
