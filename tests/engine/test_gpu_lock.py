@@ -283,3 +283,56 @@ def test_may_hand_over_reads_unknown_sizes_as_yes():
     assert gpu_lock.may_hand_over(1 << 30, None)
     assert gpu_lock.may_hand_over(10 << 30, 80 << 30)
     assert not gpu_lock.may_hand_over(11 << 30, 80 << 30)
+
+
+def test_an_evaluation_that_waited_keeps_its_turn_until_it_has_had_its_share(lock_dir):
+    """Turns go by virtual time: a holder's place is when it first queued plus the GPU time it has
+    had. One that waited behind another and has had the GPU briefly keeps its turn at a turn point
+    when the only waiter came after that place; once it has had more, it hands over and gets the
+    turn back after the waiter."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    first = hold("GPU-fair", 2.0)  # the GPU is busy when this evaluation queues
+
+    async def go() -> tuple[float, bool, float, int, list]:
+        async with gpu_lock.gpu_turn("GPU-fair", "evaluate") as turn:
+            assert turn.waited > 1.0, turn.waited  # it queued behind `first`
+            waiter = subprocess.Popen([sys.executable, "-c", HOLD, "GPU-fair", "0"], env=env,
+                                      stdout=subprocess.PIPE, text=True)
+            for _ in range(200):  # the waiter queues itself, after this evaluation's place
+                if turn.others_waiting():
+                    break
+                await asyncio.sleep(0.05)
+            assert turn.others_waiting(), "the waiter never queued"
+            ahead_early = turn.others_ahead()
+            kept_s = await turn.hand_over("between two stages")
+            still_waiting = waiter.poll() is None
+            # Once it has had the GPU for longer than it waited, the waiter (queued since) goes first.
+            while not turn.others_ahead():
+                await asyncio.sleep(0.05)
+            handed_s = await turn.hand_over("between two stages")
+            assert waiter.stdout is not None and waiter.stdout.readline().strip() == "held"
+            waiter.wait(10)
+            return kept_s, still_waiting, handed_s, turn.handovers, ahead_early
+
+    try:
+        kept_s, still_waiting, handed_s, handovers, ahead_early = asyncio.run(go())
+    finally:
+        first.wait(10)
+    assert ahead_early == [] and kept_s == 0.0 and still_waiting  # kept: the waiter came after its place
+    assert handovers == 1 and handed_s > 0  # then handed over, and back
+
+
+def test_a_waiter_place_orders_the_queue(lock_dir):
+    """The queue sorts by place: a hand-over's virtual time before a newcomer's arrival goes first."""
+    now = time.time_ns()
+    late = gpu_lock._Waiter("GPU-order", "evaluate", place_ns=now + 5_000_000_000)
+    early = gpu_lock._Waiter("GPU-order", "evaluate", place_ns=now - 5_000_000_000)
+    try:
+        assert early.first() and not late.first()
+        names = [name for name, _ in gpu_lock._queue(gpu_lock.waiters_dir("GPU-order"))]
+        assert names == [early.name, late.name]
+        before = gpu_lock.others_waiting_in(gpu_lock.waiters_dir("GPU-order"), before=gpu_lock._place(now))
+        assert len(before) == 1
+    finally:
+        early.remove()
+        late.remove()

@@ -316,7 +316,7 @@ class Engine:
         Worker frees its cached GPU memory (`release`), the other process gets the GPU, and this
         one waits for it back, the deadline paused meanwhile; then (the Worker's continue line
         is written by the caller of this) the evaluation goes on."""
-        if not turn.others_waiting():
+        if not turn.others_ahead():  # nobody, or only those who have had more of the GPU: it goes on
             return
         stage = str(data.get("stage") or "")
         where = TURN_STAGES.get(stage, f"after {stage}" if stage else "")

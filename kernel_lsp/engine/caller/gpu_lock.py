@@ -16,13 +16,17 @@ run, exit 2). The Worker's deadline starts once the turn is taken, so waiting is
 candidate's timeout. Timings gain too: two evaluations timed at once slow each other.
 
 Turns are bounded and taken in order. A waiter announces itself with a file in
-`<lock>.waiters/` (named by its queueing time and pid, touched every second while it waits,
-removed once it has the turn or gives up; a dead pid's file, or one not touched for STALE_S, is
-passed over), and only the oldest live waiter tries the lock, so turns go first come, first
-served. A holder whose evaluation reaches a safe point between its stages (a turn point,
-protocol.YIELD_TURNS) asks `Turn.others_waiting()`; when someone waits it `hand_over`s: it
-queues behind them, lets the lock go, and takes it back when its place in the queue comes (the
-GPU is idle at most one waiter's poll, POLL_S, in between).
+`<lock>.waiters/` (named by its place in the queue and its pid, touched every second while it
+waits, removed once it has the turn or gives up; a dead pid's file, or one not touched for
+STALE_S, is passed over), and only the first live waiter tries the lock. A new evaluation's place
+is when it queued, so turns go first come, first served. A holder whose evaluation reaches a safe
+point between its stages (a turn point, protocol.YIELD_TURNS) asks `Turn.others_ahead()`: the
+waiters that queued before its own virtual time, which is when it first queued plus the GPU time
+it has had. When there are any it `hand_over`s: it queues at that virtual time, lets the lock go,
+and takes it back when its place comes (the GPU is idle at most one waiter's poll, POLL_S, in
+between). So an evaluation that has had little of the GPU (a small Task that waited behind a large
+one) keeps its turn until it has had its share, one that has had much yields to everyone who came
+since, and a newcomer, whose place grows with the clock, is never starved.
 """
 
 from __future__ import annotations
@@ -118,7 +122,7 @@ class Turn:
     `handed_s`: seconds spent without it after handing it over (`hand_over`)."""
 
     def __init__(self, key: str | None, fd: int | None = None, what: str = "", waited: float = 0.0,
-                 wait_s: float = DEFAULT_WAIT_S) -> None:
+                 wait_s: float = DEFAULT_WAIT_S, queued_ns: int | None = None) -> None:
         self.key = key
         self.fd = fd
         self.what = what
@@ -128,21 +132,37 @@ class Turn:
         self.handovers = 0
         self.kept: list[dict[str, Any]] = []  # turn points where it was not handed over (may_hand_over)
         self.held = fd is not None  # False while handed over (and after a hand-over that failed)
+        self.queued_ns = queued_ns if queued_ns is not None else time.time_ns()  # its place when it first queued
+        self.served_s = 0.0             # GPU time it has had, up to its last hand-over
+        self.got_at = time.monotonic()  # when it (last) took the turn
 
     def others_waiting(self) -> list[dict[str, Any]]:
-        """The processes queued for this GPU, oldest first (empty without a lock)."""
+        """The processes queued for this GPU, first first (empty without a lock)."""
         return others_waiting(self.key) if self.key and self.fd is not None else []
 
+    def virtual_ns(self) -> int:
+        """Its place if it let the turn go now: when it first queued plus the GPU time it has had."""
+        served = self.served_s + (time.monotonic() - self.got_at if self.held else 0.0)
+        return self.queued_ns + int(served * 1e9)
+
+    def others_ahead(self) -> list[dict[str, Any]]:
+        """The waiters that go first if it lets the turn go now: those queued before its virtual
+        time (empty without a lock)."""
+        if not self.key or self.fd is None:
+            return []
+        return others_waiting_in(waiters_dir(self.key), before=_place(self.virtual_ns()))
+
     async def hand_over(self, where: str = "", progress: Callable[[str], Awaitable[Any] | Any] | None = None) -> float:
-        """Let the oldest waiter have the GPU, then wait for it back (in line behind those who
-        waited before this call). The seconds without the turn; 0 when nobody waits. Raises
-        GPUBusy when it does not come back within the wait (the turn is then not held)."""
-        others = self.others_waiting()
+        """Let the waiters ahead of it (others_ahead) have the GPU, then wait for it back, queued at
+        its virtual time. The seconds without the turn; 0 when nobody is ahead (it keeps the turn).
+        Raises GPUBusy when it does not come back within the wait (the turn is then not held)."""
+        others = self.others_ahead()
         if not others or not self.key or self.fd is None:
             return 0.0
         t0 = time.monotonic()
         path = lock_path(self.key)
-        queued = _Waiter(self.key, self.what)  # behind everyone waiting now: they go first
+        self.served_s += t0 - self.got_at
+        queued = _Waiter(self.key, self.what, place_ns=self.virtual_ns())  # behind those ahead of it
         try:
             self.held = False
             unlock(self.fd)
@@ -152,6 +172,7 @@ class Turn:
         finally:
             queued.remove()
         self.held = True
+        self.got_at = time.monotonic()
         stamp(self.fd, self.what or "?")
         took = time.monotonic() - t0
         self.handed_s += took
@@ -178,7 +199,7 @@ async def gpu_turn(key: str | None, what: str = "", wait_s: float | None = None,
             await _acquire(fd, path, queued, wait_s, t0, progress)
         finally:
             queued.remove()
-        async with _holding(Turn(key, fd, what, time.monotonic() - t0, wait_s)) as turn:
+        async with _holding(Turn(key, fd, what, time.monotonic() - t0, wait_s, queued.place_ns)) as turn:
             yield turn
     finally:
         os.close(fd)
@@ -252,13 +273,19 @@ def waiters_dir(key: str) -> str:
     return lock_path(key) + ".waiters"
 
 
+def _place(ns: int) -> str:
+    return f"{ns:020d}"
+
+
 class _Waiter:
     """This process's place in the queue for a GPU: a file in `waiters_dir(key)` named
-    `<queued at, ns>-<pid>-<n>` (so names sort by arrival) holding who waits (for `describe`)."""
+    `<place, ns>-<pid>-<n>` (so names sort by place: when it queued, or a hand-over's virtual
+    time) holding who waits (for `describe`)."""
 
-    def __init__(self, key: str, what: str) -> None:
+    def __init__(self, key: str, what: str, place_ns: int | None = None) -> None:
         self.folder = waiters_dir(key)
-        self.name = f"{time.time_ns():020d}-{os.getpid()}-{next(_seq)}"
+        self.place_ns = time.time_ns() if place_ns is None else place_ns
+        self.name = f"{_place(self.place_ns)}-{os.getpid()}-{next(_seq)}"
         self.path = os.path.join(self.folder, self.name)
         self._beat = time.monotonic()
         try:
@@ -350,11 +377,15 @@ def others_waiting(key: str | None) -> list[dict[str, Any]]:
     return others_waiting_in(waiters_dir(key)) if key else []
 
 
-def others_waiting_in(folder: str, but: str | None = None) -> list[dict[str, Any]]:
+def others_waiting_in(folder: str, but: str | None = None, before: str | None = None) -> list[dict[str, Any]]:
+    """The live waiters in `folder`, first first; `but` left out; with `before`, only those whose
+    place sorts before it."""
     out = []
     for name, pid in _queue(folder):
         if name == but:
             continue
+        if before is not None and name >= before:
+            break
         try:
             with open(os.path.join(folder, name), encoding="utf-8") as fh:
                 info = json.load(fh)
