@@ -708,7 +708,9 @@ def _direct(compiled, grid, device):
     version = tuple(int(p) for p in triton.__version__.split(".")[:2] if p.isdigit())
     knobs = getattr(triton, "knobs", None)
     hooks = getattr(getattr(knobs, "runtime", None), "launch_enter_hook", None)
-    if not (3, 3) <= version < (3, 7) or getattr(hooks, "calls", None) or device.type != "cuda":
+    if not (3, 3) <= version < (3, 7) or device.type != "cuda":
+        return None
+    if hooks is not None and (not hasattr(hooks, "calls") or hooks.calls):  # a hook (3.6: a chain of them)
         return None
     if getattr(type(compiled), "launch_enter_hook", None) is not None:  # Triton 3.3's hooks
         return None

@@ -42,11 +42,11 @@ class Kernel:
         return launch
 
 
-def launcher(version: str = "3.6.0", hooks: list | None = None, interpreted: bool = False):
+def launcher(version: str = "3.6.0", hooks: list | None = None, interpreted: bool = False, plain_hook=None):
     calls: list = []
+    chain = plain_hook if plain_hook is not None else SimpleNamespace(calls=hooks or [])  # 3.4/3.5: a function
     triton = SimpleNamespace(__version__=version,
-                             knobs=SimpleNamespace(runtime=SimpleNamespace(launch_enter_hook=SimpleNamespace(
-                                 calls=hooks or []))))
+                             knobs=SimpleNamespace(runtime=SimpleNamespace(launch_enter_hook=chain)))
     fake_torch = SimpleNamespace(_C=SimpleNamespace(_cuda_getCurrentRawStream=lambda index: 7000 + index),
                                  cuda=SimpleNamespace(current_device=lambda: 0))
     ns = {"triton": triton, "torch": fake_torch, "CONFIGS": {"k": {"XBLOCK": 64, "num_warps": 4}}}
@@ -73,6 +73,14 @@ def test_other_triton_versions_and_installed_hooks_keep_tritons_runner(version, 
     run(dev, "x", 8)
     run(dev, "x2", 8)
     assert calls[1] == ("runner", (64, 1, 1), ("x2", 8, 64))
+
+
+def test_a_plain_hook_function_keeps_tritons_runner():
+    run, calls = launcher("3.5.0", plain_hook=print)
+    dev = torch.device("cuda", 0)
+    run(dev, "x")
+    run(dev, "x2")
+    assert calls[1][0] == "runner"
 
 
 def test_the_interpreter_keeps_the_jit_launch():
