@@ -166,7 +166,7 @@ def test_a_worker_compiles_on_one_thread_unless_the_user_says_otherwise(monkeypa
     """Inductor's default compile pool is a subprocess per CPU, each importing torch, started by a
     Worker's first torch.compile: six benches at once started 96 of them. One thread, unless the
     user set TORCHINDUCTOR_COMPILE_THREADS (then theirs, and the Worker knows it is theirs)."""
-    from kernel_lsp.engine.worker.inductor_code import recording_options
+    from kernel_lsp.engine.worker.inductor_code import mode_threads, recording_options
 
     ours = worker_environment(base={"PATH": "/bin"})
     assert ours["TORCHINDUCTOR_COMPILE_THREADS"] == "1" and ours["KERNEL_LSP_COMPILE_THREADS_CHOSEN"] == "1"
@@ -179,8 +179,10 @@ def test_a_worker_compiles_on_one_thread_unless_the_user_says_otherwise(monkeypa
     assert recording_options("max-autotune-no-cudagraphs", {"max_autotune": True})["compile_threads"] >= 1
     assert "compile_threads" not in recording_options("default", {})
     assert recording_options("default", {})["fx_graph_cache"] is False
+    assert mode_threads("max-autotune")["compile_threads"] >= 1 and mode_threads("default") == {}
     monkeypatch.delenv("KERNEL_LSP_COMPILE_THREADS_CHOSEN")
     assert "compile_threads" not in recording_options("max-autotune-no-cudagraphs", {"max_autotune": True})
+    assert mode_threads("max-autotune") == {}  # the user's TORCHINDUCTOR_COMPILE_THREADS stands
 
 
 async def test_evaluations_are_recorded_in_the_store(tmp_path):

@@ -80,17 +80,21 @@ def _chosen_configs(code: str) -> dict[str, dict[str, Any]]:
     return out
 
 
+def mode_threads(mode: str) -> dict[str, Any]:
+    """Inductor config for compiling in `mode`: for max-autotune, the compile threads its GEMM
+    precompile runs on. The Worker has one by default (caller/process.py), and max-autotune's
+    candidate GEMM kernels compiled one at a time would take minutes. {} for the default mode, or
+    where the user set TORCHINDUCTOR_COMPILE_THREADS (theirs stands)."""
+    if mode in (None, "default") or os.environ.get("KERNEL_LSP_COMPILE_THREADS_CHOSEN") != "1":
+        return {}
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return {"compile_threads": max(1, min(32, cpus))}
+
+
 def recording_options(mode: str, mode_options: dict[str, Any]) -> dict[str, Any]:
     """Inductor's config for recording one mode: the mode's own options, compiled now (no FX graph
-    cache, so that run_and_get_code sees the code), and for max-autotune the compile threads its
-    GEMM precompile runs on: the Worker has one by default (caller/process.py), and max-autotune's
-    candidate GEMM kernels, compiled one at a time, would take minutes. The user's
-    TORCHINDUCTOR_COMPILE_THREADS wins over both."""
-    options = {**mode_options, "fx_graph_cache": False}
-    if mode != "default" and os.environ.get("KERNEL_LSP_COMPILE_THREADS_CHOSEN") == "1":
-        options["compile_threads"] = max(1, min(32, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                                             else (os.cpu_count() or 1)))
-    return options
+    cache, so that run_and_get_code sees the code), on mode_threads' threads."""
+    return {**mode_options, "fx_graph_cache": False, **mode_threads(mode)}
 
 
 def record(reference_source: str, modes: tuple[str, ...] = MODES, seed: int = 0) -> dict[str, Any]:

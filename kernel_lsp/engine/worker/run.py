@@ -873,8 +873,13 @@ def _compile_reference(h: Harness, sets: list[list[Any]], options: EngineOptions
     recompile lands in the timed calls) before any timing; None when it fails (reported)."""
     mode = options.compile_mode
     try:
+        import torch._inductor.config as inductor_config
+
+        from kernel_lsp.engine.worker.inductor_code import mode_threads
+
         compiled = torch.compile(h.model, mode=None if mode == "default" else mode)
-        with torch.no_grad():
+        # torch.compile compiles at the first call: max-autotune's GEMM precompile on all CPUs
+        with torch.no_grad(), inductor_config.patch(mode_threads(mode)):
             for args in sets:
                 compiled(*args)
         return compiled
