@@ -322,6 +322,37 @@ def test_an_evaluation_that_waited_keeps_its_turn_until_it_has_had_its_share(loc
     assert handovers == 1 and handed_s > 0  # then handed over, and back
 
 
+def test_a_hand_over_queues_at_the_gpu_time_had_so_far(lock_dir, monkeypatch):
+    """The place a holder queues at when it hands over: when it first queued plus the GPU time it
+    had until then, counted once."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    places: list[int] = []
+    real = gpu_lock._Waiter
+
+    class Recorded(real):  # type: ignore[misc, valid-type]
+        def __init__(self, key, what, place_ns=None):
+            super().__init__(key, what, place_ns)
+            places.append(self.place_ns)
+
+    monkeypatch.setattr(gpu_lock, "_Waiter", Recorded)
+
+    async def go() -> tuple[int, float, float]:
+        async with gpu_lock.gpu_turn("GPU-place", "evaluate") as turn:
+            waiter = subprocess.Popen([sys.executable, "-c", HOLD, "GPU-place", "0"], env=env,
+                                      stdout=subprocess.PIPE, text=True)
+            while not turn.others_ahead():  # it queues after this one took the turn, so it is ahead soon
+                await asyncio.sleep(0.05)
+            held = time.monotonic() - turn.got_at
+            await turn.hand_over()
+            assert waiter.stdout is not None and waiter.stdout.readline().strip() == "held"
+            waiter.wait(10)
+            return turn.queued_ns, held, turn.served_s
+
+    queued_ns, held, served = asyncio.run(go())
+    assert abs(served - held) < 0.1, (served, held)
+    assert places[0] == queued_ns and abs((places[-1] - queued_ns) / 1e9 - served) < 0.1, (places, served)
+
+
 def test_a_waiter_place_orders_the_queue(lock_dir):
     """The queue sorts by place: a hand-over's virtual time before a newcomer's arrival goes first."""
     now = time.time_ns()

@@ -137,7 +137,7 @@ class Turn:
         self.got_at = time.monotonic()  # when it (last) took the turn
 
     def others_waiting(self) -> list[dict[str, Any]]:
-        """The processes queued for this GPU, first first (empty without a lock)."""
+        """The processes queued for this GPU, in queue order (empty without a lock)."""
         return others_waiting(self.key) if self.key and self.fd is not None else []
 
     def virtual_ns(self) -> int:
@@ -159,10 +159,11 @@ class Turn:
         others = self.others_ahead()
         if not others or not self.key or self.fd is None:
             return 0.0
+        place = self.virtual_ns()  # behind those ahead of it
         t0 = time.monotonic()
         path = lock_path(self.key)
         self.served_s += t0 - self.got_at
-        queued = _Waiter(self.key, self.what, place_ns=self.virtual_ns())  # behind those ahead of it
+        queued = _Waiter(self.key, self.what, place_ns=place)
         try:
             self.held = False
             unlock(self.fd)
@@ -378,7 +379,7 @@ def others_waiting(key: str | None) -> list[dict[str, Any]]:
 
 
 def others_waiting_in(folder: str, but: str | None = None, before: str | None = None) -> list[dict[str, Any]]:
-    """The live waiters in `folder`, first first; `but` left out; with `before`, only those whose
+    """The live waiters in `folder`, in queue order; `but` left out; with `before`, only those whose
     place sorts before it."""
     out = []
     for name, pid in _queue(folder):
