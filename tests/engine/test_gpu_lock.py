@@ -340,8 +340,8 @@ def test_a_hand_over_queues_at_the_gpu_time_had_so_far(lock_dir, monkeypatch):
         async with gpu_lock.gpu_turn("GPU-place", "evaluate") as turn:
             waiter = subprocess.Popen([sys.executable, "-c", HOLD, "GPU-place", "0"], env=env,
                                       stdout=subprocess.PIPE, text=True)
-            while not turn.others_ahead():  # it queues after this one took the turn, so it is ahead soon
-                await asyncio.sleep(0.05)
+            while not turn.others_ahead() or time.monotonic() - turn.got_at < 0.5:  # it queues after this
+                await asyncio.sleep(0.05)                                           # one took the turn
             held = time.monotonic() - turn.got_at
             await turn.hand_over()
             assert waiter.stdout is not None and waiter.stdout.readline().strip() == "held"
