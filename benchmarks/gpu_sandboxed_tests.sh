@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every gpu test inside the sandbox on a GPU machine that has torch but no bubblewrap or LSP packages.
-# Prepare here (repo root): the LSP/openai wheels for cp312 in .whl/ (pip download --no-deps ...: pygls,
+# Prepare here (repo root): `bash benchmarks/gpu_prep.sh` does all of the following. the LSP/openai wheels for cp312 in .whl/ (pip download --no-deps ...: pygls,
 # lsprotocol==2025.0.0, cattrs, tree-sitter, tree-sitter-cuda, tree-sitter-python, watchdog, pytest-lsp,
 # pytest-asyncio, and 'openai<2' with pydantic, pydantic-core, jiter, distro, sniffio, annotated-types,
 # typing-inspection: openai 3.x needs httpx2, which the device image lacks, and its tests then skip), and

@@ -6,9 +6,9 @@
 #     bash benchmarks/gpu_steps.sh
 # A step is NAME:SECONDS. g_<group>: that group of benchmarks/gpu_sandboxed_tests.sh (ONLY=<group>);
 # py*: pytest -m gpu -s with the arguments in the variable of that name; sh*: the command in the
-# variable of that name. Prepare here as gpu_sandboxed_tests.sh says (.whl with this checkout's own
-# wheel, `pip wheel --no-deps -w .whl .`, and .deb); carry .whl and .deb (and benchmarks/corpus for
-# runs over the corpus). Each step prints its last line, exit code and seconds; $OUT/logs.tgz holds
+# variable of that name. Prepare here with `bash benchmarks/gpu_prep.sh [KernelBenchLeaderboard clone]`
+# (.whl with this checkout's own wheel, .deb, the corpus); carry .whl and .deb (and benchmarks/corpus
+# for runs over the corpus). Each step prints its last line, exit code and seconds; $OUT/logs.tgz holds
 # every log.
 set -u
 cd "$(dirname "$0")/.."
