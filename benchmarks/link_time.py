@@ -58,7 +58,7 @@ def main() -> int:
         print(f"the fast build failed: {first.reason}", file=sys.stderr)
         return 2
     cold_s = time.perf_counter() - t0
-    first_linker = {"linker": first.linker,
+    first_linker = {"linker": first.linker + (", lean" if first.lean else ""),
                     "log": first.log[first.log.find("[link"):][-3000:] if "[link" in first.log else ""}
     rows = []
     libs: dict[str, str] = {}
@@ -77,8 +77,9 @@ def main() -> int:
                 if fb.reason or fb.compiled:
                     print(f"{name}: {fb.reason or 'compiled ' + ', '.join(fb.compiled)}", file=sys.stderr)
                     return 2
-                if fb.linker != name:  # it fell back: its time is not this linker's
-                    rows.append({"linker": name, "available": True, "refused": fb.linker, "log": fb.log[-2000:]})
+                if fb.linker != linker or fb.lean != lean:  # it fell back: its time is not this row's
+                    rows.append({"linker": name, "available": True, "log": fb.log[-2000:],
+                                 "refused": fb.linker + ("" if fb.lean == lean else ", the lean link failed")})
                     break
                 secs.append(fb.steps["link"])
                 libs[name] = fb.so

@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 # torch.compile max-autotune against eager, every Task in one process (one torch import and CUDA
 # init for the whole run, not one per Task): one JSON line per Task file given.
 MEASURE_MAX = r'''
-import importlib.util, json, signal, sys, traceback
+import importlib.util, json, signal, sys
 import torch
 
 def measure(path):

@@ -126,21 +126,23 @@ class _BuildAhead:
     run over many kernels overlaps each build with another's evaluation instead of following it.
     Advisory: a failed build here is built and reported by its own evaluation."""
 
-    def __init__(self, engine: Any, rows: list[tuple[str, Task | None, Candidate | None, str]]) -> None:
+    def __init__(self, engine: Any, rows: list[tuple[str, Task | None, Candidate | None, str]],
+                 options: dict[str, Any]) -> None:
         from kernel_lsp.engine.caller.client import needs_build
 
         self.engine = engine
+        self.options = options  # the evaluations' own: same options, same build (Engine.prebuild joins it)
         self.todo = [i for i, (_, t, c, _) in enumerate(rows) if t is not None and c is not None and needs_build(c)]
         self.rows = rows
         self.jobs: dict[int, asyncio.Future] = {}
 
     @classmethod
     def for_run(cls, engine: Any, rows: list[tuple[str, Task | None, Candidate | None, str]],
-                gpu: bool) -> "_BuildAhead | None":
+                gpu: bool, options: dict[str, Any]) -> "_BuildAhead | None":
         """One where it helps: a local GPU engine with a build pool, and a later file to build."""
         if not gpu or getattr(engine, "kind", "local") != "local" or not hasattr(engine, "prebuild"):
             return None
-        ahead = cls(engine, rows)
+        ahead = cls(engine, rows, options)
         return ahead if len(ahead.todo) >= 2 else None
 
     def start(self, i: int) -> None:
@@ -148,7 +150,7 @@ class _BuildAhead:
         for j in [k for k in self.todo if k > i][:BUILD_AHEAD]:
             if j not in self.jobs:
                 _, task, cand, _ = self.rows[j]
-                self.jobs[j] = asyncio.ensure_future(self.engine.prebuild(task, cand))
+                self.jobs[j] = asyncio.ensure_future(self.engine.prebuild(task, cand, self.options))
                 self.jobs[j].add_done_callback(lambda f: f.cancelled() or f.exception())  # advisory: never "never retrieved"
 
     async def close(self) -> None:
@@ -265,9 +267,41 @@ async def _bench_with(ns: argparse.Namespace, err: TextIO, rows: list[tuple[str,
             print("kernel-lsp: no CUDA GPU visible: verifying and timing PyTorch tasks on the CPU; "
                   ".cu files are only built", file=err)
         opts = _options(ns, gpu)
-        ahead = _BuildAhead.for_run(engine, rows, gpu)
+        ahead = _BuildAhead.for_run(engine, rows, gpu, opts)
         try:
-            await _each(ns, engine, rows, evs, kernels, opts, gpu, timeout, phases, ahead)
+            for i, (path, task, cand, error) in enumerate(rows):
+                if ahead is not None:
+                    ahead.start(i)
+                kernels.append(numbers.has_kernel(cand.source, cand.kind) if cand is not None else None)
+                if task is None:
+                    evs.append(Evaluation(task=os.path.basename(path), candidate="", verdict="not_run",
+                                          correct=None, message=error))  # bad input: exit 2
+                    continue
+                if cand is None:  # a reference alone: time eager and torch.compile
+                    cand = Candidate(source=task.reference_source, kind="python", origin="reference")
+                    checks: tuple[str, ...] = ("compile", "bench")
+                elif cand.kind == "cuda" and not gpu:
+                    checks = ("compile",)
+                else:
+                    checks = ("compile", "verify", "bench")
+                more: dict[str, Any] = {}
+                if phases is not None:
+                    from kernel_lsp.cli.timings import progress_stamper
+
+                    more["progress"] = progress_stamper(phases, os.path.basename(path))
+                early = _early_taker(ns, os.path.basename(path))
+                if early is not None:
+                    more["early"] = early
+                ev = await engine.evaluate(task, cand, checks, timeout=timeout, options=opts, **more)
+                if phases is not None:
+                    from kernel_lsp.cli.timings import worker_phases
+
+                    worker_phases(phases, ev)
+                if checks == ("compile",) and ev.verdict in ("not_run", "correct") and "GPU" not in ev.message:
+                    # Only built, as asked: say why nothing ran (and never count it as checked).
+                    ev.verdict, ev.correct = "not_run", None
+                    ev.message = f"{ev.message or 'built'}; {NO_GPU}"
+                evs.append(ev)
         finally:
             if ahead is not None:
                 await ahead.close()
@@ -278,45 +312,6 @@ async def _bench_with(ns: argparse.Namespace, err: TextIO, rows: list[tuple[str,
     customs = [getattr(ev, "custom_kernel", None) if getattr(ev, "custom_kernel", None) is not None else k
                for ev, k in zip(evs, kernels)]
     return evs, info, names, customs
-
-
-async def _each(ns: argparse.Namespace, engine: Any, rows: list[tuple[str, Task | None, Candidate | None, str]],
-                evs: list[Evaluation], kernels: list[bool | None], opts: dict[str, Any], gpu: bool, timeout: float,
-                phases: Any, ahead: "_BuildAhead | None") -> None:
-    """Each file's evaluation, in order (the CPU pool building the next ones meanwhile: `ahead`)."""
-    for i, (path, task, cand, error) in enumerate(rows):
-        if ahead is not None:
-            ahead.start(i)
-        kernels.append(numbers.has_kernel(cand.source, cand.kind) if cand is not None else None)
-        if task is None:
-            evs.append(Evaluation(task=os.path.basename(path), candidate="", verdict="not_run",
-                                  correct=None, message=error))  # bad input: exit 2
-            continue
-        if cand is None:  # a reference alone: time eager and torch.compile
-            cand = Candidate(source=task.reference_source, kind="python", origin="reference")
-            checks: tuple[str, ...] = ("compile", "bench")
-        elif cand.kind == "cuda" and not gpu:
-            checks = ("compile",)
-        else:
-            checks = ("compile", "verify", "bench")
-        more: dict[str, Any] = {}
-        if phases is not None:
-            from kernel_lsp.cli.timings import progress_stamper
-
-            more["progress"] = progress_stamper(phases, os.path.basename(path))
-        early = _early_taker(ns, os.path.basename(path))
-        if early is not None:
-            more["early"] = early
-        ev = await engine.evaluate(task, cand, checks, timeout=timeout, options=opts, **more)
-        if phases is not None:
-            from kernel_lsp.cli.timings import worker_phases
-
-            worker_phases(phases, ev)
-        if checks == ("compile",) and ev.verdict in ("not_run", "correct") and "GPU" not in ev.message:
-            # Only built, as asked: say why nothing ran (and never count it as checked).
-            ev.verdict, ev.correct = "not_run", None
-            ev.message = f"{ev.message or 'built'}; {NO_GPU}"
-        evs.append(ev)
 
 
 PENDING = "torch.compile: pending (compiling)"

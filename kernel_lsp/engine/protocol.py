@@ -100,6 +100,12 @@ def is_partial(message: dict[str, Any]) -> bool:
     return message.get("id") is None and isinstance(message.get("partial"), dict)
 
 
+# The Worker's torch.compile threads (caller/process.py sets TORCHINDUCTOR_COMPILE_THREADS=1 unless the
+# user did): "1" in this variable says the number is the engine's, so a max-autotune compile may
+# raise it (worker/inductor_code.mode_threads); absent, the user's number stands.
+COMPILE_THREADS_CHOSEN_ENV = "KERNEL_LSP_COMPILE_THREADS_CHOSEN"
+
+
 # -- turn points (bounded GPU turns) ---------------------------------------------------------------
 # An evaluate whose options carry YIELD_TURNS: true (the Engine sets it when it holds the GPU's
 # machine-wide turn, caller/gpu_lock.py) stops at safe points between its stages (after verify,

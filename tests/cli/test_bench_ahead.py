@@ -9,6 +9,7 @@ from kernel_lsp.cli.bench import BUILD_AHEAD, _BuildAhead
 from kernel_lsp.model import Candidate, Task
 
 CU = "__global__ void k(float* x) { x[0] = 1.0f; }\n"
+OPTS = {"device": "cuda", "seed": 3}
 PLAIN = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
 
 
@@ -19,7 +20,8 @@ class Engine:
         self.asked: list[str] = []
         self.gate = asyncio.Event()
 
-    async def prebuild(self, task: Task, cand: Candidate):
+    async def prebuild(self, task: Task, cand: Candidate, options=None):
+        assert options == OPTS  # the evaluations' own options: the same build, joined, not a second one
         self.asked.append(task.name)
         await self.gate.wait()  # a build under way until the test lets it finish
 
@@ -38,7 +40,7 @@ def rows(kinds: list[str]) -> list:
 
 async def test_the_next_files_that_need_a_build_are_built_while_one_is_evaluated():
     engine = Engine()
-    ahead = _BuildAhead.for_run(engine, rows(["cu", "plain", "bad", "cu", "cu", "cu"]), gpu=True)
+    ahead = _BuildAhead.for_run(engine, rows(["cu", "plain", "bad", "cu", "cu", "cu"]), gpu=True, options=OPTS)
     assert ahead is not None and BUILD_AHEAD == 2
     ahead.start(0)  # t0 (its own build: the early build) is evaluated; t3 and t4 build meanwhile
     await asyncio.sleep(0)
@@ -54,7 +56,7 @@ async def test_the_next_files_that_need_a_build_are_built_while_one_is_evaluated
 
 async def test_a_run_that_ends_early_leaves_no_build_running():
     engine = Engine()
-    ahead = _BuildAhead.for_run(engine, rows(["cu", "cu", "cu"]), gpu=True)
+    ahead = _BuildAhead.for_run(engine, rows(["cu", "cu", "cu"]), gpu=True, options=OPTS)
     ahead.start(0)
     await asyncio.sleep(0)
     await ahead.close()  # the gate never opens: the builds are cancelled, not left behind
@@ -63,7 +65,7 @@ async def test_a_run_that_ends_early_leaves_no_build_running():
 
 async def test_no_building_ahead_where_it_cannot_help():
     engine = Engine()
-    assert _BuildAhead.for_run(engine, rows(["cu", "cu"]), gpu=False) is None  # no GPU: the builds are the run
-    assert _BuildAhead.for_run(engine, rows(["cu", "plain", "plain"]), gpu=True) is None  # one build only
+    assert _BuildAhead.for_run(engine, rows(["cu", "cu"]), gpu=False, options=OPTS) is None  # no GPU: the builds are the run
+    assert _BuildAhead.for_run(engine, rows(["cu", "plain", "plain"]), gpu=True, options=OPTS) is None  # one build only
     engine.kind = "ray"
-    assert _BuildAhead.for_run(engine, rows(["cu", "cu"]), gpu=True) is None  # a cluster builds on its own
+    assert _BuildAhead.for_run(engine, rows(["cu", "cu"]), gpu=True, options=OPTS) is None  # a cluster builds on its own

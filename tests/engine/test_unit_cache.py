@@ -341,7 +341,7 @@ def test_a_faster_linker_that_fails_gives_way_to_the_default_and_is_not_tried_ag
     assert "-fuse-ld=klspbroken" in a.commands[-2] and "-fuse-ld=klspbroken" not in a.commands[-1]
     monkeypatch.setattr(fastbuild, "_linker_refused", set())  # a new process: the note in the cache says it
     b = fastbuild.build_inline(inline_args(tmp_path, "link_b", RELU.replace(BODY, "y[i] = fmaxf(v, 0.0f);")), nvcc)
-    assert b.reason == "" and b.linker == "default, lean" and b.lean, b.linker  # torch_python alone of torch's
+    assert b.reason == "" and b.linker == "default" and b.lean, b.linker  # torch_python alone of torch's
     assert "-lc10" not in b.commands[-1] and "-lc10" in b.full_link  # the whole list kept for a relink
     # An extension that does not load lean is linked again, in place, with torch's whole list.
     assert fastbuild.relink_full(b) == "" and not b.lean and "relink" in b.steps and os.path.exists(b.so)

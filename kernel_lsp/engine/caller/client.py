@@ -122,7 +122,6 @@ class Engine:
         self._prepared: set[str] = set()                 # references whose torch.compile was prepared
         self.gpu_waited = 0.0            # seconds the latest GPU request waited for its turn
         self.gpu_handed = 0.0            # ... and spent without it, handed over at its turn points
-        self.built_steps: dict[str, float] | None = None  # the latest build before the turn, by step
         # Seconds the GPU Worker outlives this Engine for the next command (caller/keeper.py);
         # None or 0: a Worker of its own, ended at aclose. The CLI's bench asks for it.
         self.keep_worker = keep_worker if keep_worker and keep_worker > 0 else None
@@ -244,8 +243,9 @@ class Engine:
             if op == "evaluate":
                 self._evaluations += 1
             w = await self._ensure(progress, warm)
+            built: dict[str, float] | None = None
             if build_first is not None and key is not None:
-                await self._build_before_turn(w, build_first, deadline, progress)
+                built = await self._build_before_turn(w, build_first, deadline, progress)
                 if not w.alive:  # the build took the Worker with it: a fresh one for the op
                     w = await self._ensure(progress, warm)
             async with gpu_lock.gpu_turn(key, op, progress=progress) as turn:
@@ -258,12 +258,15 @@ class Engine:
                     # the GPU to a waiting process there (_hand_over).
                     params = {**(params or {}), "options": {**((params or {}).get("options") or {}),
                                                             protocol.YIELD_TURNS: True}}
-                    return await self._call_now(w, op, params, deadline, turn=turn, progress=progress,
-                                                resume=resume)
+                    data, fatal = await self._call_now(w, op, params, deadline, turn=turn, progress=progress,
+                                                       resume=resume)
+                    if built and isinstance(data, dict):  # where the build before the turn went
+                        data["evidence"] = {**(data.get("evidence") or {}), "build_steps": built}
+                    return data, fatal
                 return await self._call_now(w, op, params, deadline)
 
     async def _build_before_turn(self, w: "WorkerProcess | keeping.KeptWorker", params: dict[str, Any],
-                                 deadline: float, progress: Progress | None) -> None:
+                                 deadline: float, progress: Progress | None) -> dict[str, float] | None:
         """The candidate's build in the GPU Worker, outside the GPU turn (CPU work: nvcc, g++).
         Advisory, as a prebuild is: a failure here leaves the op to build and report it (a
         Worker that died or ran past the deadline is replaced by the caller; the op then
@@ -272,11 +275,12 @@ class Engine:
         t0 = time.perf_counter()
         try:
             built, _ = await self._call_now(w, "build", params, deadline)
-            steps = (built or {}).get("steps") if isinstance(built, dict) else None
-            if steps:  # where the seconds went (device, host, link, load), as a pool build tells
-                self.built_steps = {**steps, "worker_s": round(time.perf_counter() - t0, 3)}
         except (EngineTimeout, WorkerDied, WorkerRaised) as exc:
             log.info("the build before the GPU turn failed: %s", exc)
+            return None
+        steps = built.get("steps") if isinstance(built, dict) else None
+        # Its steps (device, host, link, load), as a pool build tells them: None for a cache hit.
+        return {**steps, "worker_s": round(time.perf_counter() - t0, 3)} if steps else None
 
     async def _call_now(self, w: WorkerProcess, op: str, params: dict[str, Any] | None,
                         deadline: float, *, turn: "gpu_lock.Turn | None" = None,
@@ -405,7 +409,6 @@ class Engine:
                     log.debug("prebuild failed", exc_info=True)
             await _report(progress, "evaluating")
             token = _ON_PARTIAL.set(self._early_handler(early, t0) if early is not None else None)
-            self.built_steps = None
             try:
                 data, fatal = await self._call("evaluate", params, timeout=deadline, warm=self.warm,
                                                progress=progress, resume="evaluating",
@@ -413,7 +416,6 @@ class Engine:
             finally:
                 _ON_PARTIAL.reset(token)
             ev = Evaluation.from_dict(data)
-            build_steps = build_steps or self.built_steps  # the pool's build, else the Worker's own
             if build_steps:  # where the CPU pool's build of this save went (device, host, link, load)
                 ev.evidence = {**(ev.evidence or {}), "build_steps": build_steps}
             if self.gpu_waited >= 0.05:  # other kernel-lsp processes had the GPU first

@@ -54,7 +54,6 @@ LINE_LIMIT = 256 * 1024 * 1024  # an Evaluation with a profile can be large
 # precompile uses these threads, asks for more.
 COMPILE_THREADS_ENV = "TORCHINDUCTOR_COMPILE_THREADS"
 WORKER_COMPILE_THREADS = "1"
-COMPILE_THREADS_CHOSEN_ENV = "KERNEL_LSP_COMPILE_THREADS_CHOSEN"  # "1": the engine's choice, not the user's
 
 
 def looks_secret(name: str) -> bool:
@@ -83,7 +82,7 @@ def worker_environment(
     env["PYTHONUNBUFFERED"] = "1"
     if COMPILE_THREADS_ENV not in env:
         env[COMPILE_THREADS_ENV] = WORKER_COMPILE_THREADS
-        env[COMPILE_THREADS_CHOSEN_ENV] = "1"
+        env[protocol.COMPILE_THREADS_CHOSEN_ENV] = "1"
     if device is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(device)
     return env

@@ -526,7 +526,7 @@ def _build_units(units: list[Unit], args: dict[str, Any], nvcc: str, res: FastBu
     linker = fast_linker(flags.cxx, flags.identity)
     cmd = [*base[:2], f"-fuse-ld={linker}", *base[2:]] if linker else base
     res.commands.append(cmd)
-    res.linker = (linker or "default") + (", lean" if res.lean else "")
+    res.linker = linker or "default"
     t1 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, cwd=build_dir, capture_output=True, text=True, timeout=timeout)
@@ -535,13 +535,12 @@ def _build_units(units: list[Unit], args: dict[str, Any], nvcc: str, res: FastBu
             said = (proc.stdout + proc.stderr).strip()
             _linker_failed(flags.cxx, flags.identity, linker, said)
             res.log += f"[link -fuse-ld={linker}]\n{said}\n"
-            res.linker = f"default ({linker} failed: {(said.splitlines() or [''])[0][:200]})" + (", lean" if res.lean else "")
+            res.linker = f"default ({linker} failed: {(said.splitlines() or [''])[0][:200]})"
             res.commands.append(base)
             proc = subprocess.run(base, cwd=build_dir, capture_output=True, text=True, timeout=timeout)
         if proc.returncode != 0 and res.lean:  # the lean list refused: torch's own list decides
             res.log += f"[lean link]\n{proc.stdout}{proc.stderr}\n"
             res.lean = False
-            res.linker = res.linker.removesuffix(", lean") + " (the lean link failed)"
             res.commands.append(full)
             proc = subprocess.run(full, cwd=build_dir, capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as exc:

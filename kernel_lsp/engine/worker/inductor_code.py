@@ -22,6 +22,8 @@ import tempfile
 import time
 from typing import Any
 
+from kernel_lsp.engine.protocol import COMPILE_THREADS_CHOSEN_ENV
+
 MODES = ("default", "max-autotune-no-cudagraphs")
 
 
@@ -85,7 +87,7 @@ def mode_threads(mode: str) -> dict[str, Any]:
     precompile runs on. The Worker has one by default (caller/process.py), and max-autotune's
     candidate GEMM kernels compiled one at a time would take minutes. {} for the default mode, or
     where the user set TORCHINDUCTOR_COMPILE_THREADS (theirs stands)."""
-    if mode in (None, "default") or os.environ.get("KERNEL_LSP_COMPILE_THREADS_CHOSEN") != "1":
+    if mode in (None, "default") or os.environ.get(COMPILE_THREADS_CHOSEN_ENV) != "1":
         return {}
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return {"compile_threads": max(1, min(32, cpus))}
