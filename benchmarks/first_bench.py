@@ -34,8 +34,10 @@ and the exit status. Then the issue's targets, pass/fail:
 A number that could not be read is "n/a", and its target "unknown", never a pass. ``--smoke``: a
 tiny CPU Task, no GPU (CUDA hidden), two processes: checks that this script runs (the CPU suite
 does, tests/benchmarks/test_first_bench.py). Results: ``first_bench.md`` and ``first_bench.json``
-under ``--out-dir`` (``first_bench_smoke.*`` for ``--smoke``), with the command line; while it runs,
-``first_bench_partial.json`` holds the rows measured so far (a run cut short keeps them).
+under ``--out-dir`` (``first_bench_smoke.*`` for ``--smoke``), with the command line, rewritten after
+every bench: until all are done both say ``partial`` ("N of M benches done"), so a run killed at a
+time cap keeps every bench it finished; a SIGTERM (``timeout``) writes them and exits 143. stderr
+has one line per bench as it ends (wall, verdict, x eager, x compile, exit status).
 """
 
 from __future__ import annotations
@@ -43,13 +45,16 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import datetime as _dt
+import functools
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -97,6 +102,7 @@ def get_init_inputs():
 '''
 # What stderr says when the verdict is known: the first line matching this (its arrival time).
 VERDICT_PATTERN = r"\b(correct|incorrect|verdict)\b"
+RUNNING: set[subprocess.Popen] = set()  # the benches' processes now running (stop_benches ends them)
 
 
 # -- the Tasks ------------------------------------------------------------------------------------
@@ -182,8 +188,7 @@ def run_bench(path: Path, env: dict[str, str], python: str, timeout: float, patt
     except OSError as exc:
         return {"task": path.name, "error": str(exc), "wall_s": None}
     assert proc.stderr is not None and proc.stdout is not None
-    import threading
-
+    RUNNING.add(proc)  # a SIGTERM stops it (stop_benches) rather than leave it running unwatched
     out_chunks: list[str] = []
     reader = threading.Thread(target=lambda: out_chunks.append(proc.stdout.read()), daemon=True)
     reader.start()
@@ -197,6 +202,7 @@ def run_bench(path: Path, env: dict[str, str], python: str, timeout: float, patt
     except subprocess.TimeoutExpired:
         proc.kill()
         rc = proc.wait()
+    RUNNING.discard(proc)
     reader.join(10)
     wall = time.monotonic() - t0
     doc: dict[str, Any] = {}
@@ -236,12 +242,32 @@ def span_sum(phases: list[dict[str, Any]], name: str, exact: bool = False) -> fl
 
 
 def run_many(paths: list[Path], env: dict[str, str], python: str, timeout: float, pattern: str,
-             parallel: int) -> tuple[list[dict[str, Any]], float]:
-    """(results in the order of ``paths``, makespan): ``parallel`` benches at a time."""
+             parallel: int, done: Any = lambda i, row: None) -> tuple[list[dict[str, Any]], float]:
+    """(results in the order of ``paths``, makespan): ``parallel`` benches at a time. ``done(i, row)``
+    as each ends, on this thread: a run killed at its time cap keeps every bench finished before."""
     t0 = time.monotonic()
+    rows: list[dict[str, Any]] = [{} for _ in paths]
     with concurrent.futures.ThreadPoolExecutor(max(1, parallel)) as pool:
-        rows = list(pool.map(lambda p: run_bench(p, env, python, timeout, pattern), paths))
+        running = {pool.submit(run_bench, p, env, python, timeout, pattern): i for i, p in enumerate(paths)}
+        for fut in concurrent.futures.as_completed(running):
+            rows[running[fut]] = fut.result()
+            done(running[fut], rows[running[fut]])
     return rows, round(time.monotonic() - t0, 3)
+
+
+def stop_benches() -> None:
+    """Kill the benches still running (a SIGTERM: the results so far are written, the rest is lost)."""
+    for proc in list(RUNNING):
+        try:
+            proc.kill()
+        except OSError:
+            pass
+
+
+def progress_line(row: dict[str, Any]) -> str:
+    """One bench as it ends, on stderr: a run cut short still shows what each bench gave."""
+    return (f"  {row.get('label')}: {fmt(row.get('wall_s'))} s, {row.get('verdict')}, "
+            f"x eager {fmt(row.get('speedup_eager'))}, x compile {fmt(row.get('speedup_compile'))}, rc {row.get('rc')}")
 
 
 # -- the scenarios ----------------------------------------------------------------------------------
@@ -260,9 +286,9 @@ def scenario_env(base: dict[str, str], folder: Path, mode: str) -> dict[str, str
 def run_scenario(mode: str, tasks: list[tuple[str, list[tuple[Path, str]]]], args: argparse.Namespace,
                  base_env: dict[str, str], work: Path, log: Any,
                  checkpoint: Any = lambda part: None) -> dict[str, Any]:
-    """`checkpoint(out)` after each part: a run cut short (a device call's time limit) keeps
-    what it measured."""
-    out: dict[str, Any] = {"mode": mode}
+    """`checkpoint(out)` after each bench (``out`` marked ``partial`` until the scenario is done):
+    a run cut short (a device call's time limit) keeps what it measured."""
+    out: dict[str, Any] = {"mode": mode, "partial": True}
     for how, parallel in (("alone", 1), ("parallel", args.parallel)):
         if how not in args.how:
             continue
@@ -273,16 +299,23 @@ def run_scenario(mode: str, tasks: list[tuple[str, list[tuple[Path, str]]]], arg
             log(f"{mode}/{how}: warm-up bench of {args.warmup.name}")
             out[f"{how}_warmup"] = run_bench(stage(warm_files, folder / "workspace", "warmup_"), env, args.python,
                                              args.timeout, args.verdict_pattern)
+            log(progress_line({**out[f"{how}_warmup"], "label": f"warm-up {args.warmup.name}"}))
         # One workspace, as a user's project: a new Task there finds the kept Worker (warm);
         # each Task's baselines are its own (kept per reference), so each is measured anew.
         paths = [stage(files, folder / "workspace", f"t{i}_") for i, (_, files) in enumerate(tasks)]
         log(f"{mode}/{how}: {len(paths)} benches, {parallel} at a time")
-        rows, makespan = run_many(paths, env, args.python, args.timeout, args.verdict_pattern, parallel)
-        for (label, _), row in zip(tasks, rows):
-            row["label"] = label
-            log(f"  {label}: {row.get('wall_s')} s, {row.get('verdict')}, rc {row.get('rc')}")
+        ended: dict[int, dict[str, Any]] = {}
+
+        def done(i: int, row: dict[str, Any]) -> None:  # called within run_many: this part's how
+            row["label"] = tasks[i][0]
+            log(progress_line(row))
+            ended[i] = row  # the part so far, in the Tasks' order; its makespan comes at its end
+            out[how] = {"rows": [ended[k] for k in sorted(ended)], "makespan_s": None, "parallel": parallel}
+            checkpoint(out)
+
+        rows, makespan = run_many(paths, env, args.python, args.timeout, args.verdict_pattern, parallel, done)
         out[how] = {"rows": rows, "makespan_s": makespan, "parallel": parallel}
-        checkpoint(out)
+    del out["partial"]
     return out
 
 
@@ -335,12 +368,16 @@ def top_phases(row: dict[str, Any], n: int = 4, inside: bool = False) -> str:
 def markdown(doc: dict[str, Any]) -> str:
     lines = [f"# kernel-lsp bench: the first number of a new Task ({doc['when']})", "",
              f"Command: `{doc['command']}`  ", f"Device: {doc['device']}", ""]
+    if doc.get("partial"):  # written after each bench: a run cut short leaves this
+        lines += [f"**partial: {doc.get('progress')}** (the run was cut short or is still running; "
+                  "a scenario's targets are scored when it ends)", ""]
     for scn in doc["scenarios"]:
+        cut = ", partial" if scn.get("partial") else ""
         for how in ("alone", "parallel"):
             if how not in scn:
                 continue
             part = scn[how]
-            lines += [f"## {scn['mode']}, {how} ({part['parallel']} at a time; makespan {fmt(part['makespan_s'])} s)", "",
+            lines += [f"## {scn['mode']}, {how}{cut} ({part['parallel']} at a time; makespan {fmt(part['makespan_s'])} s)", "",
                       "| Task | inputs MiB | wall s | verdict at s | GPU span s | build span s | verdict | x eager | x compile | rc | kept Worker reused | largest phases (s) | largest inside the Worker's evaluate (s) |",
                       "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
             for r in part["rows"]:
@@ -353,11 +390,56 @@ def markdown(doc: dict[str, Any]) -> str:
             if said:
                 lines += ["", "Build cache lines on stderr: " + " / ".join(f"`{s}`" for s in said[:6])]
             lines.append("")
+        if scn.get("partial"):
+            continue  # no targets yet: they compare whole parts
         lines += [f"### targets ({scn['mode']})", "", "| target | value | result |", "| --- | --- | --- |"]
-        lines += [f"| {t['target']} | {fmt(t['value'])} | {t['result']} |" for t in scn["targets"]]
+        lines += [f"| {t['target']} | {fmt(t['value'])} | {t['result']} |" for t in scn.get("targets", [])]
         lines.append("")
     lines.append("The issue's alone targets are for a warm machine; fresh is shown for the record.")
     return "\n".join(lines) + "\n"
+
+
+# -- the results files ------------------------------------------------------------------------------
+
+def load_prior(path: Path) -> dict[str, Any]:
+    """The results file as an earlier run left it, read once before this run writes over it (the
+    writes after each bench would otherwise join its command again and again)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def results_doc(doc: dict[str, Any], scenarios: list[dict[str, Any]], prior: dict[str, Any], modes: list[str],
+                planned: int) -> dict[str, Any]:
+    """What the results files hold: this run's scenarios (the last one maybe still running), the
+    device they ran on, an earlier run's scenarios of the other mode on the same Tasks beside them,
+    and ``partial`` (with ``progress``, "N of M benches done") until all ``planned`` benches are done."""
+    res = {**doc, "scenarios": scenarios}
+    if res["device"] is None:  # what the benches ran on, as the Worker named it
+        named = [r.get("device") for s in scenarios for how in ("alone", "parallel") if how in s
+                 for r in s[how]["rows"]]
+        res["device"] = next((d for d in named if d), None) or _gpu_name()
+    if prior.get("tasks") == res["tasks"] and prior.get("device") == res["device"]:
+        res["scenarios"] = [s for s in prior.get("scenarios", []) if s.get("mode") not in modes] + scenarios
+        res["command"] = "; ".join(dict.fromkeys([prior.get("command", ""), res["command"]]))
+    done = sum(len(s[how]["rows"]) for s in scenarios for how in ("alone", "parallel") if how in s)
+    res["partial"] = done < planned or any(s.get("partial") for s in scenarios)
+    if res["partial"]:
+        res["progress"] = f"{done} of {planned} benches done"
+    return res
+
+
+def write_results(out: Path, stem: str, res: dict[str, Any]) -> str:
+    """``<stem>.json`` and ``<stem>.md`` under ``out``, each replaced whole (a kill mid-write leaves
+    the last complete file); the Markdown."""
+    text = markdown(res)
+    for path, data in ((out / f"{stem}.json", json.dumps(res, indent=2, default=str) + "\n"),
+                       (out / f"{stem}.md", text)):
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(data)
+        os.replace(tmp, path)
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -411,39 +493,45 @@ def main(argv: list[str] | None = None) -> int:
     device = "CPU (smoke: CUDA hidden)" if args.smoke else None
     doc: dict[str, Any] = {"when": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                            "command": " ".join(["python", "benchmarks/first_bench.py", *(argv if argv is not None else sys.argv[1:])]),
-                           "device": device, "input_bytes": sizes, "scenarios": []}
+                           "device": device, "input_bytes": sizes, "scenarios": [],
+                           "tasks": [label for label, _ in tasks]}
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     stem = "first_bench_smoke" if args.smoke else "first_bench"
-    partial = out / f"{stem}_partial.json"
+    prior = load_prior(out / f"{stem}.json")
+    planned = len(modes) * len(args.how) * len(tasks)
+    running: dict[str, Any] = {}  # the scenario under way, as a SIGTERM finds it
 
-    def checkpoint(part: dict[str, Any]) -> None:  # the rows so far, replaced by the results at the end
-        partial.write_text(json.dumps({**doc, "scenarios": doc["scenarios"] + [part]}, indent=2, default=str) + "\n")
+    def save(now: dict[str, Any] | None = None) -> str:
+        fresh = [now] if now is not None and all(now is not s for s in doc["scenarios"]) else []
+        return write_results(out, stem, results_doc(doc, doc["scenarios"] + fresh, prior, modes, planned))
 
+    def checkpoint(part: dict[str, Any]) -> None:  # after each bench: a kill at any moment keeps the rest
+        running["scn"] = part
+        save(part)
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        # `timeout`'s signal, then the machine is gone: write what is done, end the benches and leave at
+        # once (an exception would wait for the pool's threads, i.e. for the benches now running).
+        log("SIGTERM: the benches done so far are written; stopping")
+        stop_benches()
+        save(running.get("scn"))
+        shutil.rmtree(work, ignore_errors=True)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(128 + signum)
+
+    before = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         for mode in modes:
             scn = run_scenario(mode, tasks, args, base_env, work, log, checkpoint)
             scn["targets"] = targets(scn, sizes)
             doc["scenarios"].append(scn)
+            save()
     finally:
+        signal.signal(signal.SIGTERM, before)
         shutil.rmtree(work, ignore_errors=True)
-    if doc["device"] is None:  # what the benches ran on, as the Worker named it
-        named = [r.get("device") for s in doc["scenarios"] for how in ("alone", "parallel") if how in s
-                 for r in s[how]["rows"]]
-        doc["device"] = next((d for d in named if d), None) or _gpu_name()
-    doc["tasks"] = [label for label, _ in tasks]
-    try:  # a run of the other mode on the same Tasks: keep its scenarios beside these
-        old = json.loads((out / f"{stem}.json").read_text())
-        if old.get("tasks") == doc["tasks"] and old.get("device") == doc["device"]:
-            kept = [s for s in old.get("scenarios", []) if s.get("mode") not in modes]
-            doc["scenarios"] = kept + doc["scenarios"]
-            doc["command"] = "; ".join(dict.fromkeys([old.get("command", ""), doc["command"]]))
-    except (OSError, ValueError):
-        pass
-    (out / f"{stem}.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
-    text = markdown(doc)
-    (out / f"{stem}.md").write_text(text)
-    partial.unlink(missing_ok=True)
+    text = save()
     print(text)
     # A bench that said no verdict (could not start, crashed, timed out) makes the run fail.
     bad = [r for s in doc["scenarios"] if s["mode"] in modes for how in ("alone", "parallel") if how in s
@@ -454,6 +542,7 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if bad else 0
 
 
+@functools.lru_cache(maxsize=1)  # asked at each write until a bench names its device
 def _gpu_name() -> str:
     try:
         return subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,

@@ -15,6 +15,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/.gpu-out}
 export PYTHONUNBUFFERED=1 KERNEL_LSP_REQUIRE_SANDBOX=1
 L=$OUT/logs; mkdir -p "$L"
+export KERNEL_LSP_GPU_TEST_LOGS=$L  # tests that start benches keep their progress here (a cut run still tells)
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /opt/site .whl/*.whl \
   >/dev/null 2>&1 || echo "wheel install failed"
 export PATH="$PWD/.deb/root/usr/bin:/opt/site/bin:$PATH" PYTHONPATH=/opt/site

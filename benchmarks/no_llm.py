@@ -13,14 +13,16 @@ for them all, torch.compile max-autotune-no-cudagraphs timed against eager with 
 variant the Search evaluated, read from the Task folder's store: the generated file (default and
 max-autotune recordings), its launch-tuned best, its best with eager ops kept, the CUDA-graph
 variant (flagged `cuda_graph` by the engine, so shown but not counted), then what the user keeps,
-its label and verdict, and the seconds the Task took. Results are rewritten after every Task
-(partial results survive a stop), as JSON and a Markdown table with the command, and the issue's
-targets are computed over the Tasks run.
+its label and verdict, and the seconds the Task took. Results are rewritten after every Task and
+every max-autotune number (partial results survive a stop; a SIGTERM writes them and exits 143), as
+JSON and a Markdown table with the command, and the issue's targets are computed over the Tasks run.
 
 Default Tasks: examples/*.py, benchmarks/tasks/*.py, benchmarks/models/*.py and, where present,
 benchmarks/corpus/inline_build/*/reference.py (KernelBench level-1/2 references; one per distinct
-reference). Runs under a time limit: `--stop-after` starts no Task past that many seconds and
-`--resume` continues where the last run stopped.
+reference). Runs under a time limit: `--stop-after` starts no Task past that many seconds, and the
+max-autotune stage gets only what is left of it (too little: skipped, the reason in each row's
+`max_autotune_skipped`); `--resume` continues where the last run stopped: the Tasks not run yet, and
+max-autotune for every kept row still without a number.
 """
 
 from __future__ import annotations
@@ -30,9 +32,11 @@ import json
 import math
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -145,15 +149,41 @@ def run_task(path: Path, budget: int, timeout: float) -> dict:
     return row
 
 
-def measure_max_autotune(rows: list[dict], timeout: float) -> None:
+# Below this many seconds of --stop-after left, the max-autotune stage is not started (a torch import,
+# CUDA init and one Task's autotuning): its Tasks are marked for the next --resume run instead.
+MAX_AUTOTUNE_MIN_S = 60.0
+
+
+def max_autotune_pending(rows: list[dict]) -> list[dict]:
+    """The rows still without a max-autotune number or a reason it has none: those killed or cut by
+    the time limit (no key, or ``max_autotune_skipped``) included, kept rows of a --resume too."""
+    return [r for r in rows if "skipped" not in r and "max_autotune_vs_eager" not in r
+            and "max_autotune_error" not in r and r.get("path")]
+
+
+def skip_max_autotune(rows: list[dict], why: str) -> None:
+    """No time for these now: the reason on each row, and a --resume run measures them."""
+    for r in rows:
+        r["max_autotune_skipped"] = why
+    print(f"max-autotune: skipped for {len(rows)} Task(s): {why}; rerun with --resume to measure them",
+          file=sys.stderr, flush=True)
+
+
+def measure_max_autotune(rows: list[dict], timeout: float, time_left: float | None = None,
+                         on_row=lambda: None) -> None:
     """torch.compile max-autotune against its own eager (triton do_bench) for every row that has
     neither yet, all in one process (MEASURE_MAX), after the Tasks' optimizes: run beside them it
-    would disturb their timing, and one process per Task paid a torch import and CUDA init each."""
-    todo = [r for r in rows if "skipped" not in r and "max_autotune_vs_eager" not in r
-            and "max_autotune_error" not in r and r.get("path")]
+    would disturb their timing, and one process per Task paid a torch import and CUDA init each.
+    ``time_left`` (what --stop-after leaves): the process is stopped then, and the Tasks it did not
+    reach are marked ``max_autotune_skipped`` for a --resume run, not failed. ``on_row()`` after each
+    number (the results written: a kill keeps them)."""
+    todo = max_autotune_pending(rows)
     if not todo:
         return
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    if time_left is not None and time_left < MAX_AUTOTUNE_MIN_S:
+        skip_max_autotune(todo, f"{max(0.0, time_left):.0f} s of --stop-after left, "
+                                f"{MAX_AUTOTUNE_MIN_S:g} s needed")
+        return
     with tempfile.TemporaryDirectory(prefix="nollm_max_") as d:
         files: dict[str, dict] = {}
         for r in todo:
@@ -161,34 +191,66 @@ def measure_max_autotune(rows: list[dict], timeout: float) -> None:
             ref = reference_only(path) if path.exists() else None
             if ref is None:
                 r["max_autotune_error"] = "the Task's reference could not be read"
+                r.pop("max_autotune_skipped", None)
                 continue
             f = Path(d) / f"{r['task']}.py"
             f.write_text(ref)
             files[str(f)] = r
         if not files:
             return
-        print(f"max-autotune: {len(files)} Task(s) in one process", file=sys.stderr, flush=True)
+        natural = timeout * len(files) + 120
+        limit = natural if time_left is None else min(natural, time_left)
+        cut = limit < natural  # if stopped, by the budget, not by a hang
+        print(f"max-autotune: {len(files)} Task(s) in one process, {limit:.0f} s at most", file=sys.stderr,
+              flush=True)
+        stopped, why = run_max_autotune(list(files), timeout, limit,
+                                        lambda line: take_max_autotune(files, line, on_row))
+        if stopped and cut:
+            skip_max_autotune(list(files.values()), f"--stop-after ran out after {limit:.0f} s of max-autotune")
+        else:
+            for r in files.values():  # the process stopped before these
+                r["max_autotune_error"] = f"the max-autotune process ran past {limit:g} s" if stopped else why
+
+
+def run_max_autotune(files: list[str], timeout: float, limit: float, on_line) -> tuple[bool, str]:
+    """MEASURE_MAX over ``files``, ``on_line(line)`` for each line as it comes (a number is kept the
+    moment it is measured); killed after ``limit`` s. (whether it was killed, its last stderr line)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    with tempfile.TemporaryFile("w+") as err:  # a file, not a pipe: a chatty stderr cannot block it
+        proc = subprocess.Popen([sys.executable, "-c", MEASURE_MAX, str(max(1, int(timeout))), *files], env=env,
+                                stdout=subprocess.PIPE, stderr=err, text=True)
+        killed = threading.Event()
+        timer = threading.Timer(limit, lambda: (killed.set(), proc.kill()))
+        timer.start()
         try:
-            m = subprocess.run([sys.executable, "-c", MEASURE_MAX, str(max(1, int(timeout))), *files], env=env,
-                               capture_output=True, text=True, timeout=timeout * len(files) + 120)
-            out, why = m.stdout, (m.stderr.strip().splitlines() or [f"exit {m.returncode}"])[-1][:200]
-        except subprocess.TimeoutExpired as exc:
-            out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-            why = f"the max-autotune process ran past {timeout * len(files) + 120:g} s"
-        for line in out.splitlines():
-            try:
-                got = json.loads(line)
-            except ValueError:
-                continue
-            r = files.pop(str(got.get("path")), None) if isinstance(got, dict) else None
-            if r is None:
-                continue
-            if got.get("max_autotune_ms"):
-                r["max_autotune_vs_eager"] = got["eager_ms"] / got["max_autotune_ms"]
-            else:
-                r["max_autotune_error"] = str(got.get("error") or "no time")[:200]
-        for r in files.values():  # the process stopped before these
-            r["max_autotune_error"] = why
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                on_line(line)
+            rc = proc.wait()
+        finally:  # a SIGTERM (Stopped) included: the process does not outlive this
+            timer.cancel()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        err.seek(0)
+        return killed.is_set(), (err.read().strip().splitlines() or [f"exit {rc}"])[-1][:200]
+
+
+def take_max_autotune(files: dict[str, dict], line: str, on_row) -> None:
+    """One MEASURE_MAX line into its row (taken out of ``files``: what is left was not reached)."""
+    try:
+        got = json.loads(line)
+    except ValueError:
+        return
+    r = files.pop(str(got.get("path")), None) if isinstance(got, dict) else None
+    if r is None:
+        return
+    r.pop("max_autotune_skipped", None)
+    if got.get("max_autotune_ms"):
+        r["max_autotune_vs_eager"] = got["eager_ms"] / got["max_autotune_ms"]
+    else:
+        r["max_autotune_error"] = str(got.get("error") or "no time")[:200]
+    on_row()
 
 
 def summarize(doc: dict) -> dict:
@@ -311,11 +373,18 @@ def targets(rows: list[dict]) -> dict:
     }
 
 
+def replace_text(path: Path, text: str) -> None:
+    """Write the whole file or nothing: a kill mid-write leaves the last complete one (--resume reads it)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def write(rows: list[dict], out: Path, command: str, device: str) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     summary = targets(rows)
-    out.with_suffix(".json").write_text(json.dumps({"command": command, "device": device, "summary": summary,
-                                                    "rows": rows}, indent=1))
+    replace_text(out.with_suffix(".json"), json.dumps({"command": command, "device": device, "summary": summary,
+                                                       "rows": rows}, indent=1))
     f = lambda v, d=2: "-" if v is None else (f"{v:.{d}f}" if isinstance(v, float) else str(v))  # noqa: E731
 
     def var(r: dict, kind: str) -> str:
@@ -327,6 +396,11 @@ def write(rows: list[dict], out: Path, command: str, device: str) -> None:
         text = f"{f(v.get('vs_eager'))}x"
         bad = [x for x in v.get("flags") or [] if x in ("cuda_graph", "side_stream", "result_cache")]
         return f"{text} ({', '.join(bad)}: not counted)" if bad else text
+
+    def max_at(r: dict) -> str:  # a number, not yet (time ran out: --resume measures it), or none
+        if r.get("max_autotune_vs_eager") is None and r.get("max_autotune_skipped"):
+            return "not yet"
+        return f"{f(r.get('max_autotune_vs_eager'))}x"
 
     lines = [f"# The no-LLM path ({device})", "", f"Command: `{command}`", "",
              "Ratios are eager time over the other's time (higher is faster). eager, torch.compile default "
@@ -348,11 +422,15 @@ def write(rows: list[dict], out: Path, command: str, device: str) -> None:
         if r.get("generated_why") and verdict != "correct":
             verdict = f"{verdict}: {r['generated_why'][:90]}"
         lines.append(f"| {r['task']} | {f(r.get('eager_ms'), 4)} | {f(r.get('compile_vs_eager'))}x | "
-                     f"{f(r.get('max_autotune_vs_eager'))}x | {var(r, 'generated')} | {var(r, 'tuned')} | "
+                     f"{max_at(r)} | {var(r, 'generated')} | {var(r, 'tuned')} | "
                      f"{var(r, 'eager_kept')} | {var(r, 'graphed')} | {f(r.get('result_vs_eager'))}x | {verdict} | "
                      f"{(r.get('label') or '-')[:120]} | {f(r.get('seconds'), 0)} |")
     t = summary
     ok = lambda b: "met" if b else "NOT met"  # noqa: E731
+    later = [r["task"] for r in rows if r.get("max_autotune_skipped") and r.get("max_autotune_vs_eager") is None]
+    if later:
+        lines += ["", f"max-autotune not measured yet (the time limit ran out; a --resume run measures them): "
+                      f"{', '.join(later)}"]
     lines += ["", "## The issue's targets", "",
               f"- a correct, standalone candidate for at least 90 % of the Tasks torch.compile compiles: "
               f"{t['correct_standalone']} ({ok(t['correct_standalone_ok'])})",
@@ -365,10 +443,18 @@ def write(rows: list[dict], out: Path, command: str, device: str) -> None:
               f"({', '.join(t['at_least_10pct_faster_than_compile']) or '-'}) ({ok(t['quarter_ok'])})",
               f"- one Task's no-LLM optimize within {QUICK_S:.0f} s: fastest {f(t['fastest_task_s'], 0)} s "
               f"({ok(t['one_task_within_2_min_ok'])})", ""]
-    out.with_suffix(".md").write_text("\n".join(lines))
+    replace_text(out.with_suffix(".md"), "\n".join(lines))
 
 
-def main() -> int:
+class Stopped(Exception):
+    """A SIGTERM (`timeout` at a time cap): main writes the rows so far and ends."""
+
+
+def stop_on_sigterm(signum: int, frame) -> None:
+    raise Stopped(f"signal {signum}")  # out of the running Task's subprocess.run, which kills its child
+
+
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("paths", nargs="*")
     ap.add_argument("--only", default="", help="comma-separated task names")
@@ -381,12 +467,13 @@ def main() -> int:
     ap.add_argument("--no-max-autotune", action="store_true")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "no_llm"))
     ap.add_argument("--resume", action="store_true", help="keep the rows already in --out and skip their Tasks")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     paths = [Path(p).resolve() for p in a.paths] or default_paths()
     if a.only:
         wanted = set(a.only.split(","))
         paths = [p for p in paths if task_name(p) in wanted]
-    command = "python benchmarks/no_llm.py " + " ".join(shlex.quote(x) for x in sys.argv[1:])
+    given = sys.argv[1:] if argv is None else argv
+    command = "python benchmarks/no_llm.py " + " ".join(shlex.quote(x) for x in given)
     try:
         import torch
         device = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
@@ -403,6 +490,23 @@ def main() -> int:
         paths = [p for p in paths if task_name(p) not in done]
     if a.limit:  # after --resume: each run takes the next N
         paths = paths[: a.limit]
+    before = signal.signal(signal.SIGTERM, stop_on_sigterm)
+    try:
+        run_all(paths, rows, a, lambda: write(rows, out, command, device))
+    except Stopped:
+        print("stopped by SIGTERM: the rows so far are written; rerun with --resume for the rest",
+              file=sys.stderr, flush=True)
+        return 143
+    finally:
+        signal.signal(signal.SIGTERM, before)
+        write(rows, out, command, device)
+    return 0
+
+
+def run_all(paths: list[Path], rows: list[dict], a: argparse.Namespace, save) -> None:
+    """Each Task's optimize, then max-autotune for the rows still without it, all within --stop-after
+    (no Task started past it, max-autotune only in what it leaves); ``save()`` after each row and
+    each max-autotune number, so a kill keeps them and --resume goes on from there."""
     began = time.perf_counter()
     for p in paths:
         if a.stop_after and time.perf_counter() - began > a.stop_after:
@@ -411,11 +515,10 @@ def main() -> int:
         row = run_task(p, a.budget, a.timeout)
         rows.append(row)
         print(json.dumps(row), flush=True)
-        write(rows, out, command, device)
+        save()
     if not a.no_max_autotune:
-        measure_max_autotune(rows, a.timeout)
-    write(rows, out, command, device)
-    return 0
+        left = a.stop_after - (time.perf_counter() - began) if a.stop_after else None
+        measure_max_autotune(rows, a.timeout, left, save)
 
 
 if __name__ == "__main__":

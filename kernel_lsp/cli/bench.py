@@ -95,11 +95,13 @@ def _accept_less_accurate() -> bool:
         return False
 
 
-def _early_prebuild(engine: Any, rows: list[tuple[str, Task | None, Candidate | None, str]]) -> Any:
+def _early_prebuild(engine: Any, rows: list[tuple[str, Task | None, Candidate | None, str]],
+                    options: dict[str, Any]) -> Any:
     """Build the first candidate that needs a build in the CPU pool while the GPU Worker starts
     (its torch import and CUDA init), when the GPU's arch is known without it (nvidia-smi): the
-    evaluation then finds the pool warm and the build cached. None where it cannot start early;
-    a future that builds nothing where nvidia-smi names no arch."""
+    evaluation then finds the pool warm and gets this build's result (``options``: the
+    evaluation's, as a GPU run has them, so that Engine.prebuild hands it over with its steps).
+    None where it cannot start early; a future that builds nothing where nvidia-smi names no arch."""
     from kernel_lsp.config import detect_arch
     from kernel_lsp.engine.caller.client import needs_build
 
@@ -112,7 +114,8 @@ def _early_prebuild(engine: Any, rows: list[tuple[str, Task | None, Candidate | 
     async def build() -> None:
         arch = await asyncio.to_thread(detect_arch)  # nvidia-smi, off the loop: the Worker's start goes on
         if arch is not None:
-            await engine.prebuild(first[0], first[1], {"arch": arch})
+            own = (getattr(engine, "options", None) or {}).get("arch")  # a configured arch is the evaluation's too
+            await engine.prebuild(first[0], first[1], {**options, **({} if own else {"arch": arch})}, ahead=True)
     return asyncio.ensure_future(build())
 
 
@@ -150,7 +153,7 @@ class _BuildAhead:
         for j in [k for k in self.todo if k > i][:BUILD_AHEAD]:
             if j not in self.jobs:
                 _, task, cand, _ = self.rows[j]
-                self.jobs[j] = asyncio.ensure_future(self.engine.prebuild(task, cand, self.options))
+                self.jobs[j] = asyncio.ensure_future(self.engine.prebuild(task, cand, self.options, ahead=True))
                 self.jobs[j].add_done_callback(lambda f: f.cancelled() or f.exception())  # advisory: never "never retrieved"
 
     async def close(self) -> None:
@@ -244,7 +247,7 @@ async def _bench_with(ns: argparse.Namespace, err: TextIO, rows: list[tuple[str,
     async with await _executor(ns, timeout, baselines=store, keep=True) as engine:
         _see(engine, rows)
         prep = prepare.start(engine, [cand for _, _, cand, _ in rows], err)  # precompiled headers, meanwhile
-        early = _early_prebuild(engine, rows)
+        early = _early_prebuild(engine, rows, _options(ns, True))  # only where nvidia-smi names a GPU
         stamper = _start_stamper(phases) if getattr(engine, "kind", "local") == "local" else None
         info = await (engine.device_info(progress=stamper) if stamper is not None else engine.device_info())
         _say_kept(ns, engine, err)

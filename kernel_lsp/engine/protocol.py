@@ -116,6 +116,12 @@ COMPILE_THREADS_CHOSEN_ENV = "KERNEL_LSP_COMPILE_THREADS_CHOSEN"
 # (a stale one) is skipped.
 YIELD_TURNS = "yield_turns"
 PARTIAL_TURN_POINT = "turn_point"
+# Two turn points around a span of CPU work that needs no GPU (torch.compile compiling the
+# reference, nothing run: worker/dry_compile.py): at the first the caller may lend the GPU to a
+# waiting process and answers at once; at the second it takes the GPU back (queued at its
+# virtual time) before it answers, so the Worker never runs on the GPU without the turn.
+TURN_CPU_START = "compile_cpu"
+TURN_CPU_END = "compile_cpu_done"
 
 
 def resume(turn: Any) -> dict[str, Any]:

@@ -19,20 +19,21 @@ def test_the_smoke_mode_benches_alone_and_two_at_once_and_scores_the_targets(tmp
     proc = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "first_bench.py"), "--smoke", "--modes", "fresh",
                              "--parallel", "2", "--out-dir", str(tmp_path)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    # The rows so far are on disk while it runs: a run cut short (a device call's limit) keeps them.
-    partial_file, partial, t0 = tmp_path / "first_bench_smoke_partial.json", None, time.monotonic()
+    # The results so far are on disk while it runs, marked partial: a run cut short (a device
+    # call's limit) keeps them.
+    results, partial, t0 = tmp_path / "first_bench_smoke.json", None, time.monotonic()
     while proc.poll() is None and time.monotonic() - t0 < 600:
-        if partial is None and partial_file.exists():
-            try:
-                partial = json.loads(partial_file.read_text())
-            except ValueError:  # caught mid-write
-                pass
+        if partial is None and results.exists():
+            got = json.loads(results.read_text())  # replaced whole: never caught mid-write
+            partial = got if got["partial"] else None
         time.sleep(0.05)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 0, stderr[-3000:]
-    assert partial is not None and [r["verdict"] for r in partial["scenarios"][0]["alone"]["rows"]] == ["correct"] * 2
-    assert not partial_file.exists()  # replaced by the results
+    assert partial is not None and partial["progress"].endswith(" of 4 benches done"), partial
+    assert partial["scenarios"][0]["alone"]["rows"][0]["verdict"] == "correct"
+    assert stderr.count(", correct, x eager ") == 4, stderr  # a line per bench as it ends
     doc = json.loads((tmp_path / "first_bench_smoke.json").read_text())
+    assert doc["partial"] is False and "progress" not in doc and "partial" not in doc["scenarios"][0]
     (scn,) = doc["scenarios"]
     assert scn["mode"] == "fresh" and scn["parallel"]["parallel"] == 2
     for how in ("alone", "parallel"):
@@ -48,6 +49,7 @@ def test_the_smoke_mode_benches_alone_and_two_at_once_and_scores_the_targets(tmp
     assert set(results) == {"alone", "parallel x2", "parallel"}
     assert all(t["result"] in ("pass", "FAIL", "unknown") for t in scn["targets"])
     text = (tmp_path / "first_bench_smoke.md").read_text()
+    assert "partial" not in text
     assert "## fresh, alone" in text and "## fresh, parallel" in text and "### targets (fresh)" in text
     assert "--smoke --modes fresh" in doc["command"]
 

@@ -69,13 +69,13 @@ def test_max_autotune_is_measured_for_every_task_in_one_process(tmp_path, monkey
             {"task": "c", "path": str(tmp_path / "c.py"), "max_autotune_vs_eager": 1.5},
             {"task": "d", "skipped": "not a module Task"}, {"task": "e", "path": str(tmp_path / "missing.py")}]
     calls = []
-    real = no_llm.subprocess.run
+    real = no_llm.subprocess.Popen
 
     def counting(*args, **kwargs):
         calls.append(args[0])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(no_llm.subprocess, "run", counting)
+    monkeypatch.setattr(no_llm.subprocess, "Popen", counting)
     no_llm.measure_max_autotune(rows, timeout=120)
     assert len(calls) == 1 and [Path(x).name for x in calls[0][-2:]] == ["a.py", "b.py"], calls
     a, b, c, d, e = rows

@@ -20,8 +20,9 @@ class Engine:
         self.asked: list[str] = []
         self.gate = asyncio.Event()
 
-    async def prebuild(self, task: Task, cand: Candidate, options=None):
-        assert options == OPTS  # the evaluations' own options: the same build, joined, not a second one
+    async def prebuild(self, task: Task, cand: Candidate, options=None, ahead=False):
+        # the evaluations' own options: the same build, joined or handed over, not a second one
+        assert options == OPTS and ahead
         self.asked.append(task.name)
         await self.gate.wait()  # a build under way until the test lets it finish
 

@@ -88,7 +88,7 @@ def test_a_reused_worker_does_not_wait_for_the_pools_early_build(workspace, caps
     bench(capsys)   # keeps the Worker
     started: list[float] = []
 
-    def slow_early(engine, rows):
+    def slow_early(engine, rows, options):
         # A real build in the CPU pool, given up while the pool's Worker still starts.
         inline = Candidate(source="from torch.utils.cpp_extension import load_inline\n"
                            "ext = load_inline(name='x', cpp_sources='', cuda_sources='__global__ void k() {}')\n",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kernel_lsp.engine import protocol
 from kernel_lsp.engine.worker import notify
 from kernel_lsp.model import Candidate, Evaluation, Task, Timing
 
@@ -20,7 +21,14 @@ def evaluate(task: Task, candidate: Candidate, checks: list[str], options: dict[
         value = module.run() if hasattr(module, "run") else None
         # A turn point between two stages, as the real run module's after verify (only when the
         # request asked, protocol.YIELD_TURNS); a candidate's `after_turn` is its second stage.
-        waited = notify.turn_point("verify")
+        if hasattr(module, "compile_cpu"):  # CPU work between the two turn points the real
+            waited = notify.turn_point(protocol.TURN_CPU_START)  # torch.compile baseline has around it
+            try:
+                module.compile_cpu()
+            finally:
+                notify.turn_point(protocol.TURN_CPU_END)
+        else:
+            waited = notify.turn_point("verify")
         if hasattr(module, "after_turn"):
             value = module.after_turn()
     except RuntimeError as exc:  # like CHECK's harness: a raised error is an "error" Evaluation

@@ -217,16 +217,26 @@ def get_init_inputs():
 
 def test_four_benches_at_once_take_turns_instead_of_running_out_of_memory(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])), "KERNEL_LSP_GPU_LOCK_DIR": str(tmp_path / "locks")}
-    procs = []
+    # Each bench's progress goes to a file as it comes ($KERNEL_LSP_GPU_TEST_LOGS: where
+    # benchmarks/gpu_steps.sh keeps its logs), so a run cut by its time cap still says where it was.
+    logs = Path(os.environ.get("KERNEL_LSP_GPU_TEST_LOGS") or tmp_path)
+    logs.mkdir(parents=True, exist_ok=True)
+    procs, errs = [], []
     for i in range(4):
         folder = tmp_path / f"b{i}"
         folder.mkdir()
         (folder / "softmax.py").write_text(SOFTMAX)
+        errs.append(open(logs / f"four_benches_{i}.timings.txt", "w+"))
         procs.append(subprocess.Popen([sys.executable, "-m", "kernel_lsp.cli", "bench", "softmax.py", "--json",
-                                       "--timeout", "600"], cwd=folder, env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
+                                       "--timings", "--timeout", "600"], cwd=folder, env=env, stdout=subprocess.PIPE,
+                                      stderr=errs[-1], text=True))
     t0 = time.monotonic()
-    outs = [p.communicate(timeout=1500) for p in procs]
+    outs = []
+    for p, e in zip(procs, errs):
+        out, _ = p.communicate(timeout=1500)
+        e.seek(0)
+        outs.append((out, e.read()))
+        e.close()
     for (out, err), p in zip(outs, procs):  # a bench that printed no JSON: show why
         assert out.strip().startswith("{"), f"exit {p.returncode}: {err[-3000:]}"
     docs = [json.loads(out) for out, _ in outs]

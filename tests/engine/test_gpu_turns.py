@@ -513,3 +513,116 @@ def test_on_a_gpu_a_small_evaluation_gets_its_turn_inside_a_large_ones(tmp_path,
     waited = [t for t in big_ev.evidence["turns"] if t["waited_s"] > 0]
     assert waited and waited[0]["stage"] in ("verify_set", "verify"), big_ev.evidence["turns"]  # the small one's turn
     assert big_ev.evidence["gpu_handed_over_s"] > 0
+    for ev in (big_ev, small_ev):  # torch.compile compiled between the two CPU turn points, and ran
+        stages = [t["stage"] for t in ev.evidence["turns"]]
+        assert protocol.TURN_CPU_START in stages and protocol.TURN_CPU_END in stages, stages
+        notes = ev.evidence.get("notes") or []
+        assert ev.compiled is not None and not [n for n in notes if "without it failed" in n], notes
+
+
+# The candidate's CPU span (fake_run's stand-in for torch.compile compiling the reference) waits,
+# bounded, until another process waiting for the GPU has had it; its second stage then says
+# whether that process was done with it (it wrote GONE as it let go) when the evaluation went on.
+COMPILES = """
+import os, time
+def run():
+    folder = os.path.join(os.environ["KERNEL_LSP_GPU_LOCK_DIR"], "GPU-fake.lock.waiters")
+    t = time.time()
+    while time.time() - t < 60 and not (os.path.isdir(folder) and os.listdir(folder)):
+        time.sleep(0.02)
+    return "began"
+def compile_cpu():
+    t = time.time()
+    while time.time() - t < 60 and not os.path.exists(os.environ["HAD_IT"]):
+        time.sleep(0.02)
+def after_turn():
+    return os.path.exists(os.environ["HAD_IT"]) and os.path.exists(os.environ["GONE"])
+"""
+
+# Waits for the GPU argv[1], writes argv[2] when it has it, holds it argv[3] seconds, writes argv[4].
+GRAB_THEN_GO = """
+import asyncio, sys
+from kernel_lsp.engine.caller import gpu_lock
+
+async def main():
+    async with gpu_lock.gpu_turn(sys.argv[1], "evaluate"):
+        open(sys.argv[2], "w").close()
+        await asyncio.sleep(float(sys.argv[3]))
+        open(sys.argv[4], "w").close()
+
+asyncio.run(main())
+"""
+
+
+def test_the_gpu_is_lent_while_torch_compile_compiles_and_taken_back_before_the_gpu_work(tmp_path, lock_dir):
+    """Between TURN_CPU_START and TURN_CPU_END the Worker compiles (CPU work): a process waiting for
+    the GPU gets it meanwhile, and the evaluation goes on only once it has the GPU back. Without
+    the lend the waiter would have the GPU only after the whole evaluation (its compile waits 60 s
+    for HAD_IT, then "ran: False")."""
+    from kernel_lsp.engine import Engine
+
+    had_it, gone = tmp_path / "had_it", tmp_path / "gone"
+    task = Task(name="t", reference_path=str(tmp_path / "t.py"), reference_source="x = 1\n")
+    cand = Candidate(source=COMPILES, kind="python")
+    env = {**FAKE, "HAD_IT": str(had_it), "GONE": str(gone), "KERNEL_LSP_GPU_LOCK_DIR": str(lock_dir)}
+
+    async def go():
+        engine = Engine(timeout=60, warm=False, env=env, sandbox="off", prebuild=False)
+
+        async def key(progress=None) -> str:
+            return KEY
+        engine._gpu_key = key  # type: ignore[method-assign]
+        other_env = {k: v for k, v in _env().items() if k != "KERNEL_LSP_GPU_WAIT_S"}
+        try:
+            await engine.ping()
+            phases: list[str] = []
+            # The other process queues while the evaluation holds the GPU (the candidate's run()
+            # waits for it); the candidate's stages have no verify turn point (fake_run).
+            job = asyncio.ensure_future(engine.evaluate(task, cand, progress=phases.append))
+            await until_async(lambda: job.done() or bool(gpu_lock.holder(gpu_lock.lock_path(KEY))))
+            other = subprocess.Popen([sys.executable, "-c", GRAB_THEN_GO, KEY, str(had_it), "0.5", str(gone)],
+                                     env=other_env)
+            ev = await job
+            assert other.wait(60) == 0
+            return ev, phases, other.pid
+        finally:
+            await engine.aclose()
+
+    ev, phases, pid = asyncio.run(go())
+    assert ev.verdict == "correct" and ev.message == "ran: True", (ev.message, phases)
+    stages = [t["stage"] for t in ev.evidence["turns"]]
+    assert stages == [protocol.TURN_CPU_START, protocol.TURN_CPU_END], ev.evidence["turns"]
+    lent = [p for p in phases if p.startswith("lent the GPU")]
+    assert len(lent) == 1 and lent[0].startswith(f"lent the GPU to kernel-lsp pid {pid} ("), (phases, ev.evidence)
+    assert lent[0].endswith(") while torch.compile compiles"), lent
+    assert ev.evidence["gpu_handed_over_s"] > 0.2  # it waited for the other's 0.5 s turn to end
+
+
+def test_nobody_waiting_the_compile_keeps_the_gpu(tmp_path, lock_dir):
+    """Alone, the CPU span lends nothing: the evaluation never waits to get the GPU back."""
+    from kernel_lsp.engine import Engine
+
+    (tmp_path / "had_it").touch()
+    (tmp_path / "gone").touch()
+    task = Task(name="t", reference_path=str(tmp_path / "t.py"), reference_source="x = 1\n")
+    cand = Candidate(source=COMPILES.replace('not (os.path.isdir(folder) and os.listdir(folder))', 'False'),
+                     kind="python")
+    env = {**FAKE, "HAD_IT": str(tmp_path / "had_it"), "GONE": str(tmp_path / "gone"),
+           "KERNEL_LSP_GPU_LOCK_DIR": str(lock_dir)}
+
+    async def go():
+        engine = Engine(timeout=60, warm=False, env=env, sandbox="off", prebuild=False)
+
+        async def key(progress=None) -> str:
+            return KEY
+        engine._gpu_key = key  # type: ignore[method-assign]
+        try:
+            phases: list[str] = []
+            return await engine.evaluate(task, cand, progress=phases.append), phases
+        finally:
+            await engine.aclose()
+
+    ev, phases = asyncio.run(go())
+    assert ev.verdict == "correct" and not [p for p in phases if "lent" in p or "handed" in p], phases
+    assert "gpu_handed_over_s" not in (ev.evidence or {})
+    assert [t["released"] for t in ev.evidence["turns"]] == [False, False]

@@ -105,25 +105,27 @@ async def test_the_cli_early_build_asks_nvidia_smi_off_the_event_loop(monkeypatc
     class FakeEngine:
         kind = "local"
 
-        async def prebuild(self, task, cand, options):
+        async def prebuild(self, task, cand, options, ahead=False):
+            assert ahead  # for the evaluation to come: handed over with its steps (Engine.prebuild)
             built.append(options)
 
     task = Task(name="t", reference_source="x = 1\n", reference_path="/tmp/t.py")
     cuda = Candidate(source="__global__ void k() {}\n", kind="cuda")
     rows = [("t.py", task, cuda, "")]
-    for arch, want in (("sm_90", [{"arch": "sm_90"}]), (None, [])):
+    opts = {"compile_mode": "default"}  # the evaluation's own: the same build request
+    for arch, want in (("sm_90", [{"compile_mode": "default", "arch": "sm_90"}]), (None, [])):
         built.clear()
 
         def detect(arch=arch):
             asked.append(threading.current_thread())
             return arch
         monkeypatch.setattr(config, "detect_arch", detect)
-        fut = cli_bench._early_prebuild(FakeEngine(), rows)
+        fut = cli_bench._early_prebuild(FakeEngine(), rows, opts)
         assert fut is not None
         await fut
         assert built == want
     assert asked and all(t is not loop_thread for t in asked)
-    assert cli_bench._early_prebuild(FakeEngine(), [("t.py", task, None, "")]) is None  # nothing to build
+    assert cli_bench._early_prebuild(FakeEngine(), [("t.py", task, None, "")], opts) is None  # nothing to build
 
 
 def test_only_the_engines_gpu_worker_initializes_cuda_early(monkeypatch):

@@ -12,6 +12,7 @@ as Evaluations, never as exceptions; ``sandbox.SandboxUnavailable`` (``sandbox =
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import contextvars
 import inspect
@@ -55,13 +56,15 @@ EarlyCallback = Callable[[Evaluation], Any]
 _ON_PARTIAL: contextvars.ContextVar[Callable[[str, dict[str, Any]], Any] | None] = \
     contextvars.ContextVar("kernel_lsp_on_partial", default=None)
 # The requests that use the GPU: each takes the GPU's machine-wide turn (caller/gpu_lock.py).
+PREBUILT_KEPT = 16  # builds done ahead whose results wait for their evaluation (Engine._prebuilt)
 GPU_OPS = frozenset({"evaluate", "profile", "extract", "prepare_reference", "prepare_compile", "inductor_code"})
 # Where an evaluation hands the GPU over (the Worker's turn points, protocol.YIELD_TURNS), for
 # the progress line "handed the GPU to ... <where>; waiting for it back".
 TURN_STAGES = {"verify_set": "between two of verify's input sets",
                "verify": "between verify and timing",
                "early_timing": "between the early timing and torch.compile",
-               "torch_compile": "between torch.compile and the final timing"}
+               "torch_compile": "between torch.compile and the final timing",
+               protocol.TURN_CPU_END: "after torch.compile compiled without it"}
 
 class Engine:
     """Runs Candidates in a Worker that owns one GPU (docs/architecture.md)."""
@@ -106,6 +109,10 @@ class Engine:
         self._reaping: set[asyncio.Task[None]] = set()
         self._device_info: dict[str, Any] | None = None
         self._prebuilds: dict[tuple[str, ...], list[Any]] = {}  # builds in flight: [future, waiters]
+        # Builds done ahead (bench's early build and next files, a Search's batch) whose result
+        # no evaluation has taken yet: the first ask after the build gets it, steps and all (the
+        # pool would answer a second build with a cache hit, which says nothing of what it cost).
+        self._prebuilt: collections.OrderedDict[tuple[str, ...], CompileResult] = collections.OrderedDict()
         self.restarts = 0
         self.prepare_skipped = 0  # references not compiled ahead because the GPU was busy (_get_ready)
         self.last_stderr = ""
@@ -320,9 +327,12 @@ class Engine:
         Worker frees its cached GPU memory (`release`), the other process gets the GPU, and this
         one waits for it back, the deadline paused meanwhile; then (the Worker's continue line
         is written by the caller of this) the evaluation goes on."""
+        stage = str(data.get("stage") or "")
+        if stage in (protocol.TURN_CPU_START, protocol.TURN_CPU_END):
+            await self._lend(turn, stage, data, release, clock, progress, resume)
+            return
         if not turn.others_ahead():  # nobody, or only those who have had more of the GPU: it goes on
             return
-        stage = str(data.get("stage") or "")
         where = TURN_STAGES.get(stage, f"after {stage}" if stage else "")
         if not gpu_lock.may_hand_over(data.get("held_bytes"), data.get("total_bytes")):
             # Its live data would stay on the GPU beside the other process's: it keeps the turn.
@@ -334,6 +344,29 @@ class Engine:
         try:
             await release()
             self.gpu_handed += await turn.hand_over(where, progress)
+        finally:
+            clock.resume()
+        if resume:
+            await _report(progress, resume)
+
+    async def _lend(self, turn: "gpu_lock.Turn", stage: str, data: dict[str, Any], release: Callable[[], Any],
+                    clock: "_Deadline", progress: Progress | None, resume: str | None) -> None:
+        """The turn points around the Worker's CPU-only compile: lent to a process waiting now at
+        the first (unless this evaluation's live data is too big to share the GPU beside it), taken
+        back at the second, the deadline paused while it waits for it."""
+        if stage == protocol.TURN_CPU_START:
+            if gpu_lock.may_hand_over(data.get("held_bytes"), data.get("total_bytes")) \
+                    and turn.others_waiting():
+                await release()
+                await turn.lend("while torch.compile compiles", progress)
+                if resume:
+                    await _report(progress, resume)
+            return
+        if turn.held:
+            return
+        clock.pause()
+        try:
+            self.gpu_handed += await turn.take_back(progress)
         finally:
             clock.resume()
         if resume:
@@ -594,10 +627,12 @@ class Engine:
         return info.get("arch") or os.environ.get("KERNEL_LSP_ARCH")
 
     async def prebuild(self, task: Task, candidate: Candidate, options: dict[str, Any] | None = None,
-                       timeout: float | None = None) -> CompileResult:
+                       timeout: float | None = None, ahead: bool = False) -> CompileResult:
         """Compile a Candidate in the CPU build pool (not on the GPU Worker), so that
         its later evaluate finds the build in the cache. Its result is advisory: a
-        candidate that touches the GPU at import fails here but may run on the Worker."""
+        candidate that touches the GPU at import fails here but may run on the Worker.
+        ``ahead``: built for an evaluation to come (same options), which then gets this
+        result, with the build's steps, instead of the pool's cache hit."""
         self._see(task)
         pool = self._build_pool()
         opts = {**self.options, **(options or {})}
@@ -616,13 +651,17 @@ class Engine:
         # One build per Candidate at a time: the Search prebuilds a batch and each evaluate asks
         # again; a second ask waits for the first build instead of taking another pool slot.
         key = (candidate.kind, candidate.source, filename, repr(sorted(opts.items())))
+        done = self._prebuilt.pop(key, None)
+        if done is not None:
+            return done
         entry = self._prebuilds.get(key)
         if entry is None:
             job = asyncio.ensure_future(pool.build(candidate.kind, candidate.source, filename, opts,
                                                    timeout=timeout, readable=self._readable))
-            entry = self._prebuilds[key] = [job, 0]
-            job.add_done_callback(lambda j, k=key: self._prebuilds.pop(k, None)
-                                  if self._prebuilds.get(k, [None])[0] is j else None)
+            entry = self._prebuilds[key] = [job, 0, ahead]
+            job.add_done_callback(lambda j, k=key: self._finished(k, j))
+        elif not ahead:
+            entry[2] = False  # an evaluation joined it: the result is taken
         entry[1] += 1
         try:
             return await asyncio.shield(entry[0])
@@ -633,6 +672,18 @@ class Engine:
             raise
         finally:
             entry[1] -= 1
+
+    def _finished(self, key: tuple[str, ...], job: "asyncio.Future[CompileResult]") -> None:
+        """A prebuild is done: out of the in-flight table; a build ahead that no evaluation has
+        joined keeps its result for the next ask (the newest PREBUILT_KEPT of them)."""
+        entry = self._prebuilds.get(key)
+        if entry is None or entry[0] is not job:
+            return
+        self._prebuilds.pop(key, None)
+        if entry[2] and not job.cancelled() and job.exception() is None:
+            self._prebuilt[key] = job.result()
+            while len(self._prebuilt) > PREBUILT_KEPT:
+                self._prebuilt.popitem(last=False)
 
     async def prepare_builds(self, announce: Any = None, timeout: float | None = None) -> dict[str, Any]:
         """Make the fast build's precompiled torch headers now, in a build-pool Worker, so that

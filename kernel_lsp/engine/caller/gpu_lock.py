@@ -161,15 +161,45 @@ class Turn:
             return 0.0
         place = self.virtual_ns()  # behind those ahead of it
         t0 = time.monotonic()
-        path = lock_path(self.key)
         self.served_s += t0 - self.got_at
-        queued = _Waiter(self.key, self.what, place_ns=place)
+        queued = _Waiter(self.key, self.what, place_ns=place)  # in the queue before it lets go
         try:
             self.held = False
             unlock(self.fd)
             await tell(progress, f"handed the GPU to {describe(others[0])}{' ' + where if where else ''}; "
                                  "waiting for it back")
-            await _acquire(self.fd, path, queued, self.wait_s, t0, None)
+        except BaseException:
+            queued.remove()
+            raise
+        return await self._back(queued, t0, None)
+
+    async def lend(self, where: str = "", progress: Callable[[str], Awaitable[Any] | Any] | None = None) -> bool:
+        """Let the GPU go for a span of CPU work (torch.compile's compile) when another process
+        waits for it now: it is not queued meanwhile, and `take_back` queues it at its virtual
+        time. False (kept) when nobody waits, so that alone it never waits to get it back."""
+        others = self.others_waiting()
+        if not others or not self.key or self.fd is None or not self.held:
+            return False
+        self.served_s += time.monotonic() - self.got_at
+        self.held = False
+        unlock(self.fd)
+        await tell(progress, f"lent the GPU to {describe(others[0])}{' ' + where if where else ''}")
+        return True
+
+    async def take_back(self, progress: Callable[[str], Awaitable[Any] | Any] | None = None) -> float:
+        """The GPU back after `lend`, queued at its virtual time (before those who queued after
+        it, behind those who queued before): the seconds waited once its CPU work was done.
+        Raises GPUBusy as `hand_over` does."""
+        if self.held or not self.key or self.fd is None:
+            return 0.0
+        return await self._back(_Waiter(self.key, self.what, place_ns=self.virtual_ns()), time.monotonic(), progress)
+
+    async def _back(self, queued: "_Waiter", t0: float,
+                    progress: Callable[[str], Awaitable[Any] | Any] | None) -> float:
+        """Wait in the queue as `queued` until the turn is its again; the seconds since `t0`."""
+        assert self.key is not None and self.fd is not None
+        try:
+            await _acquire(self.fd, lock_path(self.key), queued, self.wait_s, t0, progress)
         finally:
             queued.remove()
         self.held = True

@@ -66,6 +66,11 @@ def turns_taken() -> list[dict[str, Any]]:
     return [dict(t) for t in _taken]
 
 
+def turns_asked() -> bool:
+    """The request being served asked for turn points (YIELD_TURNS): its caller holds the turn."""
+    return active() and _current[0][2] is not None
+
+
 def turn_point(stage: str) -> float | None:
     """A safe point between an evaluation's stages: when the request asked (YIELD_TURNS), tell
     the caller (a TURN_POINT partial naming `stage`) and wait for its continue line, during which
@@ -73,7 +78,7 @@ def turn_point(stage: str) -> float | None:
     Call it only between stages, outside a timing run and outside a tamper-check window (the
     candidate must not be running); run.py's `_turn_point` also checks the trusted functions
     after the wait."""
-    if not active() or _current[0][2] is None:
+    if not turns_asked():
         return None
     read = _current[0][2]
     turn = next(_turns)

@@ -37,7 +37,7 @@ except Exception:  # pragma: no cover - a torch without dynamo still evaluates
 
 from kernel_lsp.engine.worker import baselines as kept_baselines
 from kernel_lsp.engine import protocol
-from kernel_lsp.engine.worker import build_failure, early, gpu_share, launch_limits, notify
+from kernel_lsp.engine.worker import build_failure, dry_compile, early, gpu_share, launch_limits, notify
 from kernel_lsp.engine.worker import profile as profile_mod
 from kernel_lsp.engine.worker import light, roofline, static_checks
 from kernel_lsp.engine.worker.options import EngineOptions, OptionsError
@@ -684,7 +684,9 @@ def _bench_on(h: Harness, options: EngineOptions, ev: Evaluation, extra: dict[st
     # either), and its first calls and autotuning would share the GPU with verify's runs and
     # memory plan. The server compiles a new reference ahead in the Worker's idle time instead
     # (prepare_reference); a kept baseline skips it altogether.
-    compiled_fn = _compile_reference(h, sets, options, notes, ev) if measure else None
+    waited_before = notify.paused_s()
+    compiled_fn = _compile_reference(h, sets, options, notes, ev, lend=True) if measure else None
+    paused += notify.paused_s() - waited_before  # the GPU lent while it compiled, waited for back
     phases["torch_compile_s"] = (bench._perf_counter_ns() - t_phase) / 1e9 - paused  # not the GPU handed over
     extra["torch_compile_ran"] = measure  # False: kept baselines, torch.compile never called (a fact, not a time)
     if integrity is not None:  # torch.compile's lazy imports are ours; the candidate ran nothing since verify
@@ -868,18 +870,24 @@ def _cache_probe(h: Harness, timing: Timing, options: EngineOptions, ev: Evaluat
 
 
 def _compile_reference(h: Harness, sets: list[list[Any]], options: EngineOptions, notes: list[str],
-                       ev: Evaluation) -> Any:
+                       ev: Evaluation, lend: bool = False) -> Any:
     """torch.compile of the reference, compiled (and run once on every timing set, so no
-    recompile lands in the timed calls) before any timing; None when it fails (reported)."""
+    recompile lands in the timed calls) before any timing; None when it fails (reported).
+    `lend`: inside an evaluation's turn, compile first without running anything, between the
+    turn points that let the caller lend the GPU meanwhile (worker/dry_compile.py)."""
     mode = options.compile_mode
     try:
         import torch._inductor.config as inductor_config
 
         from kernel_lsp.engine.worker.inductor_code import mode_threads
 
-        compiled = torch.compile(h.model, mode=None if mode == "default" else mode)
         # torch.compile compiles at the first call: max-autotune's GEMM precompile on all CPUs
         with torch.no_grad(), inductor_config.patch(mode_threads(mode)):
+            compiled = None
+            if lend and sets and h.device.type == "cuda" and notify.turns_asked() and not dry_compile.why_not(mode):
+                compiled = _compile_without_gpu(h, mode, sets[0], notes)
+            if compiled is None:
+                compiled = torch.compile(h.model, mode=None if mode == "default" else mode)
             for args in sets:
                 compiled(*args)
         return compiled
@@ -887,6 +895,35 @@ def _compile_reference(h: Harness, sets: list[list[Any]], options: EngineOptions
         notes.append(f"torch.compile baseline failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")
         ev.flags.append("compile_baseline_failed")
         return None
+
+
+def _compile_without_gpu(h: Harness, mode: str, args: list[Any], notes: list[str]) -> Any:
+    """torch.compile of the reference, its first graph compiled with the GPU lent (TURN_CPU_START)
+    and taken back (TURN_CPU_END) before anything runs on it; live once returned. None, with a
+    note, when that compile failed: the caller then compiles the plain way inside the turn, which
+    reports a failure of the reference's own as before. No tamper check at these two points: the
+    candidate ran nothing since verify's last one, and torch.compile's own imports are rebased
+    right after (_bench_on). A forward that dynamo does not trace at all runs its ops here, with
+    the GPU lent (rare: KernelBench references trace; noted when it happens)."""
+    if os.environ.get(dry_compile.OFF_ENV) == "0":
+        return None
+    notify.turn_point(protocol.TURN_CPU_START)
+    try:
+        dry = dry_compile.DryRun(mode)
+        compiled = torch.compile(h.model, backend=dry)
+        compiled(*args)
+    except dry_compile.NotRun:
+        dry.live = True
+        return compiled
+    except Exception as exc:  # noqa: BLE001 - the plain compile follows and says what it says
+        notes.append(f"torch.compile compiled inside the GPU's turn: compiling without it failed "
+                     f"({type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''})")
+        return None
+    finally:
+        notify.turn_point(protocol.TURN_CPU_END)
+    dry.live = True  # no graph at all (a forward dynamo skips): nothing held back, and it ran
+    notes.append("torch.compile found no graph in the reference's forward: it ran once while the GPU was lent")
+    return compiled
 
 
 def _lead_us(h: Harness, sets: list[list[Any]], dev: torch.device, plan: Any, compiled_fn: Any) -> float | None:
