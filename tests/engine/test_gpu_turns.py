@@ -83,6 +83,14 @@ def lines(path: Path) -> list[str]:
     return path.read_text().split() if path.exists() else []
 
 
+def on_fake_gpu(engine):
+    """The Engine takes the turn of KEY as if its Worker's GPU had that uuid (a CPU Worker here)."""
+    async def key(progress=None) -> str:
+        return KEY
+    engine._gpu_key = key  # type: ignore[method-assign]
+    return engine
+
+
 # -- the queue ------------------------------------------------------------------------------------
 
 def test_a_waiter_announces_itself_and_its_file_goes_once_it_has_the_turn(lock_dir, tmp_path):
@@ -281,11 +289,8 @@ def _engine_pair(tmp_path, lock_dir, timeout: float, hold: float, keep: float | 
     env = {**FAKE, "BEGAN": str(began), "HAD_IT": str(had_it), "KERNEL_LSP_GPU_LOCK_DIR": str(lock_dir)}
 
     async def go():
-        engine = Engine(timeout=timeout, warm=False, env=env, sandbox="off", prebuild=False, keep_worker=keep)
-
-        async def key(progress=None) -> str:
-            return KEY  # as if the Worker's GPU had this uuid
-        engine._gpu_key = key  # type: ignore[method-assign]
+        engine = on_fake_gpu(Engine(timeout=timeout, warm=False, env=env, sandbox="off", prebuild=False,
+                                    keep_worker=keep))
         # The other process is up (polling for `began`) before the evaluation's deadline starts.
         other_env = {k: v for k, v in _env().items() if k != "KERNEL_LSP_GPU_WAIT_S"}
         other = subprocess.Popen([sys.executable, "-c", GRAB_WHEN_BEGUN, KEY, str(had_it), str(hold), str(began)],
@@ -363,9 +368,7 @@ def test_nobody_waiting_the_turn_point_goes_on_at_once(tmp_path, lock_dir):
         try:
             plain = await engine.evaluate(task, cand)  # a CPU: no lock, no turn points
 
-            async def key(progress=None) -> str:
-                return KEY
-            engine._gpu_key = key  # type: ignore[method-assign]
+            on_fake_gpu(engine)
             phases: list[str] = []
             locked = await engine.evaluate(task, cand, progress=phases.append)
             return plain, locked, phases
@@ -567,11 +570,7 @@ def test_the_gpu_is_lent_while_torch_compile_compiles_and_taken_back_before_the_
     env = {**FAKE, "HAD_IT": str(had_it), "GONE": str(gone), "KERNEL_LSP_GPU_LOCK_DIR": str(lock_dir)}
 
     async def go():
-        engine = Engine(timeout=60, warm=False, env=env, sandbox="off", prebuild=False)
-
-        async def key(progress=None) -> str:
-            return KEY
-        engine._gpu_key = key  # type: ignore[method-assign]
+        engine = on_fake_gpu(Engine(timeout=60, warm=False, env=env, sandbox="off", prebuild=False))
         other_env = {k: v for k, v in _env().items() if k != "KERNEL_LSP_GPU_WAIT_S"}
         try:
             await engine.ping()
@@ -611,11 +610,7 @@ def test_nobody_waiting_the_compile_keeps_the_gpu(tmp_path, lock_dir):
            "KERNEL_LSP_GPU_LOCK_DIR": str(lock_dir)}
 
     async def go():
-        engine = Engine(timeout=60, warm=False, env=env, sandbox="off", prebuild=False)
-
-        async def key(progress=None) -> str:
-            return KEY
-        engine._gpu_key = key  # type: ignore[method-assign]
+        engine = on_fake_gpu(Engine(timeout=60, warm=False, env=env, sandbox="off", prebuild=False))
         try:
             phases: list[str] = []
             return await engine.evaluate(task, cand, progress=phases.append), phases
