@@ -9,6 +9,7 @@ times, from `didSave` to the lens that shows the numbers of that version:
   body       a save after editing the kernel's body (saved at once: the build starts with the save)
   body, paused  another body edit, saved 1 s after the last keystroke (built while typing)
   new file   the first save of a second file of a known kind (new baselines)
+  layernorm  the first save of a new file at KernelBench's LayerNorm sizes (issue 33: <= 10 s)
   known task the first save of a new kernel for the first file's Task (its baselines kept)
   second     "Benchmark" of the same candidate again (the lens command)
   cli        `kernel-lsp bench --json --timings` of the cached candidate (cached build, kept
@@ -163,6 +164,136 @@ class ModelNew(nn.Module):
 
     def forward(self, x):
         return relu.relu_forward(x)
+'''
+
+# A new file at KernelBench's LayerNorm sizes (level 1 problem 40: 16 x 64 x 256 x 256, 256 MiB in):
+# a two-kernel load_inline LayerNorm (each row's sum and sum of squares in double, then x_hat * w + b).
+LAYERNORM = r'''import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+
+class Model(nn.Module):
+    def __init__(self, normalized_shape):
+        super().__init__()
+        self.ln = nn.LayerNorm(normalized_shape=normalized_shape)
+
+    def forward(self, x):
+        return self.ln(x)
+
+
+batch_size = 16
+features = 64
+dim1 = 256
+dim2 = 256
+
+
+def get_inputs():
+    return [torch.randn(batch_size, features, dim1, dim2)]
+
+
+def get_init_inputs():
+    return [(features, dim1, dim2)]
+
+
+ln_source = """
+#include <torch/extension.h>
+
+__global__ void ln_stats(const float* __restrict__ x, double* __restrict__ stats, long n) {
+    const float* row = x + (long)blockIdx.y * n;
+    double s = 0.0, q = 0.0;
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        double v = row[i];
+        s += v;
+        q += v * v;
+    }
+    __shared__ double ss[256], qq[256];
+    ss[threadIdx.x] = s;
+    qq[threadIdx.x] = q;
+    __syncthreads();
+    for (int k = blockDim.x / 2; k > 0; k >>= 1) {
+        if (threadIdx.x < k) {
+            ss[threadIdx.x] += ss[threadIdx.x + k];
+            qq[threadIdx.x] += qq[threadIdx.x + k];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        atomicAdd(&stats[2 * blockIdx.y], ss[0]);
+        atomicAdd(&stats[2 * blockIdx.y + 1], qq[0]);
+    }
+}
+
+__global__ void ln_apply(const float* __restrict__ x, const double* __restrict__ stats,
+                         const float* __restrict__ w, const float* __restrict__ b, float* __restrict__ y,
+                         long n, long total, float eps) {
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
+        long r = i / n, c = i - r * n;
+        double mean = stats[2 * r] / n;
+        double var = stats[2 * r + 1] / n - mean * mean;
+        float rstd = (float)(1.0 / sqrt(var + (double)eps));
+        y[i] = ((x[i] - (float)mean) * rstd) * w[c] + b[c];
+    }
+}
+
+torch::Tensor layer_norm_forward(torch::Tensor x, torch::Tensor w, torch::Tensor b, double eps) {
+    auto xc = x.contiguous();
+    long n = w.numel();
+    long rows = xc.numel() / n;
+    auto stats = torch::zeros({rows, 2}, xc.options().dtype(torch::kFloat64));
+    auto y = torch::empty_like(xc);
+    ln_stats<<<dim3(256, rows), 256>>>(xc.data_ptr<float>(), stats.data_ptr<double>(), n);
+    ln_apply<<<4096, 256>>>(xc.data_ptr<float>(), stats.data_ptr<double>(), w.contiguous().data_ptr<float>(),
+                            b.contiguous().data_ptr<float>(), y.data_ptr<float>(), n, xc.numel(), (float)eps);
+    return y;
+}
+"""
+
+ln = load_inline(name="editor_loop_layernorm",
+                 cpp_sources="torch::Tensor layer_norm_forward(torch::Tensor x, torch::Tensor w, torch::Tensor b, double eps);",
+                 cuda_sources=ln_source, functions=["layer_norm_forward"], extra_cuda_cflags=["-O3"])
+
+
+class ModelNew(nn.Module):
+    def __init__(self, normalized_shape):
+        super().__init__()
+        self.ln = nn.LayerNorm(normalized_shape=normalized_shape)
+
+    def forward(self, x):
+        return ln.layer_norm_forward(x, self.ln.weight, self.ln.bias, self.ln.eps)
+'''
+# The smoke mode's stand-in: the same Task at a CPU's size, a PyTorch candidate (nothing to build).
+LAYERNORM_SMOKE = r'''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, normalized_shape):
+        super().__init__()
+        self.ln = nn.LayerNorm(normalized_shape=normalized_shape)
+
+    def forward(self, x):
+        return self.ln(x)
+
+
+def get_inputs():
+    return [torch.randn(4, 8, 16, 16)]
+
+
+def get_init_inputs():
+    return [(8, 16, 16)]
+
+
+class ModelNew(nn.Module):
+    def __init__(self, normalized_shape):
+        super().__init__()
+        self.ln = nn.LayerNorm(normalized_shape=normalized_shape)
+
+    def forward(self, x):
+        dims = tuple(range(1, x.dim()))
+        mean = x.mean(dim=dims, keepdim=True)
+        var = x.var(dim=dims, unbiased=False, keepdim=True)
+        return (x - mean) / torch.sqrt(var + self.ln.eps) * self.ln.weight + self.ln.bias
 '''
 
 # The CPU smoke mode's stand-ins: PyTorch candidates that run on a CPU (no kernel to build).
@@ -485,6 +616,11 @@ async def run(smoke: bool, wait_s: float, timeout: float) -> dict[str, Any]:
             t, lens = await save(client, root / second_name, second_text, 1, timeout, first=True)
             steps.append({"step": "new file", "what": "first save of a second file of a known kind", "seconds": t,
                           "lens": lens["title"], "server": server_steps(log_a, second_name, 1)})
+            ln_text = LAYERNORM_SMOKE if smoke else LAYERNORM
+            t, lens = await save(client, root / "layernorm.py", ln_text, 1, timeout, first=True)
+            steps.append({"step": "layernorm", "what": "first save of a new file at KernelBench's LayerNorm sizes "
+                          "(16 x 64 x 256 x 256; new baselines, a new build)", "seconds": t, "lens": lens["title"],
+                          "server": server_steps(log_a, "layernorm.py", 1)})
             t, lens = await save(client, root / known_name, known_text, 1, timeout, first=True)
             steps.append({"step": "known task", "what": "first save of a new kernel for a Task already measured "
                           "(kept baselines)", "seconds": t, "lens": lens["title"],

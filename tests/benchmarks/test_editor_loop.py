@@ -49,10 +49,10 @@ def test_the_smoke_mode_times_every_step_and_keeps_the_baselines(tmp_path):
     assert proc.returncode in (0, 1), proc.stderr[-3000:]  # 1: the ratios disagreed on this noisy CPU
     doc = json.loads((tmp_path / "editor_loop_smoke.json").read_text())
     steps = {s["step"]: s for s in doc["steps"]}
-    assert list(steps) == ["fresh", "comment", "body", "body, paused", "new file", "known task", "second", "cli",
-                           "cli kept", "fresh+1s"]
+    assert list(steps) == ["fresh", "comment", "body", "body, paused", "new file", "layernorm", "known task", "second",
+                           "cli", "cli kept", "fresh+1s"]
     assert all(s["seconds"] > 0 for s in doc["steps"])
-    for name in ("fresh", "comment", "body", "body, paused", "new file", "fresh+1s"):
+    for name in ("fresh", "comment", "body", "body, paused", "new file", "layernorm", "fresh+1s"):
         assert steps[name]["lens"].startswith("correct"), steps[name]
     assert steps["body"]["baselines_cached"] is True and steps["second"]["baselines_cached"] is True
     assert steps["known task"]["baselines_cached"] is True and steps["known task"]["lens"].startswith("correct")
