@@ -63,8 +63,7 @@ GPU_OPS = frozenset({"evaluate", "profile", "extract", "prepare_reference", "pre
 TURN_STAGES = {"verify_set": "between two of verify's input sets",
                "verify": "between verify and timing",
                "early_timing": "between the early timing and torch.compile",
-               "torch_compile": "between torch.compile and the final timing",
-               protocol.TURN_CPU_END: "after torch.compile compiled without it"}
+               "torch_compile": "between torch.compile and the final timing"}
 
 class Engine:
     """Runs Candidates in a Worker that owns one GPU (docs/architecture.md)."""

@@ -685,7 +685,7 @@ def _bench_on(h: Harness, options: EngineOptions, ev: Evaluation, extra: dict[st
     # memory plan. The server compiles a new reference ahead in the Worker's idle time instead
     # (prepare_reference); a kept baseline skips it altogether.
     waited_before = notify.paused_s()
-    compiled_fn = _compile_reference(h, sets, options, notes, ev, lend=True) if measure else None
+    compiled_fn = _compile_reference(h, sets, options, notes, ev) if measure else None
     paused += notify.paused_s() - waited_before  # the GPU lent while it compiled, waited for back
     phases["torch_compile_s"] = (bench._perf_counter_ns() - t_phase) / 1e9 - paused  # not the GPU handed over
     extra["torch_compile_ran"] = measure  # False: kept baselines, torch.compile never called (a fact, not a time)
@@ -870,11 +870,12 @@ def _cache_probe(h: Harness, timing: Timing, options: EngineOptions, ev: Evaluat
 
 
 def _compile_reference(h: Harness, sets: list[list[Any]], options: EngineOptions, notes: list[str],
-                       ev: Evaluation, lend: bool = False) -> Any:
+                       ev: Evaluation) -> Any:
     """torch.compile of the reference, compiled (and run once on every timing set, so no
     recompile lands in the timed calls) before any timing; None when it fails (reported).
-    `lend`: inside an evaluation's turn, compile first without running anything, between the
-    turn points that let the caller lend the GPU meanwhile (worker/dry_compile.py)."""
+    Inside an evaluation's GPU turn (its request asked for turn points), compiled first without
+    running anything, between the turn points that let the caller lend the GPU meanwhile
+    (worker/dry_compile.py)."""
     mode = options.compile_mode
     try:
         import torch._inductor.config as inductor_config
@@ -884,7 +885,7 @@ def _compile_reference(h: Harness, sets: list[list[Any]], options: EngineOptions
         # torch.compile compiles at the first call: max-autotune's GEMM precompile on all CPUs
         with torch.no_grad(), inductor_config.patch(mode_threads(mode)):
             compiled = None
-            if lend and sets and h.device.type == "cuda" and notify.turns_asked() and not dry_compile.why_not(mode):
+            if sets and h.device.type == "cuda" and notify.turns_asked() and not dry_compile.why_not(mode):
                 compiled = _compile_without_gpu(h, mode, sets[0], notes)
             if compiled is None:
                 compiled = torch.compile(h.model, mode=None if mode == "default" else mode)
