@@ -30,7 +30,7 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from kernel_lsp.engine.worker import bench  # noqa: E402
+from kernel_lsp.engine.worker.timing import bench  # noqa: E402
 
 
 class NewGELU(nn.Module):  # minGPT's, as KernelBench has it: seven ops eager

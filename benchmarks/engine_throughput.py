@@ -361,7 +361,8 @@ import json, sys, time, traceback
 job = json.load(open(sys.argv[1]))
 out_path = sys.argv[2]
 import torch
-from kernel_lsp.engine.worker import bench, build
+from kernel_lsp.engine.worker.timing import bench
+from kernel_lsp.engine.worker.build import build
 from kernel_lsp.engine.worker.harness import Harness
 from kernel_lsp.model import Candidate, Task
 out = {"items": {}}
@@ -583,7 +584,7 @@ import json, sys, traceback
 job = json.load(open(sys.argv[1]))
 out_path = sys.argv[2]
 import torch
-from kernel_lsp.engine.worker import build
+from kernel_lsp.engine.worker.build import build
 from kernel_lsp.engine.worker.harness import Harness
 from kernel_lsp.model import Candidate, Task
 build.install_hooks()

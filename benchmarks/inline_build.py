@@ -64,7 +64,7 @@ def log(msg: str) -> None:
 
 
 def child_pch() -> dict[str, Any]:
-    from kernel_lsp.engine.worker import build, fastbuild
+    from kernel_lsp.engine.worker.build import build, fastbuild
 
     t0 = time.perf_counter()
     flags = fastbuild.torch_flags(build._find_nvcc(None))
@@ -85,7 +85,7 @@ def child_pch() -> dict[str, Any]:
 
 
 def child_build(src: str) -> dict[str, Any]:
-    from kernel_lsp.engine.worker import build
+    from kernel_lsp.engine.worker.build import build
 
     import torch.utils.cpp_extension  # noqa: F401  - a per-process cost, not the build's
 
@@ -118,7 +118,8 @@ def child_build(src: str) -> dict[str, Any]:
 def child_run(src: str, ref: str, out_pt: str) -> dict[str, Any]:
     import torch
 
-    from kernel_lsp.engine.worker import build, run
+    from kernel_lsp.engine.worker.build import build
+    from kernel_lsp.engine.worker import run
     from kernel_lsp.model import Candidate, Task
 
     text = Path(src).read_text()
@@ -156,7 +157,7 @@ def split_only(cands: list[dict[str, Any]], out_dir: Path, argv: list[str]) -> i
 
     from torch.utils import cpp_extension
 
-    from kernel_lsp.engine.worker import inline_split
+    from kernel_lsp.engine.worker.build import inline_split
 
     real = cpp_extension.load_inline
     sig = inspect.signature(getattr(real, "_klsp_real", real))

@@ -47,7 +47,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="kernel-lsp-link-"))
     os.environ.setdefault("KERNEL_LSP_CACHE", str(tmp / "cache"))
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
-    from kernel_lsp.engine.worker import build, fastbuild  # noqa: PLC0415
+    from kernel_lsp.engine.worker.build import build, fastbuild  # noqa: PLC0415
 
     stubs = cpu_stand_ins(tmp)
     nvcc = build._find_nvcc(None)

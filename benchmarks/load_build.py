@@ -42,7 +42,7 @@ def main(argv: list[str]) -> int:
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
     from torch.utils import cpp_extension as ce
 
-    from kernel_lsp.engine.worker import build, fastbuild
+    from kernel_lsp.engine.worker.build import build, fastbuild
 
     nvcc = build._find_nvcc(None)
     src = Path(args.sources)

@@ -6,7 +6,7 @@
 Times: benchmarks/results/engine_accuracy.json (the 15 `.cu` candidates of examples/ and
 benchmarks/tasks/ on an H200, the engine's current method) and examples_variants_h200.json (the
 examples' tuned variants). Bytes and FLOPs: each Task's reference run once here on the CPU at its
-real sizes under the engine's own recorders (worker/verify.py OpRecorder, torch's FLOP counter),
+real sizes under the engine's own recorders (worker/judge/verify.py OpRecorder, torch's FLOP counter),
 so the floor is the one the engine computes on the GPU. Written to
 benchmarks/results/speed_of_light.{json,md}.
 """
@@ -26,7 +26,7 @@ def traffic(path: Path) -> tuple[int, int, int | None]:
     from torch.utils.flop_counter import FlopCounterMode
 
     from kernel_lsp.engine.worker.harness import flat_tensors
-    from kernel_lsp.engine.worker.verify import OpRecorder, read_bytes, written_bytes
+    from kernel_lsp.engine.worker.judge.verify import OpRecorder, read_bytes, written_bytes
 
     ns: dict = {"__name__": "task"}
     exec(compile(path.read_text(), str(path), "exec"), ns)
@@ -77,7 +77,7 @@ def corpus_rows(source: Path = CORPUS_SOURCE) -> list[dict]:
 
 def main() -> int:
     sys.path.insert(0, str(ROOT))
-    from kernel_lsp.engine.worker import roofline
+    from kernel_lsp.engine.worker.timing import roofline
     from kernel_lsp.verdicts import FAR_FROM_HARDWARE
 
     roof = roofline.for_device("NVIDIA H200", "float32")

@@ -50,7 +50,8 @@ ORACLE_SHARE_TARGET = 0.20
 def _one(spec: dict[str, Any], device: str, bench: bool) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
     from kernel_lsp.engine.caller.tasks import find_task
-    from kernel_lsp.engine.worker import build, run
+    from kernel_lsp.engine.worker.build import build
+    from kernel_lsp.engine.worker import run
     from kernel_lsp.model import Candidate, Task
 
     if spec.get("ref"):

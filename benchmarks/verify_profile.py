@@ -30,7 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top", type=int, default=30)
     args = ap.parse_args(argv)
     from kernel_lsp.engine.caller.tasks import find_task
-    from kernel_lsp.engine.worker import build, run
+    from kernel_lsp.engine.worker.build import build
+    from kernel_lsp.engine.worker import run
 
     try:
         task, cand = find_task(args.task)

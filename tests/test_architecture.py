@@ -256,10 +256,10 @@ def _plant(tmp_path: Path, files: dict[str, str]) -> dict[str, Path]:
 
 
 BASE = {"__init__.py": "", "engine/__init__.py": "", "engine/protocol.py": "",
-        "engine/caller/__init__.py": "", "engine/worker/__init__.py": "",
-        "engine/worker/verify.py": "import torch\nfrom kernel_lsp.engine import protocol\n",
+        "engine/caller/__init__.py": "", "engine/worker/__init__.py": "", "engine/worker/judge/__init__.py": "",
+        "engine/worker/judge/verify.py": "import torch\nfrom kernel_lsp.engine import protocol\n",
         "engine/caller/client.py": "from kernel_lsp.engine import protocol\n"
-                                   "def later():\n    from kernel_lsp.engine.worker import verify\n"}
+                                   "def later():\n    from kernel_lsp.engine.worker.judge import verify\n"}
 
 
 def test_the_boundary_check_catches_a_planted_crossing(tmp_path):
@@ -267,7 +267,7 @@ def test_the_boundary_check_catches_a_planted_crossing(tmp_path):
     assert shared_engine_modules(_plant(tmp_path / "ok2", {**BASE, "engine/caller/client.py":
                                         "from kernel_lsp.engine import protocol\n"})) <= SHARED
     bad = _plant(tmp_path / "bad", {**BASE,
-                 "engine/caller/pool.py": "import torch\nfrom kernel_lsp.engine.worker import verify\n",
+                 "engine/caller/pool.py": "import torch\nfrom kernel_lsp.engine.worker.judge import verify\n",
                  "engine/worker/run.py": "def f():\n    from kernel_lsp.engine.caller import client\n"
                                          "from kernel_lsp.server import app\n"})
     found = "\n".join(boundary_violations(bad))
@@ -276,5 +276,5 @@ def test_the_boundary_check_catches_a_planted_crossing(tmp_path):
     assert "Worker side imports kernel_lsp.server" in found
     shared = shared_engine_modules(_plant(tmp_path / "both", {**BASE,
                                    "engine/options.py": "", "engine/caller/client.py": "import kernel_lsp.engine.options\n",
-                                   "engine/worker/verify.py": "from kernel_lsp.engine import options\n"}))
+                                   "engine/worker/judge/verify.py": "from kernel_lsp.engine import options\n"}))
     assert shared == {"kernel_lsp.engine.options"}

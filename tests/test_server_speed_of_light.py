@@ -36,7 +36,7 @@ def _store_h200_measurement(root: Path, path: Path) -> None:
     import dataclasses
 
     from kernel_lsp.engine import find_task
-    from kernel_lsp.engine.worker import roofline
+    from kernel_lsp.engine.worker.timing import roofline
     from kernel_lsp.model import Evaluation, Timing
     from kernel_lsp.store import Store
 

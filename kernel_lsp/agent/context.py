@@ -55,7 +55,7 @@ def _bytes(n: float) -> str:
 def _peaks(name: str) -> dict[str, float]:
     """Dense peak FLOP/s by dtype from the engine's roofline table (empty for an unknown GPU)."""
     try:
-        from kernel_lsp.engine.worker.roofline import for_device
+        from kernel_lsp.engine.worker.timing.roofline import for_device
     except Exception:  # the table is a hint: a GPU it does not know gets no peaks
         return {}
     out = {}

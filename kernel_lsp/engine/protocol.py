@@ -117,7 +117,7 @@ COMPILE_THREADS_CHOSEN_ENV = "KERNEL_LSP_COMPILE_THREADS_CHOSEN"
 YIELD_TURNS = "yield_turns"
 PARTIAL_TURN_POINT = "turn_point"
 # Two turn points around a span of CPU work that needs no GPU (torch.compile compiling the
-# reference, nothing run: worker/dry_compile.py): at the first the caller may lend the GPU to a
+# reference, nothing run: worker/timing/dry_compile.py): at the first the caller may lend the GPU to a
 # waiting process and answers at once; at the second it takes the GPU back (queued at its
 # virtual time) before it answers, so the Worker never runs on the GPU without the turn.
 TURN_CPU_START = "compile_cpu"

@@ -33,7 +33,7 @@ NO_GPU = ("writing this module's kernels needs a CUDA GPU: torch.compile writes 
 def is_module_start(start: Candidate) -> bool:
     """A Python Task with no kernel of its own: the reference as ModelNew, or a ModelNew that
     only calls PyTorch."""
-    from kernel_lsp.engine.worker.static_checks import has_kernel
+    from kernel_lsp.engine.worker.judge.static_checks import has_kernel
 
     return start.kind == "python" and not has_kernel(start.source)
 

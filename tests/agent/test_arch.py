@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from kernel_lsp.engine.worker import build
+from kernel_lsp.engine.worker.build import build
 from kernel_lsp.toolchain.nvcc import device_arch, find_nvcc
 
 NVCC = find_nvcc()

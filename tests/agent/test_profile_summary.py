@@ -5,7 +5,7 @@ import pytest
 pytest.importorskip("torch")
 
 from kernel_lsp.agent.prompts import describe_profile
-from kernel_lsp.engine.worker import profile
+from kernel_lsp.engine.worker.timing import profile
 
 CSV = "\n".join([
     '"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"',

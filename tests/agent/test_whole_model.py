@@ -376,7 +376,7 @@ def test_extracted_tasks_reproduce_each_call(tmp_path):
     """In process: extraction of tasks/mixed.py, then each written Task builds and runs, with
     the captured inputs (integer ids in range, non-negative values, a keyword constant)."""
     from kernel_lsp.agent.whole_model import not_extractable, write_op_tasks
-    from kernel_lsp.engine.worker import build
+    from kernel_lsp.engine.worker.build import build
     from kernel_lsp.engine.worker.extract import extract
 
     model = tmp_path / "mixed.py"
@@ -428,7 +428,7 @@ def test_ops_at_maps_lines_to_submodules():
 
 def test_kernel_lsp_inputs_are_the_real_inputs(tmp_path):
     """A model file's kernel_lsp_inputs() (the inputs it really sees) wins over get_inputs()."""
-    from kernel_lsp.engine.worker import build
+    from kernel_lsp.engine.worker.build import build
     from kernel_lsp.engine.worker.extract import extract
 
     model = tmp_path / "mixed.py"

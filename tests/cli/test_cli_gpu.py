@@ -53,7 +53,7 @@ def test_bench_timings_say_what_the_build_was_made_of(tmp_path, monkeypatch, cap
     """--timings breaks a new load_inline build into its steps (device unit, host units, link, load),
     wherever it ran (the CPU pool, or the Worker before its GPU turn): the "compiling" span of a new
     Task is most of its first number, and this says which step to cut."""
-    from kernel_lsp.engine.worker.fastbuild import pch_root
+    from kernel_lsp.engine.worker.build.fastbuild import pch_root
 
     monkeypatch.setenv("KERNEL_LSP_PCH_CACHE", str(pch_root()))  # the machine's headers: no minute-long make
     monkeypatch.setenv("KERNEL_LSP_CACHE", str(tmp_path / "cache"))  # but a build nothing has cached
@@ -73,7 +73,7 @@ def test_bench_of_several_files_builds_the_next_while_one_is_evaluated(tmp_path,
     """Three new load_inline kernels in one run: while the first is evaluated the CPU pool builds the
     next two (cli/bench.py _BuildAhead), so the third's "compiling" span is a wait for a build long
     done, not a build."""
-    from kernel_lsp.engine.worker.fastbuild import pch_root
+    from kernel_lsp.engine.worker.build.fastbuild import pch_root
 
     monkeypatch.setenv("KERNEL_LSP_PCH_CACHE", str(pch_root()))
     monkeypatch.setenv("KERNEL_LSP_CACHE", str(tmp_path / "cache"))  # builds nothing has cached

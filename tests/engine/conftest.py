@@ -18,7 +18,7 @@ def fast_inline_on_cpu(tmp_path, monkeypatch):
     on a GPU the full build runs for a minute; test_inline_split_gpu.py covers it there)."""
     import torch
 
-    from kernel_lsp.engine.worker import build
+    from kernel_lsp.engine.worker.build import build
 
     if torch.cuda.is_available():
         pytest.skip("on a GPU the full build runs for a minute; test_inline_split_gpu.py covers it there")

@@ -14,7 +14,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from kernel_lsp.engine.caller.tasks import TaskError, find_task  # noqa: E402
-from kernel_lsp.engine.worker import accuracy, modes, oracle, run  # noqa: E402
+from kernel_lsp.engine.worker.judge import accuracy, modes, oracle  # noqa: E402
+from kernel_lsp.engine.worker import run  # noqa: E402
 from kernel_lsp.model import Candidate, Evaluation, Task  # noqa: E402
 from kernel_lsp.verdicts import accuracy_phrase, evaluation_reason  # noqa: E402
 

@@ -132,8 +132,8 @@ def test_the_caller_keeps_only_fresh_measurements_it_may_keep(tmp_path):
 
 torch = pytest.importorskip("torch")
 
-from kernel_lsp.engine.worker import baselines as worker_baselines  # noqa: E402
-from kernel_lsp.engine.worker import bench  # noqa: E402
+from kernel_lsp.engine.worker.timing import baselines as worker_baselines  # noqa: E402
+from kernel_lsp.engine.worker.timing import bench  # noqa: E402
 from kernel_lsp.engine.worker.options import EngineOptions  # noqa: E402
 
 

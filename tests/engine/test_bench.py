@@ -11,7 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernel_lsp.engine.worker import bench, profile, roofline, run  # noqa: E402
+from kernel_lsp.engine.worker.timing import bench, profile, roofline  # noqa: E402
+from kernel_lsp.engine.worker import run  # noqa: E402
 from kernel_lsp.engine.worker.run import device_info  # noqa: E402
 from kernel_lsp.model import Candidate, Task  # noqa: E402
 
@@ -96,7 +97,7 @@ def one_thread():
 def test_evaluate_times_slow_and_fast_candidates(one_thread: None) -> None:
     ref = (CHEATS / "ref_linear.py").read_text()
     task = Task(name="lin", reference_path=str(CHEATS / "ref_linear.py"), reference_source=ref)
-    from kernel_lsp.engine.worker import build
+    from kernel_lsp.engine.worker.build import build
 
     times = {}
     for name in ("correct", "slow_correct"):
@@ -115,7 +116,7 @@ def test_evaluate_times_slow_and_fast_candidates(one_thread: None) -> None:
 def test_evaluate_with_baselines_on_cpu() -> None:
     ref = (CHEATS / "ref_linear.py").read_text()
     task = Task(name="lin", reference_path=str(CHEATS / "ref_linear.py"), reference_source=ref)
-    from kernel_lsp.engine.worker import build
+    from kernel_lsp.engine.worker.build import build
 
     ev = run.evaluate(task, Candidate(source=(CHEATS / "correct.py").read_text(), kind="python"),
                       ["compile", "verify", "bench"], {"device": "cpu", "bench_seconds": 0.2}, build)
@@ -183,7 +184,7 @@ def test_ncu_missing_is_a_note(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_profile_request_on_cpu() -> None:
     ref = (CHEATS / "ref_linear.py").read_text()
     task = Task(name="lin", reference_path=str(CHEATS / "ref_linear.py"), reference_source=ref)
-    from kernel_lsp.engine.worker import build
+    from kernel_lsp.engine.worker.build import build
 
     out = run.profile(task, Candidate(source=(CHEATS / "correct.py").read_text(), kind="python"),
                       {"device": "cpu"}, build)
@@ -243,7 +244,7 @@ def test_frame_calls_finds_work_on_other_streams_only() -> None:
 
 
 def test_parse_smi_apps_keeps_this_gpu() -> None:
-    from kernel_lsp.engine.worker import gpu_share
+    from kernel_lsp.engine.worker.timing import gpu_share
 
     text = ("GPU-aaaa-1111, 4242, python3, 512\n"
             "GPU-bbbb-2222, 77, other, 100\n"
@@ -254,7 +255,7 @@ def test_parse_smi_apps_keeps_this_gpu() -> None:
 
 
 def test_shared_report_counts_other_processes_never_ourselves() -> None:
-    from kernel_lsp.engine.worker import gpu_share
+    from kernel_lsp.engine.worker.timing import gpu_share
 
     me = {"pid": 10, "name": "python", "memory_mib": 500.0}
     them = {"pid": 11, "name": "train.py", "memory_mib": 9000.0}
@@ -270,7 +271,7 @@ def test_shared_report_counts_other_processes_never_ourselves() -> None:
 
 def test_watch_through_a_real_nvidia_smi_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # No GPU here: a stand-in nvidia-smi on PATH answers like the real one, through subprocess.
-    from kernel_lsp.engine.worker import gpu_share
+    from kernel_lsp.engine.worker.timing import gpu_share
 
     smi = tmp_path / "nvidia-smi"
     smi.write_text("#!/bin/sh\necho 'GPU-cafe-0001, 31337, stress, 2048'\necho 'GPU-cafe-0001, %d, python, 600'\n"
@@ -287,7 +288,7 @@ def test_watch_through_a_real_nvidia_smi_process(tmp_path: Path, monkeypatch: py
 def test_cpu_evaluation_is_never_called_shared(one_thread: None) -> None:
     ref = (CHEATS / "ref_linear.py").read_text()
     task = Task(name="lin", reference_path=str(CHEATS / "ref_linear.py"), reference_source=ref)
-    from kernel_lsp.engine.worker import build
+    from kernel_lsp.engine.worker.build import build
 
     ev = run.evaluate(task, Candidate(source=(CHEATS / "correct.py").read_text(), kind="python"),
                       ["compile", "verify", "bench"], {"device": "cpu", "baselines": False,
@@ -299,7 +300,7 @@ def test_our_own_child_processes_do_not_make_a_gpu_shared() -> None:
     import subprocess
     import sys
 
-    from kernel_lsp.engine.worker import gpu_share
+    from kernel_lsp.engine.worker.timing import gpu_share
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
@@ -343,7 +344,7 @@ def test_profiler_records_are_read_through_this_torchs_api() -> None:
 def test_noisy_timing_is_a_warning_flag_not_a_disqualification(one_thread: None) -> None:
     ref = (CHEATS / "ref_linear.py").read_text()
     task = Task(name="lin", reference_path=str(CHEATS / "ref_linear.py"), reference_source=ref)
-    from kernel_lsp.engine.worker import build
+    from kernel_lsp.engine.worker.build import build
 
     src = (CHEATS / "correct.py").read_text().replace(
         "    def forward(self, x: torch.Tensor) -> torch.Tensor:\n",
@@ -362,7 +363,7 @@ def test_noisy_timing_is_a_warning_flag_not_a_disqualification(one_thread: None)
 def test_in_the_worker_the_memory_goes_back_after_the_answer(monkeypatch: pytest.MonkeyPatch) -> None:
     """run.evaluate hands the GPU memory back at once when called in-process; in the Worker's
     loop (answer_first) only once the answer is written (after_answer): gc.collect costs ~0.3 s."""
-    from kernel_lsp.engine.worker import build
+    from kernel_lsp.engine.worker.build import build
 
     released: list[int] = []
     monkeypatch.setattr(run, "_release_gpu_memory", lambda: released.append(1))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_lsp.engine.worker import build
+from kernel_lsp.engine.worker.build import build
 from kernel_lsp.model import Candidate, Task
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,7 +88,7 @@ def test_two_processes_building_the_same_source_both_succeed(cache, tmp_path):
     src = tmp_path / "same.cu"
     src.write_text(ADD1.replace("1.0f", "2.0f"))
     code = (
-        "import json, sys\nfrom kernel_lsp.engine.worker import build\n"
+        "import json, sys\nfrom kernel_lsp.engine.worker.build import build\n"
         f"path, r = build.build_cuda(open({str(src)!r}).read(), {str(src)!r}, {{'arch': 'sm_90'}})\n"
         "print(json.dumps({'ok': r.ok, 'cached': r.cached, 'path': path}))\n"
     )
@@ -231,7 +231,7 @@ async def test_two_prebuilds_of_one_candidate_at_once_are_one_pool_build(cache):
 def test_hooks_patch_cpp_extension_when_it_is_first_imported():
     pytest.importorskip("torch")
     code = (
-        "import sys\nfrom kernel_lsp.engine.worker import build\nbuild.install_hooks()\n"
+        "import sys\nfrom kernel_lsp.engine.worker.build import build\nbuild.install_hooks()\n"
         "assert 'torch' not in sys.modules  # installing the hook imports nothing heavy\n"
         "from torch.utils.cpp_extension import load_inline, load\n"
         "import torch.utils.cpp_extension as c\n"
@@ -321,7 +321,7 @@ def test_a_module_builds_its_extensions_at_once_and_they_are_cached_by_content_a
     # A fresh process (another session) loads them from the cache too. The extensions' own records
     # are timed: importing cpp_extension itself is a per-process cost, not the build's.
     code = (
-        "import json, torch\nfrom kernel_lsp.engine.worker import build\n"
+        "import json, torch\nfrom kernel_lsp.engine.worker.build import build\n"
         "with build.capture() as records:\n"
         f"    m, r = build.load_python({TWO_EXTENSIONS!r}, '/tmp/two.py')\n"
         "print(json.dumps({'ok': r.ok, 'cached': [r.cached] + [x.cached for x in records],"

@@ -36,7 +36,7 @@ pytestmark = [pytest.mark.slow, needs_nvcc]
 BUILD = textwrap.dedent("""
     import json, os, re, sys, time
     from pathlib import Path
-    from kernel_lsp.engine.worker import fastbuild
+    from kernel_lsp.engine.worker.build import fastbuild
     src = Path(sys.argv[1]).read_text()
     cuda = re.search(r'relu_cuda_source = r\"\"\"(.*?)\"\"\"', src, re.S).group(1)
     args = {"name": "relu_meanwhile", "cpp_sources": "torch::Tensor relu_cuda(torch::Tensor x);",

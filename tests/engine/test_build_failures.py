@@ -19,7 +19,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernel_lsp.engine.worker import build, build_failure, run  # noqa: E402
+from kernel_lsp.engine.worker.build import build, build_failure  # noqa: E402
+from kernel_lsp.engine.worker import run  # noqa: E402
 from kernel_lsp.model import Candidate, CompileResult, Diagnostic, Span, Task  # noqa: E402
 from kernel_lsp.verdicts import NO_CUDA_TOOLKIT  # noqa: E402
 

@@ -11,7 +11,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from kernel_lsp.engine.worker import build, run  # noqa: E402
+from kernel_lsp.engine.worker.build import build  # noqa: E402
+from kernel_lsp.engine.worker import run  # noqa: E402
 
 
 def test_an_idle_build_pool_is_the_engines_and_a_busy_one_is_not():

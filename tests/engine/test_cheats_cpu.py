@@ -17,7 +17,8 @@ torch = pytest.importorskip("torch")
 
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
-from kernel_lsp.engine.worker import run, verify  # noqa: E402
+from kernel_lsp.engine.worker import run  # noqa: E402
+from kernel_lsp.engine.worker.judge import verify  # noqa: E402
 from kernel_lsp.model import Candidate, CompileResult, Evaluation, Task  # noqa: E402
 from tests.needs import needs_nvcc  # noqa: E402
 
@@ -42,7 +43,7 @@ class ExecBuilder:
 
 def _builder() -> Any:
     try:  # the real build cache when it is there: it is what the Worker passes
-        from kernel_lsp.engine.worker import build
+        from kernel_lsp.engine.worker.build import build
 
         return build
     except ImportError:
@@ -224,7 +225,7 @@ def test_plain_pytorch_candidate_is_a_rewrite_even_without_the_reference_ops() -
 
 
 def test_has_kernel_tells_kernels_from_pytorch() -> None:
-    from kernel_lsp.engine.worker import static_checks
+    from kernel_lsp.engine.worker.judge import static_checks
 
     assert static_checks.has_kernel('from torch.utils.cpp_extension import load_inline\n'
                                     'src = """__global__ void k(float* x) { x[0] = 1; }"""\n')
@@ -267,7 +268,7 @@ def test_patching_the_evaluator_is_an_error() -> None:
     assert verify.compare is original  # put back
     assert ev.verdict == "error" and ev.correct is False
     assert "tampering" in ev.flags
-    assert "kernel_lsp.engine.worker.verify.compare" in ev.evidence["tampered"]
+    assert "kernel_lsp.engine.worker.judge.verify.compare" in ev.evidence["tampered"]
 
 
 def test_value_cache_suspected_from_timing() -> None:
@@ -345,7 +346,7 @@ def test_switching_tf32_on_is_precision_lowering() -> None:
 
 @needs_nvcc
 def test_cu_candidate_builds_without_a_gpu_but_does_not_run() -> None:
-    from kernel_lsp.engine.worker import build
+    from kernel_lsp.engine.worker.build import build
 
     harness = CHEATS / "gpu_relu2.py"
     t = Task(name="gpu_relu2", reference_path=str(harness), reference_source=harness.read_text(),
@@ -405,7 +406,7 @@ def test_threads_torch_starts_for_itself_are_not_the_candidates() -> None:
 @needs_nvcc
 def test_compile_only_needs_no_harness(tmp_path: Path) -> None:
     # "Fix this compile error" on a .cu without a harness: the build is the whole check.
-    from kernel_lsp.engine.worker import build
+    from kernel_lsp.engine.worker.build import build
 
     cu = tmp_path / "lonely.cu"
     t = Task(name="lonely", reference_path=str(tmp_path / "lonely.py"), reference_source="",

@@ -1,4 +1,4 @@
-"""torch.compile's compile without running anything (worker/dry_compile.py), on the CPU's
+"""torch.compile's compile without running anything (worker/timing/dry_compile.py), on the CPU's
 Inductor: the first call compiles and stops before the graph runs; once live the same compiled
 module gives torch.compile's answer without compiling again."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernel_lsp.engine.worker import dry_compile
+from kernel_lsp.engine.worker.timing import dry_compile
 
 
 class Scaled(torch.nn.Module):

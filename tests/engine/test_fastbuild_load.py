@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_lsp.engine.worker import fastbuild
+from kernel_lsp.engine.worker.build import fastbuild
 
 EXT = Path(__file__).parent / "load_sources" / "ext"
 NVCC = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
@@ -269,7 +269,7 @@ BINDINGS = ("#include <torch/extension.h>\ntorch::Tensor f(torch::Tensor x);\n"
 ])
 def test_the_build_record_of_a_load_call_says_why_the_fast_path_was_not_taken(tmp_path, fast_inline_on_cpu, fast,
                                                                                reason):
-    from kernel_lsp.engine.worker import build
+    from kernel_lsp.engine.worker.build import build
 
     fast_inline_on_cpu(fast)
     (tmp_path / "helpers.cuh").write_text("#pragma once\n")
@@ -292,7 +292,7 @@ def test_a_load_call_goes_through_the_fast_path_up_to_the_link(tmp_path, monkeyp
     and the normal build runs."""
     import torch
 
-    from kernel_lsp.engine.worker import build
+    from kernel_lsp.engine.worker.build import build
 
     if torch.cuda.is_available():
         pytest.skip("with CUDA torch the link succeeds: test_inline_split_gpu.py runs the extension")
@@ -316,7 +316,7 @@ def test_a_load_call_goes_through_the_fast_path_up_to_the_link(tmp_path, monkeyp
 def test_load_is_built_when_asked_not_deferred(tmp_path, monkeypatch):
     """A candidate that writes its sources to a temporary folder and removes it once load()
     returns still builds: load() is not handed to a build thread like load_inline is."""
-    from kernel_lsp.engine.worker import build
+    from kernel_lsp.engine.worker.build import build
 
     def fake_load(name, sources, extra_cflags=None, extra_cuda_cflags=None, build_directory=None, verbose=False,
                   with_cuda=None, is_python_module=True, keep_intermediates=True):
@@ -345,7 +345,7 @@ def test_load_is_built_when_asked_not_deferred(tmp_path, monkeypatch):
 def test_the_cache_key_of_a_load_call_covers_the_users_own_headers(tmp_path):
     """An edited header the sources include (beside them, or in extra_include_paths) is a new
     extension, not a stale cache hit; torch's and the system's headers are not read."""
-    from kernel_lsp.engine.worker.build import _key_material
+    from kernel_lsp.engine.worker.build.build import _key_material
 
     (tmp_path / "inc").mkdir()
     (tmp_path / "ops.h").write_text('#pragma once\n#include <tiles.h>\nconstexpr int kV = 1;\n')
@@ -402,7 +402,7 @@ def test_a_cu_file_of_the_users_own_extension_takes_the_fast_path(tmp_path, monk
 
     from torch.utils import cpp_extension
 
-    from kernel_lsp.engine.worker import build
+    from kernel_lsp.engine.worker.build import build
 
     fast_inline_on_cpu(True)
     build.install_hooks()  # as after any earlier build in the process: the hook wraps torch's load
@@ -437,7 +437,7 @@ def test_the_users_cu_is_built_the_normal_way_when_the_fast_path_is_off(tmp_path
 
     from torch.utils import cpp_extension
 
-    from kernel_lsp.engine.worker import build
+    from kernel_lsp.engine.worker.build import build
 
     fast_inline_on_cpu(False)
     build.install_hooks()

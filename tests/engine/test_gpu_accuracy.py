@@ -12,7 +12,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from kernel_lsp.engine.caller.tasks import find_task  # noqa: E402
-from kernel_lsp.engine.worker import build, oracle, run  # noqa: E402
+from kernel_lsp.engine.worker.build import build  # noqa: E402
+from kernel_lsp.engine.worker.judge import oracle  # noqa: E402
+from kernel_lsp.engine.worker import run  # noqa: E402
 from kernel_lsp.model import Evaluation  # noqa: E402
 
 from .test_accuracy import NO_FLOAT64, SUITE, _load  # noqa: E402

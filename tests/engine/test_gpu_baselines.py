@@ -17,7 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from kernel_lsp.engine import Engine  # noqa: E402
-from kernel_lsp.engine.worker import bench  # noqa: E402
+from kernel_lsp.engine.worker.timing import bench  # noqa: E402
 from kernel_lsp.model import Candidate, Evaluation, Task  # noqa: E402
 from kernel_lsp.store import Store  # noqa: E402
 

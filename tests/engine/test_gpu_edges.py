@@ -21,7 +21,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from kernel_lsp.cli import main  # noqa: E402
-from kernel_lsp.engine.worker import build, gpu_share, run  # noqa: E402
+from kernel_lsp.engine.worker.build import build  # noqa: E402
+from kernel_lsp.engine.worker.timing import gpu_share  # noqa: E402
+from kernel_lsp.engine.worker import run  # noqa: E402
 from kernel_lsp.model import Candidate, Task  # noqa: E402
 from kernel_lsp.verdicts import GPU_MEMORY_HELD  # noqa: E402
 

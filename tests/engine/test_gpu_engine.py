@@ -14,7 +14,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernel_lsp.engine.worker import build, profile, run, verify  # noqa: E402
+from kernel_lsp.engine.worker.build import build  # noqa: E402
+from kernel_lsp.engine.worker.timing import profile  # noqa: E402
+from kernel_lsp.engine.worker import run  # noqa: E402
+from kernel_lsp.engine.worker.judge import verify  # noqa: E402
 from kernel_lsp.model import Candidate, Evaluation, Task  # noqa: E402
 
 pytestmark = pytest.mark.gpu

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from kernel_lsp.engine import Engine
-from kernel_lsp.engine.worker import build
+from kernel_lsp.engine.worker.build import build
 from kernel_lsp.model import Candidate, Task
 
 pytestmark = pytest.mark.gpu
@@ -32,7 +32,7 @@ extern "C" int launch_spin(int* flag) { spin<<<1, 1>>>(flag); return (int)cudaGe
 
 def cand(body: str) -> Candidate:
     head = (
-        "import ctypes, torch\nfrom kernel_lsp.engine.worker import build\n"
+        "import ctypes, torch\nfrom kernel_lsp.engine.worker.build import build\n"
         f"SRC = {KERNELS!r}\n"
         "lib, res = build.load_cuda(SRC, '/tmp/kernel_lsp_faults.cu', {})\n"
         "assert lib is not None, res.log\n"

@@ -18,7 +18,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernel_lsp.engine.worker import build, gpu_share, run  # noqa: E402
+from kernel_lsp.engine.worker.build import build  # noqa: E402
+from kernel_lsp.engine.worker.timing import gpu_share  # noqa: E402
+from kernel_lsp.engine.worker import run  # noqa: E402
 from kernel_lsp.model import Candidate, Evaluation, Task  # noqa: E402
 from kernel_lsp.verdicts import evaluation_reason  # noqa: E402
 

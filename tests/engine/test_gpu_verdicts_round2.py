@@ -13,7 +13,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from kernel_lsp.engine.caller.tasks import find_task  # noqa: E402
-from kernel_lsp.engine.worker import build, roofline, run  # noqa: E402
+from kernel_lsp.engine.worker.build import build  # noqa: E402
+from kernel_lsp.engine.worker.timing import roofline  # noqa: E402
+from kernel_lsp.engine.worker import run  # noqa: E402
 from kernel_lsp.model import Candidate, Task  # noqa: E402
 from kernel_lsp.verdicts import far_from_hardware  # noqa: E402
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from kernel_lsp.engine.worker import inline_split
-from kernel_lsp.engine.worker.inline_split import split
+from kernel_lsp.engine.worker.build import inline_split
+from kernel_lsp.engine.worker.build.inline_split import split
 
 SOURCES = Path(__file__).parent / "inline_sources"
 NVCC = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
@@ -199,7 +199,7 @@ def test_device_units_compile_with_nvcc_without_torch(tmp_path, name):
 ])
 def test_fast_build_compiles_all_three_units_against_the_torch_pch(tmp_path, monkeypatch, pch_cache, name, cpp,
                                                                    functions):
-    from kernel_lsp.engine.worker import fastbuild
+    from kernel_lsp.engine.worker.build import fastbuild
 
     monkeypatch.setenv("KERNEL_LSP_PCH_CACHE", str(pch_cache))
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
@@ -226,7 +226,7 @@ def test_fast_build_compiles_all_three_units_against_the_torch_pch(tmp_path, mon
 @needs_nvcc
 @pytest.mark.slow
 def test_fast_build_compile_error_falls_back_with_the_reason(tmp_path, monkeypatch, pch_cache):
-    from kernel_lsp.engine.worker import fastbuild
+    from kernel_lsp.engine.worker.build import fastbuild
 
     monkeypatch.setenv("KERNEL_LSP_PCH_CACHE", str(pch_cache))
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")  # the engine sets it (build._cached_torch_build)
@@ -242,7 +242,7 @@ def test_fast_build_compile_error_falls_back_with_the_reason(tmp_path, monkeypat
 
 
 def test_main_cpp_is_what_load_inline_writes():
-    from kernel_lsp.engine.worker.fastbuild import main_cpp
+    from kernel_lsp.engine.worker.build.fastbuild import main_cpp
 
     text = main_cpp({"cpp_sources": "torch::Tensor f(torch::Tensor x);", "functions": ["f"],
                      "with_pytorch_error_handling": True})
@@ -254,8 +254,8 @@ def test_main_cpp_is_what_load_inline_writes():
 
 
 def test_host_flags_keep_only_what_reached_the_host_compiler():
-    from kernel_lsp.engine.worker.fastbuild import host_flags_from_cuda
-    from kernel_lsp.engine.worker.fastbuild import _pch_safe
+    from kernel_lsp.engine.worker.build.fastbuild import host_flags_from_cuda
+    from kernel_lsp.engine.worker.build.fastbuild import _pch_safe
 
     assert _pch_safe(["-O3", "-DX", "-Ofast", "-O", "-g"]) == ["-DX", "-g"]
     assert host_flags_from_cuda(["-O3", "--use_fast_math", "-DFOO=1", "-Xcompiler", "-fopenmp,-Wall",
@@ -277,7 +277,7 @@ ext = load_inline(name="poly", cpp_sources="torch::Tensor poly(torch::Tensor x, 
     (False, "fast_inline is off"),
 ])
 def test_the_build_record_says_why_the_fast_path_was_not_taken(tmp_path, fast_inline_on_cpu, fast, reason):
-    from kernel_lsp.engine.worker import build
+    from kernel_lsp.engine.worker.build import build
 
     fast_inline_on_cpu(fast)
     text = CANDIDATE.replace("{cuda}", src("constant_from_host.cu"))

@@ -99,7 +99,7 @@ class ModelNew(nn.Module):
 
 CHILD = textwrap.dedent('''
     import json, sys, torch
-    from kernel_lsp.engine.worker import build
+    from kernel_lsp.engine.worker.build import build
     path, out = sys.argv[1], sys.argv[2]
     module, result = build.load_python(open(path).read(), path)
     assert module is not None, result.log[-3000:]
@@ -172,7 +172,7 @@ class ModelNew(nn.Module):
 
 SCALE_ADD_CHILD = textwrap.dedent('''
     import json, sys, torch
-    from kernel_lsp.engine.worker import build
+    from kernel_lsp.engine.worker.build import build
     path, out = sys.argv[1], sys.argv[2]
     source = open(path).read()
     facts = {}
@@ -243,7 +243,7 @@ def test_a_users_torch_extension_cu_built_fast_matches_the_full_build(tmp_path):
 EDITS = textwrap.dedent('''
     import json, sys, time, torch
     from pathlib import Path
-    from kernel_lsp.engine.worker import build, unit_cache
+    from kernel_lsp.engine.worker.build import build, unit_cache
     base = Path(sys.argv[1]).read_text()
     sources = {"start": base,
                "body_edit": base.replace("y[i] = v > 0.0f ? v : 0.0f;", "y[i] = fmaxf(v, 0.0f);"),

@@ -36,7 +36,7 @@ except ValueError:  # a file to wait for: the test says when
     while not Path(sys.argv[2]).exists() and time.time() - t0 < 120:
         time.sleep(0.05)
 if sys.argv[3] == "make":
-    from kernel_lsp.engine.worker import build, fastbuild
+    from kernel_lsp.engine.worker.build import build, fastbuild
     flags = fastbuild.torch_flags(build._find_nvcc(None))
     for text in fastbuild.LIGHT_HEADERS.values():
         d = fastbuild.pch_dir(flags, text)

@@ -1,4 +1,4 @@
-"""The largest Tasks' sets kept nowhere (worker/recompute.py): when the memory plan would copy
+"""The largest Tasks' sets kept nowhere (worker/judge/recompute.py): when the memory plan would copy
 input sets and expected outputs to host memory, verify draws them again from their seed and
 runs the reference again, after checking both repeat; every cheat is still caught that way. On the
 CPU the plan is forced to "host" (a GPU decides it by size: tests/engine/test_gpu_verdicts_round2.py)."""
@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernel_lsp.engine.worker import memory_plan, recompute  # noqa: E402
+from kernel_lsp.engine.worker.judge import memory_plan, recompute  # noqa: E402
 
 from .test_cheats_cpu import evaluate  # noqa: E402
 

@@ -15,7 +15,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from kernel_lsp.cli.bench import status  # noqa: E402
-from kernel_lsp.engine.worker import build, bench, gpu_share, run  # noqa: E402
+from kernel_lsp.engine.worker.build import build  # noqa: E402
+from kernel_lsp.engine.worker.timing import bench, gpu_share  # noqa: E402
+from kernel_lsp.engine.worker import run  # noqa: E402
 from kernel_lsp.model import Candidate, Task  # noqa: E402
 from kernel_lsp.verdicts import GPU_MEMORY_HELD, evaluation_reason  # noqa: E402
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_lsp.engine.worker import static_checks, stream_args
+from kernel_lsp.engine.worker.judge import static_checks, stream_args
 from kernel_lsp.model import Candidate, Evaluation
 
 CHEATS = Path(__file__).parent / "cheats"

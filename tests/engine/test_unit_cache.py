@@ -1,4 +1,4 @@
-"""The fast build's per-unit object cache (worker/unit_cache.py), with the real nvcc and g++ here:
+"""The fast build's per-unit object cache (worker/build/unit_cache.py), with the real nvcc and g++ here:
 a kernel-body edit recompiles the device unit only, a header or flag change recompiles every unit
 it reaches, a module object is reused under another extension's name and still imports, a
 compiler error is replayed, and two processes at once share the cache without corrupting it."""
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_lsp.engine.worker import fastbuild, unit_cache
+from kernel_lsp.engine.worker.build import fastbuild, unit_cache
 
 NVCC = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
 from tests.needs import needs_nvcc  # noqa: E402  (fails, not skips, where nvcc is required)
@@ -232,7 +232,7 @@ def test_a_module_object_reused_under_another_name_imports_as_that_extension(tmp
 WORKER = textwrap.dedent("""
     import json, re, sys
     from pathlib import Path
-    from kernel_lsp.engine.worker import fastbuild
+    from kernel_lsp.engine.worker.build import fastbuild
     cuda, name, out = Path(sys.argv[1]).read_text(), sys.argv[2], sys.argv[3]
     args = {"name": name, "cpp_sources": "torch::Tensor relu_cuda(torch::Tensor x);", "cuda_sources": cuda,
             "functions": ["relu_cuda"], "extra_cuda_cflags": ["-O3"], "build_directory": out}
@@ -311,7 +311,7 @@ def test_a_kernel_the_light_prelude_misjudges_builds_with_the_full_one(unit_env)
 
 
 def test_half_and_bfloat16_code_gets_the_full_prelude():
-    from kernel_lsp.engine.worker import inline_split
+    from kernel_lsp.engine.worker.build import inline_split
 
     for code in ("__half x;", "half2 y;", "__nv_bfloat16 z;", "__hadd(a, b)", "__float2half_rn(v)", "hexp2(x)",
                  "h2exp(x)", "std::max(a, b)", "at::Half"):

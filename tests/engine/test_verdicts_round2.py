@@ -16,8 +16,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from kernel_lsp import verdicts  # noqa: E402
-from kernel_lsp.engine.worker import accuracy, memory_plan, roofline  # noqa: E402
-from kernel_lsp.engine.worker.verify import compare_tensor  # noqa: E402
+from kernel_lsp.engine.worker.judge import accuracy, memory_plan  # noqa: E402
+from kernel_lsp.engine.worker.timing import roofline  # noqa: E402
+from kernel_lsp.engine.worker.judge.verify import compare_tensor  # noqa: E402
 from kernel_lsp.model import Evaluation, Timing  # noqa: E402
 
 from .test_accuracy import _inline, evaluate_file  # noqa: E402
@@ -153,7 +154,7 @@ def test_an_oracle_out_of_gpu_memory_runs_on_the_host_cpu_instead(monkeypatch) -
     # The plan leaves room, the allocator finds less (its rounding, another process): the float64
     # run moves to the host CPU and the verdict is the oracle's, with a note; never "no float64".
     # No GPU here: the oracle is sent to the meta device, where this reference runs out of memory.
-    from kernel_lsp.engine.worker import oracle
+    from kernel_lsp.engine.worker.judge import oracle
 
     real_run = oracle.Oracle._run
 
@@ -362,7 +363,7 @@ def test_hover_lens_tooltip_and_report_show_speed_of_light(far_ev) -> None:
 
 
 def test_a_host_kept_expected_output_checks_the_device_the_outputs_belong_on() -> None:
-    from kernel_lsp.engine.worker.verify import _Fail, check_structure
+    from kernel_lsp.engine.worker.judge.verify import _Fail, check_structure
 
     expected_on_host = torch.zeros(4)
     check_structure(torch.ones(4), expected_on_host, 0)   # both on the CPU: a CPU Task

@@ -6,8 +6,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernel_lsp.engine.worker import static_checks  # noqa: E402
-from kernel_lsp.engine.worker.verify import (  # noqa: E402
+from kernel_lsp.engine.worker.judge import static_checks  # noqa: E402
+from kernel_lsp.engine.worker.judge.verify import (  # noqa: E402
     _Fail,
     check_structure,
     compare,
@@ -189,7 +189,7 @@ def test_static_scan_clean_candidate() -> None:
 # -- a launch past the shared-memory limit says which limit ---------------------------------
 
 def test_shared_memory_limit_named_instead_of_invalid_argument() -> None:
-    from kernel_lsp.engine.worker import launch_limits
+    from kernel_lsp.engine.worker.build import launch_limits
 
     h200 = launch_limits.Limits(per_block=49152, per_block_optin=232448, device="NVIDIA H200")
     src = ("#define TILE 128\n__global__ void k(float* x) { extern __shared__ float s[]; }\n"

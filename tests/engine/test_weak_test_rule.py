@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from kernel_lsp.engine.worker import run, verify
+from kernel_lsp.engine.worker import run
+from kernel_lsp.engine.worker.judge import verify
 from kernel_lsp.model import Candidate, Task
 
 CPU = torch.device("cpu")
@@ -66,7 +67,7 @@ def test_chunks_agree_with_one_pass(monkeypatch) -> None:
 def _evaluate(options: dict) -> object:
     task = Task(name="wide_softmax", reference_path="/tmp/wide_softmax.py", reference_source=WIDE_SOFTMAX)
     cand = Candidate(source=WIDE_SOFTMAX.replace("class Model(", "class ModelNew("), kind="python")
-    from kernel_lsp.engine.worker import build
+    from kernel_lsp.engine.worker.build import build
 
     return run.evaluate(task, cand, ["verify"], {"device": "cpu", "baselines": False, **options}, build)
 

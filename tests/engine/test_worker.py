@@ -44,7 +44,7 @@ def test_default_worker_preloads_bench_and_warms():
     proc = start(preload=None)
     try:
         ping = call(proc, 1, "ping")["result"]
-        assert ping["preloaded"] == ["kernel_lsp.engine.worker.bench"] and ping["torch_imported"]
+        assert ping["preloaded"] == ["kernel_lsp.engine.worker.timing.bench"] and ping["torch_imported"]
         warm = call(proc, 2, "warm")["result"]
         assert warm["torch"] and warm["cuda"] in (True, False) and warm["seconds"] >= 0
         info = call(proc, 3, "device_info")["result"]
@@ -124,7 +124,7 @@ def test_protocol_helpers():
 
 def test_worker_imports_no_lsp_packages():
     code = (
-        "import sys, kernel_lsp.engine.worker, kernel_lsp.engine.worker.build\n"
+        "import sys, kernel_lsp.engine.worker, kernel_lsp.engine.worker.build.build\n"
         "bad = [m for m in ('pygls', 'lsprotocol', 'tree_sitter', 'openai', 'rich') if m in sys.modules]\n"
         "assert not bad, bad\n"
     )

@@ -230,7 +230,8 @@ def test_prepare_reference_loads_the_reference_without_the_modelnew_sharing_its_
     """In a file that holds both, the ModelNew's statements (its load_inline builds) are left out,
     lines kept; a module-level patch of a function the judgement trusts is put back after."""
     torch = pytest.importorskip("torch")
-    from kernel_lsp.engine.worker import build, run
+    from kernel_lsp.engine.worker.build import build
+    from kernel_lsp.engine.worker import run
     from tests.cpu_task import TASK
 
     same_file = TASK.replace("class ModelNew(nn.Module):",

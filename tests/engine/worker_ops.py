@@ -9,7 +9,7 @@ import os
 import time
 from typing import Any
 
-from kernel_lsp.engine.worker import build
+from kernel_lsp.engine.worker.build import build
 
 ENV = {"KERNEL_LSP_WORKER_TEST_OPS": "tests.engine.worker_ops"}
 

@@ -10,7 +10,7 @@ import types
 import pytest
 import torch
 
-from kernel_lsp.engine.worker import static_checks
+from kernel_lsp.engine.worker.judge import static_checks
 from kernel_lsp.nollm import eager_ops, graphs
 from kernel_lsp.nollm.writer import write_model_new
 

@@ -9,7 +9,7 @@ import symtable
 
 import pytest
 
-from kernel_lsp.engine.worker import static_checks
+from kernel_lsp.engine.worker.judge import static_checks
 from kernel_lsp.nollm.writer import NotConvertible, guess_arg_exprs, write_model_new
 
 from .fixtures import load, recordings

@@ -1,7 +1,7 @@
 """Kept baselines, the caller's half: read them from the store for a Task, keep what a Worker
 measured. The Worker never touches SQLite: it gets the kept records of the Task's reference in
 the evaluate options and says, on `Evaluation.baselines`, whether it used one or measured
-(engine/worker/baselines.py builds the key; docs/baselines.md says what the key holds).
+(engine/worker/timing/baselines.py builds the key; docs/baselines.md says what the key holds).
 """
 
 from __future__ import annotations

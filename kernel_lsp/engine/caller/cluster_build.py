@@ -2,8 +2,9 @@
 
 A build runs as a Ray CPU task in a fresh build Worker whose cache is a private folder; the
 files a later load needs travel through Ray's object store, and the GPU actor adds them to its
-node's build cache (where the sandbox lets its Worker write builds) under the names build.py gives them, so its Worker's
-load is a cache hit. Standard library only at import.
+node's build cache (where the sandbox lets its Worker write builds) under the names
+worker/build/build.py gives them, so its Worker's load is a cache hit. Standard library only at
+import.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 from kernel_lsp.model import CompileResult
 
-# The files a later load needs (build.py's layout): an extern "C" library and its report,
+# The files a later load needs (worker/build/build.py's layout): an extern "C" library and its report,
 # a torch extension's .so and its done marker. Object files and ninja state stay behind.
 _KEEP = re.compile(r"^(so/[^/]+\.(so|json)|ext/[^/]+/[^/]+\.so|ext/[^/]+/\.kernel-lsp-done)$")
 
@@ -46,7 +47,7 @@ def unpack_artefact(blob: bytes | None, root: Path | None = None) -> int:
     if root is None:
         from kernel_lsp.engine.caller.sandbox import cache_paths  # noqa: PLC0415
 
-        # The folder this node's Workers build into (worker/cache.py resolves the same one).
+        # The folder this node's Workers build into (worker/build/cache.py resolves the same one).
         root = Path(cache_paths(dict(os.environ))["kernel-lsp"])
         root.mkdir(parents=True, exist_ok=True)
     written = 0

@@ -21,7 +21,8 @@ import sys
 import time
 from typing import Any, BinaryIO, Callable
 
-from kernel_lsp.engine.worker import build, early, notify
+from kernel_lsp.engine.worker.build import build
+from kernel_lsp.engine.worker import early, notify
 from kernel_lsp.engine import protocol
 from kernel_lsp.engine.worker import fences as sandbox
 from kernel_lsp.model import Candidate, Task
@@ -62,8 +63,8 @@ class Worker:
             # torch.compile's output code for a Task's module (the no-LLM writer's input)
             "inductor_code": lambda params: importlib.import_module(
                 "kernel_lsp.engine.worker.inductor_code").worker_op(params),
-            "prepare_build": lambda params: importlib.import_module("kernel_lsp.engine.worker.fastbuild").prepare_op(
-                params, build),
+            "prepare_build": lambda params: importlib.import_module(
+                "kernel_lsp.engine.worker.build.fastbuild").prepare_op(params, build),
         }
         self.pid = os.getpid()  # a candidate's forked child must never answer on the protocol
         self.sandbox = sandbox.inside()
@@ -348,7 +349,7 @@ def main() -> int:
     # $KERNEL_LSP_WORKER_PRELOAD (comma-separated) replaces the list; tests with a
     # stand-in run module set it empty to skip importing torch.
     preloaded: list[str] = []
-    preload = os.environ.get("KERNEL_LSP_WORKER_PRELOAD", "kernel_lsp.engine.worker.bench")
+    preload = os.environ.get("KERNEL_LSP_WORKER_PRELOAD", "kernel_lsp.engine.worker.timing.bench")
     for name in filter(None, (n.strip() for n in preload.split(","))):
         try:
             importlib.import_module(name)

@@ -23,7 +23,7 @@ import sys
 import threading
 from typing import Any
 
-from kernel_lsp.engine.worker import bench  # first: captures the timers before any candidate loads
+from kernel_lsp.engine.worker.timing import bench  # first: captures the timers before any candidate loads
 import torch
 import torch.profiler  # noqa: F401  imported now: lazy imports re-wrap torch functions later
 import torch.utils.flop_counter  # noqa: F401
@@ -35,14 +35,17 @@ try:  # dynamo wraps torch.manual_seed & co. when first imported: do it before a
 except Exception:  # pragma: no cover - a torch without dynamo still evaluates
     pass
 
-from kernel_lsp.engine.worker import baselines as kept_baselines
+from kernel_lsp.engine.worker.timing import baselines as kept_baselines
 from kernel_lsp.engine import protocol
-from kernel_lsp.engine.worker import build_failure, dry_compile, early, gpu_share, launch_limits, notify
-from kernel_lsp.engine.worker import profile as profile_mod
-from kernel_lsp.engine.worker import light, roofline, static_checks
+from kernel_lsp.engine.worker.build import build_failure, launch_limits
+from kernel_lsp.engine.worker.timing import dry_compile, gpu_share
+from kernel_lsp.engine.worker import early, notify
+from kernel_lsp.engine.worker.timing import profile as profile_mod
+from kernel_lsp.engine.worker.timing import light, roofline
+from kernel_lsp.engine.worker.judge import static_checks
 from kernel_lsp.engine.worker.options import EngineOptions, OptionsError
 from kernel_lsp.engine.worker.harness import CandidateError, Harness, HarnessError, tensor_bytes
-from kernel_lsp.engine.worker.verify import VerifyResult, verify
+from kernel_lsp.engine.worker.judge.verify import VerifyResult, verify
 from kernel_lsp.model import (
     NOISY_SPREAD_PCT,
     PYTORCH_REWRITE,
@@ -81,12 +84,13 @@ class Integrity:
             ("torch.cuda.Event", torch.cuda.Event), ("torch.nn.functional", torch.nn.functional),
             ("time", time), ("builtins", builtins), ("torch.testing", torch.testing),
         ]
-        for name in ("statistics", "kernel_lsp.engine.worker.verify", "kernel_lsp.engine.worker.bench",
-                     "kernel_lsp.engine.worker.accuracy", "kernel_lsp.engine.worker.oracle",
-                     "kernel_lsp.engine.worker.modes", "kernel_lsp.engine.worker.memory_plan",
-                     "kernel_lsp.engine.worker.light",
-                     "kernel_lsp.engine.worker.harness", "kernel_lsp.engine.worker.run", "kernel_lsp.engine.worker.roofline",
-                     "kernel_lsp.engine.worker.static_checks", "kernel_lsp.model"):
+        for name in ("statistics", "kernel_lsp.engine.worker.judge.verify", "kernel_lsp.engine.worker.timing.bench",
+                     "kernel_lsp.engine.worker.judge.accuracy", "kernel_lsp.engine.worker.judge.oracle",
+                     "kernel_lsp.engine.worker.judge.modes", "kernel_lsp.engine.worker.judge.memory_plan",
+                     "kernel_lsp.engine.worker.timing.light",
+                     "kernel_lsp.engine.worker.harness", "kernel_lsp.engine.worker.run",
+                     "kernel_lsp.engine.worker.timing.roofline",
+                     "kernel_lsp.engine.worker.judge.static_checks", "kernel_lsp.model"):
             module = sys.modules.get(name)
             if module is not None:
                 owners.append((name, module))
@@ -502,7 +506,7 @@ def _evaluate(task: Task, candidate: Candidate | None, checks: set[str], options
     if vr.fallback_ops:
         extra["fallback_ops"] = vr.fallback_ops
     if vr.memory:
-        extra["memory"] = vr.memory  # where verify kept its data (worker/memory_plan.py)
+        extra["memory"] = vr.memory  # where verify kept its data (worker/judge/memory_plan.py)
     if vr.verdict in ("error", "oom") and vr.correct is False:
         ev.correct = False
     if ev.verdict != "correct":
@@ -787,7 +791,7 @@ def _bench_on(h: Harness, options: EngineOptions, ev: Evaluation, extra: dict[st
         ev.flags.append("launch_overhead_sized")
         notes.append("the reference takes under 20 us: launch overhead dominates, speedups mean little")
     if dev.type == "cuda" and (ev.time is not None if candidate_too else ev.eager is not None):
-        # Speed of light, the bytes floor and the algebraic shortcut (worker/light.py).
+        # Speed of light, the bytes floor and the algebraic shortcut (worker/timing/light.py).
         if verified is None:
             read, written, flops = light.reference_traffic(h)
             own, sets_checked = None, 0
@@ -875,7 +879,7 @@ def _compile_reference(h: Harness, sets: list[list[Any]], options: EngineOptions
     recompile lands in the timed calls) before any timing; None when it fails (reported).
     Inside an evaluation's GPU turn (its request asked for turn points), compiled first without
     running anything, between the turn points that let the caller lend the GPU meanwhile
-    (worker/dry_compile.py)."""
+    (worker/timing/dry_compile.py)."""
     mode = options.compile_mode
     try:
         import torch._inductor.config as inductor_config

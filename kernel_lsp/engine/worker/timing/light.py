@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from kernel_lsp.engine.worker import bench, roofline
+from kernel_lsp.engine.worker.timing import bench, roofline
 from kernel_lsp.engine.worker.harness import Harness, clone_inputs, flat_tensors
 from kernel_lsp.model import Evaluation
 
@@ -24,7 +24,7 @@ def reference_traffic(h: Harness) -> tuple[int, int, int | None]:
     before it (a reference timed alone)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from kernel_lsp.engine.worker.verify import OpRecorder, read_bytes, written_bytes
+    from kernel_lsp.engine.worker.judge.verify import OpRecorder, read_bytes, written_bytes
 
     assert h.model is not None
     s = h.make_inputs(h.seed)
@@ -71,7 +71,7 @@ def assess(h: Harness, ev: Evaluation, extra: dict[str, Any], notes: list[str], 
     if cut is not None:
         extra["shortcut"] = cut
         if "algebraic_shortcut" not in ev.flags:
-            from kernel_lsp.engine.worker.verify import shortcut_phrase
+            from kernel_lsp.engine.worker.judge.verify import shortcut_phrase
 
             ev.flags.append("algebraic_shortcut")
             ev.message += "; " + shortcut_phrase(sets_checked)

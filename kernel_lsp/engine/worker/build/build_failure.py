@@ -3,7 +3,7 @@
 candidate's file (`compile_error`), or, when this machine has no way to build CUDA (no nvcc, a
 CPU-only build of torch), that it cannot run here (`not_run`, exit 2) and how to get a toolkit.
 
-Every extension build inside the Worker is recorded by worker/build.py's `capture()`, whoever
+Every extension build inside the Worker is recorded by worker/build/build.py's `capture()`, whoever
 started it; `watch()` keeps those records for one evaluation and `settle()` reads them once the
 verdict is in. Standard library and kernel_lsp only; torch is asked only for its CUDA version.
 """
@@ -35,7 +35,7 @@ def no_toolkit(text: str) -> bool:
 def watch() -> Iterator[list[CompileResult]]:
     """The build records of every extension built meanwhile (none when the build module is not
     the one in use: a test's plain builder)."""
-    from kernel_lsp.engine.worker import build  # noqa: PLC0415 - the builder, loaded with the Worker
+    from kernel_lsp.engine.worker.build import build  # noqa: PLC0415 - the builder, loaded with the Worker
 
     with build.capture() as records:
         yield records
@@ -50,7 +50,7 @@ def located_error(result: CompileResult) -> Diagnostic | None:
         return located[0]
     m = _FAST_COMPILE.search(result.fallback_reason or "")
     if m:
-        from kernel_lsp.engine.worker.build import parse_compiler_output  # noqa: PLC0415
+        from kernel_lsp.engine.worker.build.build import parse_compiler_output  # noqa: PLC0415
 
         for d in parse_compiler_output(m.group(1)):
             if d.severity == "error" and d.path and not no_toolkit(d.message):

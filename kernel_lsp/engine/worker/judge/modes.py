@@ -22,7 +22,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.dropout import _DropoutNd
 from torch.nn.modules.instancenorm import _InstanceNorm
 
-from kernel_lsp.engine.worker import accuracy
+from kernel_lsp.engine.worker.judge import accuracy
 from kernel_lsp.engine.worker.harness import clone_inputs, flat_tensors, set_seed
 
 

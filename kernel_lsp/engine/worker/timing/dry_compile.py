@@ -6,7 +6,7 @@ Triton kernels; nothing runs on the GPU until a compiled graph is called. `DryRu
 for the same mode (the backend `torch.compile(mode=...)` makes), whose graphs raise `NotRun`
 when called before `live` is set: the first call compiles the first graph and stops there.
 Once live, the same compiled module runs as torch.compile's would; the one Python call it adds
-per graph is host time, which the timing's lead hides (worker/bench.py). A graph after a graph
+per graph is host time, which the timing's lead hides (worker/timing/bench.py). A graph after a graph
 break compiles at its first live call, inside the turn, as before. Only the default mode: the
 others compile inside the turn (why_not). $KERNEL_LSP_LEND_COMPILE=0 turns it off.
 """

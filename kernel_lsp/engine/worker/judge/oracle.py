@@ -99,7 +99,7 @@ class Oracle:
         self.seconds = 0.0       # wall time of the float64 runs (and the model's copy)
         self.not_kept = 0        # outputs above the cache's per-entry bound: the next evaluation runs again
         # Where the float64 run happens: the Harness's device, or the host CPU when the GPU has no
-        # room for it beside the check (worker/memory_plan.py decides; verify sets it).
+        # room for it beside the check (worker/judge/memory_plan.py decides; verify sets it).
         self.device: torch.device = h.device
         self.reruns = 0          # float64 runs made again under another seed (is the reference random?)
         self.moved: str | None = None  # why it left the GPU for the host CPU mid-verify

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from kernel_lsp.engine.worker import stream_args
+from kernel_lsp.engine.worker.judge import stream_args
 
 # (flag, regex, why). Python and CUDA/C++ patterns; checked line by line, comments stripped.
 _PY_RULES: list[tuple[str, str, str]] = [
@@ -120,7 +120,7 @@ def _python_parts(source: str) -> tuple[dict[int, str], list[tuple[int, str]], l
 
 def _stream_findings(blocks: list[tuple[int, str]], raw_lines: list[str]) -> list[dict[str, Any]]:
     """side_stream for every launch or stream-taking call on a stream that is not the caller's
-    current one (engine/worker/stream_args.py), in C/CUDA text starting at the given lines."""
+    current one (engine/worker/judge/stream_args.py), in C/CUDA text starting at the given lines."""
     out = []
     context = "\n".join(text for _, text in blocks)
     for first, text in blocks:

@@ -21,11 +21,11 @@ Order of work, each step aimed at a known cheat:
 5. The candidate runs once more under an aten-op recorder: any compute op the reference
    uses (aten.mm, aten._softmax, ...) seen there is flagged `torch_fallback`.
 
-Values are judged against a float64 run of the reference (worker/oracle.py), within a budget
-set by the reference's own error (worker/accuracy.py, docs/correctness.md): `correct`, `correct`
+Values are judged against a float64 run of the reference (worker/judge/oracle.py), within a budget
+set by the reference's own error (worker/judge/accuracy.py, docs/correctness.md): `correct`, `correct`
 with flag `less_accurate`, or `mismatch`. An explicit ATOL/RTOL (the Task's or the options') wins
 and is a fixed tolerance against the reference, as is the fallback when float64 cannot run.
-When the reference behaves differently in training mode (BatchNorm, ...: worker/modes.py), two
+When the reference behaves differently in training mode (BatchNorm, ...: worker/judge/modes.py), two
 input sets are verified in training mode too; correct in eval mode only is flag `eval_only`,
 unless the Task declares `MODE = "eval"`.
 
@@ -50,10 +50,11 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kernel_lsp.engine.worker import accuracy, memory_plan, modes, notify, recompute
+from kernel_lsp.engine.worker.judge import accuracy, memory_plan, modes, recompute
+from kernel_lsp.engine.worker import notify
 from kernel_lsp.engine.worker.options import EngineOptions
 from kernel_lsp.engine.worker.harness import Harness, InputSet, clone_inputs, flat_tensors, set_seed, tensor_bytes
-from kernel_lsp.engine.worker.oracle import Oracle
+from kernel_lsp.engine.worker.judge.oracle import Oracle
 from kernel_lsp.verdicts import times_phrase
 
 # KernelBench's current defaults (eval.get_tolerance_for_precision, after torchbench):
@@ -100,7 +101,7 @@ HEAVY_OPS = frozenset(
 
 
 def _brings_kernel(h: Harness) -> bool:
-    from kernel_lsp.engine.worker import static_checks
+    from kernel_lsp.engine.worker.judge import static_checks
 
     cand = h.candidate
     return cand is not None and (cand.kind == "cuda" or static_checks.has_kernel(cand.source))
@@ -124,7 +125,7 @@ class VerifyResult:
     # reads (each read once) and its outputs (written once): the roofline's floor.
     read_bytes: int = 0
     candidate_flops: int | None = None      # the candidate's own FLOPs, when it is PyTorch code
-    memory: dict[str, Any] | None = None    # where verify kept its data (worker/memory_plan.py)
+    memory: dict[str, Any] | None = None    # where verify kept its data (worker/judge/memory_plan.py)
 
     @property
     def correct(self) -> bool:
@@ -969,7 +970,7 @@ def _verify(h: Harness, options: EngineOptions, judge: Judge, res: VerifyResult)
     def expected_of(seed: int) -> Any:
         return call(ref, draw(seed), dev, "reference")
 
-    # Too large to keep on the GPU: drawn and computed again when both repeat (worker/recompute.py),
+    # Too large to keep on the GPU: drawn and computed again when both repeat (worker/judge/recompute.py),
     # else copied to host memory.
     redo = False
     if host and not h.inputs_on_device and dev.type != "cpu":

@@ -140,7 +140,7 @@ import json, sys
 import torch
 from kernel_lsp.model import Task, Candidate
 from kernel_lsp.engine.worker.harness import Harness
-from kernel_lsp.engine.worker.profile import _child_builder
+from kernel_lsp.engine.worker.timing.profile import _child_builder
 job = json.load(open(sys.argv[1]))
 task = Task.from_dict(job["task"])
 cand = Candidate.from_dict(job["candidate"]) if job["candidate"] else None
@@ -161,8 +161,8 @@ with torch.no_grad():
 
 
 def _child_builder() -> Any:
-    """The Worker's build cache: the module kernel_lsp.engine.worker.build (load_python, load_cuda)."""
-    from kernel_lsp.engine.worker import build
+    """The Worker's build cache: the module kernel_lsp.engine.worker.build.build (load_python, load_cuda)."""
+    from kernel_lsp.engine.worker.build import build
 
     return build
 
@@ -219,7 +219,9 @@ def ncu_profile(task: Task, candidate: Candidate | None, options: dict[str, Any]
         with open(script, "w") as fh:
             fh.write(_CHILD)
         env = dict(os.environ)
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+        # the folder that holds kernel_lsp/ (this file is kernel_lsp/engine/worker/timing/profile.py)
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+            os.path.abspath(__file__))))))
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
         dropped = ""
         for metrics in (_ALL_METRICS, NCU_METRICS):

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernel_lsp.engine.worker.cache import cache_root, file_lock
+from kernel_lsp.engine.worker.build.cache import cache_root, file_lock
 
 VERSION = "units-v1"
 OBJECT = "unit.o"

@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from kernel_lsp.engine.worker import inline_split, unit_cache
-from kernel_lsp.engine.worker.cache import cache_root, file_lock
+from kernel_lsp.engine.worker.build import inline_split, unit_cache
+from kernel_lsp.engine.worker.build.cache import cache_root, file_lock
 
 PCH_HEADER = """#include <torch/extension.h>
 #include <cuda.h>

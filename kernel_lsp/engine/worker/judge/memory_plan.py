@@ -10,7 +10,7 @@ while it fits beside the working set with a margin, else on the host:
 
 * kept sets and expected outputs: on the GPU when all of them take at most KEEP_SHARE of what
   is free beyond the working set; else in host memory (copied back one set at a time), which
-  verify turns into "recompute" (kept nowhere: drawn and computed again, worker/recompute.py)
+  verify turns into "recompute" (kept nowhere: drawn and computed again, worker/judge/recompute.py)
   when the draw and the reference repeat;
 * the float64 oracle: on the GPU when it fits beside what is alive while it runs (a set's inputs
   and their copy, the two outputs, the kept sets; ORACLE_HEADROOM for the allocator's rounding);
@@ -92,7 +92,7 @@ def plan(input_bytes: int, output_bytes: int, param_bytes: int, peak_bytes: int,
     # the previous set's expected output), not the references' workspaces: on an 80 GB H100 the
     # 6 GiB softmax's float64 run (45 GiB) fits beside those 24 GiB, not beside the whole working
     # set (42 GiB). Where the allocator still finds too little, the oracle moves to the host CPU
-    # (worker/oracle.py).
+    # (worker/judge/oracle.py).
     # `free_bytes` is read while the warm-up set's inputs and expected output are alive; with the
     # sets not kept on the GPU verify frees them first, and `alive` counts their successors: on
     # the H100 the 6 GiB softmax's plan read 66.5 GiB free with those 12 GiB still held.
@@ -111,7 +111,7 @@ def plan(input_bytes: int, output_bytes: int, param_bytes: int, peak_bytes: int,
 
 
 def recompute_note(sets: int, per_set: int) -> str:
-    """What verify says when it keeps the sets nowhere (worker/recompute.py decides)."""
+    """What verify says when it keeps the sets nowhere (worker/judge/recompute.py decides)."""
     return (f"input sets and expected outputs not kept ({(sets + 1) * per_set / GIB:.1f} GiB would not fit beside "
             "the check on the GPU): each set drawn again from its seed and the reference run again when needed "
             "(both checked repeatable on the warm-up set), instead of copies to host memory")

@@ -46,7 +46,7 @@ import types
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from kernel_lsp.engine.worker.cache import cache_root, file_lock
+from kernel_lsp.engine.worker.build.cache import cache_root, file_lock
 from kernel_lsp.model import CompileResult, Diagnostic, Span, source_hash
 
 DEFAULT_ARCH = "sm_90"  # the lent H200; used only when neither option, env nor device says
@@ -580,7 +580,7 @@ def _key_material(bound: dict[str, Any]) -> str:
         if k in _KEY_SKIP:
             continue
         if k == "sources":  # load(): file paths; the key is their contents and their own headers'
-            from kernel_lsp.engine.worker.fastbuild import _as_list, local_headers  # noqa: PLC0415
+            from kernel_lsp.engine.worker.build.fastbuild import _as_list, local_headers  # noqa: PLC0415
 
             paths = [v] if isinstance(v, (str, os.PathLike)) else list(v)
             dirs = [os.path.abspath(d) for d in _as_list(bound.get("extra_include_paths"))]
@@ -601,10 +601,10 @@ _FAST_NOTE = ".kernel-lsp-fast.json"
 
 def _try_fast(a: dict[str, Any], name: str, build_dir: Path, is_module: bool, note: dict[str, Any],
               kind: str = "inline") -> object | None:
-    """The split fast path (engine/worker/fastbuild.py) for load_inline (``kind`` "inline") or load();
+    """The split fast path (engine/worker/build/fastbuild.py) for load_inline (``kind`` "inline") or load();
     None, with note["fallback_reason"], when not taken."""
     try:
-        from kernel_lsp.engine.worker import fastbuild  # noqa: PLC0415
+        from kernel_lsp.engine.worker.build import fastbuild  # noqa: PLC0415
 
         fast = fastbuild.build_inline if kind == "inline" else fastbuild.build_load
         fb = fast(a, _find_nvcc(None))
