@@ -273,7 +273,7 @@ def test_a_turn_is_handed_over_only_when_the_paused_evaluation_keeps_little_on_t
             return kept, kept_s, handed_s, turn.handovers
 
     kept, kept_s, handed_s, handovers = asyncio.run(go())
-    assert kept == [{"stage": "verify_set", "held_bytes": 22 << 30}]
+    assert kept == [{"stage": "verify_set", "held_bytes": 22 << 30, "paused_bytes": 0}]
     assert kept_s < 0.5
     assert released == [True] and handovers == 1  # the small one: cache released, GPU lent, taken back
 
@@ -283,6 +283,94 @@ def test_may_hand_over_reads_unknown_sizes_as_yes():
     assert gpu_lock.may_hand_over(1 << 30, None)
     assert gpu_lock.may_hand_over(10 << 30, 80 << 30)
     assert not gpu_lock.may_hand_over(11 << 30, 80 << 30)
+    # What the paused evaluations hold counts with its own.
+    assert gpu_lock.may_hand_over(4 << 30, 80 << 30, paused_bytes=6 << 30)
+    assert not gpu_lock.may_hand_over(6 << 30, 80 << 30, paused_bytes=6 << 30)
+
+
+def test_a_turn_is_kept_while_paused_evaluations_already_hold_the_share(lock_dir):
+    """Four benches of a 6 GiB softmax on an H100, with the rule counted per evaluation: three
+    paused holders of 6 GiB each left the runner too little for its float64 oracle on the GPU (it
+    ran on the host CPU, 37-191 s a verify). A holder counts the paused ones' markers with its own
+    live data; a dead process's marker is not counted."""
+    from kernel_lsp.engine import Engine
+    from kernel_lsp.engine.caller.client import _Deadline
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    total = 80 << 30
+    released: list[bool] = []
+
+    async def release() -> None:
+        released.append(True)
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait(10)
+
+    async def go() -> tuple[list, int]:
+        engine = Engine(timeout=60, options={"device": "cpu"})
+        async with gpu_lock.gpu_turn("GPU-paused", "evaluate") as turn:
+            paused = gpu_lock._Paused("GPU-paused", 6 << 30)  # another evaluation, paused with 6 GiB
+            folder = Path(gpu_lock.paused_dir("GPU-paused"))
+            (folder / f"{dead.pid}-1").write_text('{"pid": %d, "held_bytes": %d}' % (dead.pid, 40 << 30))
+            assert turn.paused_bytes() == 6 << 30  # the dead one's 40 GiB is not counted
+            assert not (folder / f"{dead.pid}-1").exists()
+            waiter = subprocess.Popen([sys.executable, "-c", HOLD, "GPU-paused", "0"], env=env,
+                                      stdout=subprocess.PIPE, text=True)
+            for _ in range(200):
+                if turn.others_waiting():
+                    break
+                await asyncio.sleep(0.05)
+            assert turn.others_waiting(), "the waiter never queued"
+            point = {"stage": "verify_set", "turn": 1, "held_bytes": 6 << 30, "total_bytes": total}
+            await engine._hand_over(turn, point, release, _Deadline(60), None, None)
+            assert waiter.poll() is None and not released  # 6 + 6 GiB > 1/8 of 80: kept
+            paused.remove()  # the other one has the GPU back: now 6 GiB alone may pause
+            await engine._hand_over(turn, {**point, "turn": 2}, release, _Deadline(60), None, None)
+            assert waiter.stdout is not None and waiter.stdout.readline().strip() == "held"
+            waiter.wait(10)
+            return list(turn.kept), turn.handovers
+
+    kept, handovers = asyncio.run(go())
+    assert kept == [{"stage": "verify_set", "held_bytes": 6 << 30, "paused_bytes": 6 << 30}]
+    assert released == [True] and handovers == 1
+
+
+def test_an_evaluation_without_the_turn_is_marked_paused_with_what_it_holds(lock_dir):
+    """While it has handed the turn over (or lent it), its live bytes are in its marker, for the
+    others' decision; the marker goes once it has the turn back."""
+    seen: list[int] = []
+
+    async def go() -> int:
+        async with gpu_lock.gpu_turn("GPU-mark", "evaluate") as turn:
+            waiter = hold_later("GPU-mark", 0.6)
+            for _ in range(200):
+                if turn.others_waiting():
+                    break
+                await asyncio.sleep(0.05)
+
+            async def watch() -> None:
+                while True:
+                    seen.append(gpu_lock.paused_bytes("GPU-mark"))
+                    await asyncio.sleep(0.05)
+
+            watcher = asyncio.create_task(watch())
+            took = await turn.hand_over("between two input sets", held_bytes=3 << 30)
+            watcher.cancel()
+            waiter.wait(10)
+            assert took >= 0.5
+            lent = await turn.lend("while torch.compile compiles", held_bytes=2 << 30)
+            assert not lent  # nobody waits: kept, nothing marked
+            return gpu_lock.paused_bytes("GPU-mark")
+
+    after = asyncio.run(go())
+    assert 3 << 30 in seen, seen[:5]
+    assert after == 0
+
+
+def hold_later(key: str, seconds: float) -> subprocess.Popen:
+    """A process that queues for `key` now and holds it `seconds` once it gets it."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return subprocess.Popen([sys.executable, "-c", HOLD, key, str(seconds)], env=env, stdout=subprocess.DEVNULL)
 
 
 def test_an_evaluation_that_waited_keeps_its_turn_until_it_has_had_its_share(lock_dir):

@@ -333,16 +333,18 @@ class Engine:
         if not turn.others_ahead():  # nobody, or only those who have had more of the GPU: it goes on
             return
         where = TURN_STAGES.get(stage, f"after {stage}" if stage else "")
-        if not gpu_lock.may_hand_over(data.get("held_bytes"), data.get("total_bytes")):
-            # Its live data would stay on the GPU beside the other process's: it keeps the turn.
-            turn.kept.append({"stage": stage, "held_bytes": data.get("held_bytes")})
-            log.info("kept the GPU %s: %.1f GiB of this evaluation live on it", where,
-                     float(data.get("held_bytes") or 0) / (1 << 30))
+        paused = turn.paused_bytes()
+        if not gpu_lock.may_hand_over(data.get("held_bytes"), data.get("total_bytes"), paused):
+            # Its live data, with the other paused evaluations', would stay on the GPU beside the
+            # other process's: it keeps the turn.
+            turn.kept.append({"stage": stage, "held_bytes": data.get("held_bytes"), "paused_bytes": paused})
+            log.info("kept the GPU %s: %.1f GiB of this evaluation and %.1f GiB of paused ones live on it", where,
+                     float(data.get("held_bytes") or 0) / (1 << 30), paused / (1 << 30))
             return
         clock.pause()
         try:
             await release()
-            self.gpu_handed += await turn.hand_over(where, progress)
+            self.gpu_handed += await turn.hand_over(where, progress, held_bytes=data.get("held_bytes"))
         finally:
             clock.resume()
         if resume:
@@ -354,10 +356,10 @@ class Engine:
         the first (unless this evaluation's live data is too big to share the GPU beside it), taken
         back at the second, the deadline paused while it waits for it."""
         if stage == protocol.TURN_CPU_START:
-            if gpu_lock.may_hand_over(data.get("held_bytes"), data.get("total_bytes")) \
-                    and turn.others_waiting():
+            if turn.others_waiting() and gpu_lock.may_hand_over(data.get("held_bytes"), data.get("total_bytes"),
+                                                                turn.paused_bytes()):
                 await release()
-                await turn.lend("while torch.compile compiles", progress)
+                await turn.lend("while torch.compile compiles", progress, held_bytes=data.get("held_bytes"))
                 if resume:
                     await _report(progress, resume)
             return

@@ -54,25 +54,29 @@ HEARTBEAT_S = 1.0
 STALE_S = 10.0
 
 
-# A turn is handed over only when what the evaluation keeps live on the GPU while it waits is
-# small: the process that gets the GPU then runs beside a few such paused holders, not beside
-# their input sets. Four benches of a 6 GiB softmax at once on an H100 (2026-12-05): the other
-# three held 67.7 GiB while paused at turn points, and the one with the turn ran out of memory at
-# its first 6 GiB allocation, 4.85 GiB free of 79 (a verdict against a correct candidate). At 1/8
-# of the card (9.9 GiB of an H100, 17.6 GiB of an H200), three paused holders leave the runner at
-# least 62 % of it: the 6 GiB softmax's working set (30 GiB) fits beside them on an H100. The
-# medium Tasks (64 MiB of inputs) hold well under 1 GiB at their turn points and the GPU turns
-# test's 1 GiB softmax a few GiB, so they still hand over (not yet measured on a GPU: the Worker
-# has said how much it holds only since this change).
+# A turn is handed over only when what the paused evaluations keep live on the GPU, all of them
+# together, stays small: the process that gets the GPU then runs beside them, not beside their
+# input sets. Four benches of a 6 GiB softmax at once on an H100 (2026-12-05): the other three held
+# 67.7 GiB while paused at turn points, and the one with the turn ran out of memory at its first
+# 6 GiB allocation, 4.85 GiB free of 79 (a verdict against a correct candidate), and the float64
+# oracles, short of room, ran on the host CPU (37-191 s a verify instead of 2 s). Counted per
+# evaluation at 1/8 of the card, the next run of those four benches was cut at 250 s with nothing
+# printed: three paused holders of up to 9.9 GiB each leave the runner less than its oracle's
+# 45 GiB beside the check's 24 GiB (worker/judge/memory_plan.py), so it goes to the host. So the sum
+# counts: this evaluation's live data plus what every paused one holds (their markers in
+# `<lock>.paused/`) at most 1/8 of the card (9.9 GiB of an H100, 17.6 GiB of an H200). One 6 GiB
+# softmax may pause while another runs (room 79 - 6 - 24 = 49 GiB for the oracle on the H100), a
+# second may not. The medium Tasks (64 MiB of inputs) hold well under 1 GiB at their turn points.
 HAND_OVER_MAX_HELD = 1 / 8
 
 
-def may_hand_over(held_bytes: Any, total_bytes: Any) -> bool:
+def may_hand_over(held_bytes: Any, total_bytes: Any, paused_bytes: int = 0) -> bool:
     """May an evaluation paused with `held_bytes` live on a GPU of `total_bytes` let another
-    process have it? Unknown sizes (a CPU, a Worker that did not say): yes."""
+    process have it, while other paused evaluations hold `paused_bytes` there? Unknown sizes (a
+    CPU, a Worker that did not say): yes."""
     if not isinstance(held_bytes, (int, float)) or not isinstance(total_bytes, (int, float)) or total_bytes <= 0:
         return True
-    return held_bytes <= HAND_OVER_MAX_HELD * total_bytes
+    return held_bytes + max(0, paused_bytes) <= HAND_OVER_MAX_HELD * total_bytes
 
 
 class GPUBusy(Exception):
@@ -135,6 +139,7 @@ class Turn:
         self.queued_ns = queued_ns if queued_ns is not None else time.time_ns()  # its place when it first queued
         self.served_s = 0.0             # GPU time it has had, up to its last hand-over
         self.got_at = time.monotonic()  # when it (last) took the turn
+        self._paused: _Paused | None = None  # its marker while it is without the turn (hand_over, lend)
 
     def others_waiting(self) -> list[dict[str, Any]]:
         """The processes queued for this GPU, in queue order (empty without a lock)."""
@@ -145,6 +150,11 @@ class Turn:
         served = self.served_s + (time.monotonic() - self.got_at if self.held else 0.0)
         return self.queued_ns + int(served * 1e9)
 
+    def paused_bytes(self) -> int:
+        """What the other evaluations paused on this GPU (handed over or lent) keep live on it, as
+        they said at their turn point: what a process given the GPU now runs beside."""
+        return paused_bytes(self.key) if self.key and self.fd is not None else 0
+
     def others_ahead(self) -> list[dict[str, Any]]:
         """The waiters that go first if it lets the turn go now: those queued before its virtual
         time (empty without a lock)."""
@@ -152,10 +162,12 @@ class Turn:
             return []
         return others_waiting_in(waiters_dir(self.key), before=_place(self.virtual_ns()))
 
-    async def hand_over(self, where: str = "", progress: Callable[[str], Awaitable[Any] | Any] | None = None) -> float:
+    async def hand_over(self, where: str = "", progress: Callable[[str], Awaitable[Any] | Any] | None = None,
+                        held_bytes: Any = None) -> float:
         """Let the waiters ahead of it (others_ahead) have the GPU, then wait for it back, queued at
-        its virtual time. The seconds without the turn; 0 when nobody is ahead (it keeps the turn).
-        Raises GPUBusy when it does not come back within the wait (the turn is then not held)."""
+        its virtual time, its `held_bytes` marked as paused meanwhile (paused_bytes). The seconds
+        without the turn; 0 when nobody is ahead (it keeps the turn). Raises GPUBusy when it does
+        not come back within the wait (the turn is then not held)."""
         others = self.others_ahead()
         if not others or not self.key or self.fd is None:
             return 0.0
@@ -164,16 +176,19 @@ class Turn:
         self.served_s += t0 - self.got_at
         queued = _Waiter(self.key, self.what, place_ns=place)  # in the queue before it lets go
         try:
+            self._pause(held_bytes)
             self.held = False
             unlock(self.fd)
             await tell(progress, f"handed the GPU to {describe(others[0])}{' ' + where if where else ''}; "
                                  "waiting for it back")
         except BaseException:
             queued.remove()
+            self._unpause()
             raise
         return await self._back(queued, t0, None)
 
-    async def lend(self, where: str = "", progress: Callable[[str], Awaitable[Any] | Any] | None = None) -> bool:
+    async def lend(self, where: str = "", progress: Callable[[str], Awaitable[Any] | Any] | None = None,
+                   held_bytes: Any = None) -> bool:
         """Let the GPU go for a span of CPU work (torch.compile's compile) when another process
         waits for it now: it is not queued meanwhile, and `take_back` queues it at its virtual
         time. False (kept) when nobody waits, so that alone it never waits to get it back."""
@@ -181,6 +196,7 @@ class Turn:
         if not others or not self.key or self.fd is None or not self.held:
             return False
         self.served_s += time.monotonic() - self.got_at
+        self._pause(held_bytes)
         self.held = False
         unlock(self.fd)
         await tell(progress, f"lent the GPU to {describe(others[0])}{' ' + where if where else ''}")
@@ -202,6 +218,7 @@ class Turn:
             await _acquire(self.fd, lock_path(self.key), queued, self.wait_s, t0, progress)
         finally:
             queued.remove()
+            self._unpause()
         self.held = True
         self.got_at = time.monotonic()
         stamp(self.fd, self.what or "?")
@@ -209,6 +226,16 @@ class Turn:
         self.handed_s += took
         self.handovers += 1
         return took
+
+    def _pause(self, held_bytes: Any) -> None:
+        self._unpause()
+        if self.key:
+            self._paused = _Paused(self.key, held_bytes)
+
+    def _unpause(self) -> None:
+        if self._paused is not None:
+            self._paused.remove()
+            self._paused = None
 
 
 @contextlib.asynccontextmanager
@@ -348,6 +375,66 @@ class _Waiter:
             with contextlib.suppress(OSError):
                 os.unlink(self.path)
             self.path = ""
+
+
+def paused_dir(key: str) -> str:
+    return lock_path(key) + ".paused"
+
+
+class _Paused:
+    """An evaluation without the turn in the middle of its work (handed over or lent): a file in
+    `paused_dir(key)` named `<pid>-<n>` holding what it keeps live on the GPU meanwhile, so that a
+    holder deciding whether to pause too counts it (may_hand_over). A dead pid's file is passed over."""
+
+    def __init__(self, key: str, held_bytes: Any) -> None:
+        folder = paused_dir(key)
+        self.path = os.path.join(folder, f"{os.getpid()}-{next(_seq)}")
+        held = int(held_bytes) if isinstance(held_bytes, (int, float)) and held_bytes > 0 else 0
+        try:
+            _make_shared(folder)
+            tmp = os.path.join(folder, "." + os.path.basename(self.path))
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump({"pid": os.getpid(), "held_bytes": held}, fh)
+            os.chmod(tmp, 0o666)
+            os.replace(tmp, self.path)
+        except OSError:
+            self.path = ""  # unseen: the others decide as if it held nothing
+
+    def remove(self) -> None:
+        if self.path:
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+            self.path = ""
+
+
+def paused_bytes(key: str | None) -> int:
+    """The bytes the live paused evaluations on GPU `key` keep there (their markers' sum); a dead
+    pid's marker is removed."""
+    if not key:
+        return 0
+    folder = paused_dir(key)
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return 0
+    total = 0
+    for name in names:
+        parts = name.split("-")
+        if name.startswith(".") or len(parts) != 2 or not parts[0].isdigit():
+            continue
+        path = os.path.join(folder, name)
+        if not _alive(int(parts[0])):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            continue
+        try:
+            with open(path, encoding="utf-8") as fh:
+                held = json.load(fh).get("held_bytes")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(held, (int, float)) and held > 0:
+            total += int(held)
+    return total
 
 
 def _make_shared(folder: str) -> None:
