@@ -96,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="time PyTorch eager and torch.compile again, even when kept ones match "
                             "(they are kept in .kernel-lsp/ per reference, inputs, GPU, torch and compile mode)")
     bench.add_argument("--timings", action="store_true",
-                       help="print where the command's seconds went, phase by phase (stderr; `timings` in --json)")
+                       help="print where the command's seconds went, phase by phase: each as it begins, then a table "
+                            "(stderr; `timings` in --json)")
     bench.add_argument("--keep-worker", type=float, default=None, metavar="SECONDS",
                        help="keep the GPU Worker (torch imported, CUDA ready, holding its GPU memory) this long "
                             "after the command, so the next bench on this machine reuses it (default 120, or "

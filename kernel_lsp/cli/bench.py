@@ -454,7 +454,7 @@ def bench_main(ns: argparse.Namespace) -> int:
     if getattr(ns, "timings", False):
         from kernel_lsp.cli.timings import Phases
 
-        ns._phases = Phases()
+        ns._phases = Phases(live=err)  # each phase as it opens, then the table at the end
     if not getattr(ns, "json", False):
         ns._early_out = out  # the early line, before the table (_early_taker)
     try:

@@ -27,9 +27,12 @@ def process_age_s() -> float | None:
 
 
 class Phases:
-    """Named spans in the order they ran; `begin(name)` closes the span under way and opens `name`."""
+    """Named spans in the order they ran; `begin(name)` closes the span under way and opens `name`.
+    With `live`, each span is also written there as it opens ("kernel-lsp --timings: 12.3 s:
+    relu.py: evaluating"): a command cut short, or a long one, still says where it is."""
 
-    def __init__(self) -> None:
+    def __init__(self, live: TextIO | None = None) -> None:
+        self.live = live
         age = process_age_s()
         self.t0 = time.monotonic()
         self.rows: list[tuple[str, float]] = []
@@ -46,6 +49,11 @@ class Phases:
         if self._open is not None or now - self._last > 0.001:
             self.rows.append((self._open or "other", now - self._last))
         self._last, self._open = now, name
+        if name is not None and self.live is not None:
+            try:
+                print(f"kernel-lsp --timings: {self._age0 + now - self.t0:.1f} s: {name}", file=self.live, flush=True)
+            except (OSError, ValueError):  # a closed or broken stderr: the table at the end still tells
+                self.live = None
 
     def rename(self, name: str) -> None:
         """Name the span under way ``name`` (what it turned out to be)."""

@@ -31,3 +31,17 @@ def test_an_evaluation_without_evidence_adds_nothing():
     n = len(phases.rows)
     worker_phases(phases, SimpleNamespace(evidence=None))
     assert len(phases.rows) == n
+
+
+def test_with_live_each_phase_is_written_as_it_opens():
+    """A bench cut short (a time cap, a kill) still says where it was: the phases come one line
+    each as they open, before the table."""
+    live = io.StringIO()
+    phases = Phases(live=live)
+    phases.begin("t.py: compiling")
+    assert live.getvalue().splitlines()[-1].endswith(" s: t.py: compiling")
+    phases.begin("t.py: evaluating")
+    phases.end()  # closing opens nothing: no line
+    lines = live.getvalue().splitlines()
+    assert [line.split(" s: ", 1)[1] for line in lines] == ["t.py: compiling", "t.py: evaluating"]
+    assert all(line.startswith("kernel-lsp --timings: ") for line in lines)

@@ -88,6 +88,10 @@ def test_cli_bench_starts_one_worker(tmp_path):
     assert any(p.startswith("starting the Worker") for p in phases), phases
     assert not [p for p in phases if p.endswith(("starting worker", "warming worker"))], phases
     assert doc["targets"][0]["verdict"] == "correct"
+    # The phases came on stderr as they opened, before the table at the end.
+    live = [line.split(" s: ", 1)[1] for line in proc.stderr.splitlines() if line.startswith("kernel-lsp --timings: ")]
+    assert "toy.py: evaluating" in live and proc.stderr.index("toy.py: evaluating") < proc.stderr.index("(seconds;"), \
+        proc.stderr[-2000:]
 
 
 async def test_the_cli_early_build_asks_nvidia_smi_off_the_event_loop(monkeypatch):

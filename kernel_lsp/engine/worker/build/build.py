@@ -46,7 +46,7 @@ import types
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from kernel_lsp.engine.worker.build.cache import cache_root, file_lock
+from kernel_lsp.engine.worker.build.cache import cache_root, file_lock, tool_id
 from kernel_lsp.model import CompileResult, Diagnostic, Span, source_hash
 
 DEFAULT_ARCH = "sm_90"  # the lent H200; used only when neither option, env nor device says
@@ -140,13 +140,7 @@ def _torch_arch_list(arch: str) -> str:
 
 @functools.cache
 def _nvcc_identity(nvcc: str) -> str:
-    # The compiler is part of the cache key: an upgraded nvcc rebuilds.
-    path = shutil.which(nvcc) or nvcc
-    try:
-        st = os.stat(path)
-        return f"{os.path.realpath(path)}:{st.st_size}:{int(st.st_mtime)}"
-    except OSError:
-        return path
+    return tool_id(nvcc)  # the compiler is part of the cache key: an upgraded nvcc rebuilds
 
 
 def _find_nvcc(options: dict[str, Any] | None) -> str:

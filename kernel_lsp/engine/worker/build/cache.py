@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shutil
 from pathlib import Path
 from typing import Iterator
 
@@ -31,3 +32,14 @@ def file_lock(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def tool_id(tool: str) -> str:
+    """A compiler's identity in a cache key (its real path, size and time): an upgraded compiler
+    rebuilds."""
+    path = shutil.which(tool) or tool
+    try:
+        st = os.stat(path)
+        return f"{os.path.realpath(path)}:{st.st_size}:{int(st.st_mtime)}"
+    except OSError:
+        return path

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kernel_lsp.engine.worker.build import inline_split, unit_cache
-from kernel_lsp.engine.worker.build.cache import cache_root, file_lock
+from kernel_lsp.engine.worker.build.cache import cache_root, file_lock, tool_id
 
 PCH_HEADER = """#include <torch/extension.h>
 #include <cuda.h>
@@ -197,18 +197,9 @@ def torch_flags(nvcc: str) -> TorchFlags:
         cxx = str(ce.get_cxx_compiler())
     std = _std_flag()
     common = [str(f) for f in getattr(ce, "COMMON_NVCC_FLAGS", [])]
-    ident = json.dumps([torch.__version__, str(torch.version.cuda), _tool_id(cxx), std, defines, common, includes,
+    ident = json.dumps([torch.__version__, str(torch.version.cuda), tool_id(cxx), std, defines, common, includes,
                         HOST_OPT, PCH_HEADER, sys.version_info[:2]])
     return TorchFlags(cxx, nvcc, std, tuple(includes), tuple(defines), tuple(common), tuple(ldflags), ident)
-
-
-def _tool_id(tool: str) -> str:
-    path = shutil.which(tool) or tool
-    try:
-        st = os.stat(path)
-        return f"{os.path.realpath(path)}:{st.st_size}:{int(st.st_mtime)}"
-    except OSError:
-        return path
 
 
 def _host_defines(flags: TorchFlags) -> list[str]:
@@ -623,7 +614,7 @@ def fast_linker(cxx: str, identity: str = "") -> str | None:
 
 
 def _refusal_note(cxx: str, identity: str, name: str) -> Path:
-    key = hashlib.sha256(f"{_tool_id(cxx)}\n{identity}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"{tool_id(cxx)}\n{identity}".encode()).hexdigest()[:16]
     return cache_root() / "linkers" / f"{name}-{key}.failed"
 
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernel_lsp.engine.worker.build.cache import cache_root, file_lock
+from kernel_lsp.engine.worker.build.cache import cache_root, file_lock, tool_id
 
 VERSION = "units-v1"
 OBJECT = "unit.o"
@@ -63,15 +63,6 @@ class UnitContext:
 def units_root() -> Path:
     """<build cache>/units: one folder per object key."""
     return cache_root() / "units"
-
-
-def tool_id(tool: str) -> str:
-    path = shutil.which(tool) or tool
-    try:
-        st = os.stat(path)
-        return f"{os.path.realpath(path)}:{st.st_size}:{int(st.st_mtime)}"
-    except OSError:
-        return path
 
 
 @functools.cache
