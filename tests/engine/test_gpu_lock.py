@@ -367,6 +367,24 @@ def test_an_evaluation_without_the_turn_is_marked_paused_with_what_it_holds(lock
     assert after == 0
 
 
+def test_a_turn_that_ends_while_lent_leaves_no_paused_marker(lock_dir):
+    """A long-lived process (the language server) whose evaluation is cancelled while it has lent
+    the GPU must not leave its bytes counted as paused for the others."""
+    async def go() -> int:
+        async with gpu_lock.gpu_turn("GPU-end", "evaluate") as turn:
+            waiter = hold_later("GPU-end", 0)
+            for _ in range(200):
+                if turn.others_waiting():
+                    break
+                await asyncio.sleep(0.05)
+            assert await turn.lend("while torch.compile compiles", held_bytes=5 << 30)
+            assert gpu_lock.paused_bytes("GPU-end") == 5 << 30
+        waiter.wait(10)
+        return gpu_lock.paused_bytes("GPU-end")
+
+    assert asyncio.run(go()) == 0
+
+
 def hold_later(key: str, seconds: float) -> subprocess.Popen:
     """A process that queues for `key` now and holds it `seconds` once it gets it."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}

@@ -271,6 +271,7 @@ async def _holding(turn: Turn) -> AsyncIterator[Turn]:
     try:
         yield turn
     finally:
+        turn._unpause()  # ended while lent or handed over (cancelled): it holds nothing any more
         if turn.held:  # (a stamp cleared while not held would be the next holder's)
             unlock(turn.fd)
 
