@@ -95,13 +95,18 @@ def progress_stamper(phases: Phases, label: str):
     return stamp
 
 
+# Build steps whose key says too little on its own.
+STEP_LABELS = {"pch_wait": "waiting for the precompiled headers another process makes"}
+
+
 def worker_phases(phases: Phases, ev: Any) -> None:
     evidence = getattr(ev, "evidence", None) or {}
     # The candidate's build, step by step (device unit, host units, link, load; pool_s or worker_s:
     # the whole build where it ran): what the "compiling" span above was made of.
     for name, seconds in (evidence.get("build_steps") or {}).items():
         if isinstance(seconds, (int, float)):
-            phases.add("build: " + name.removesuffix("_s").replace("_", " "), float(seconds))
+            label = STEP_LABELS.get(name) or name.removesuffix("_s").replace("_", " ")
+            phases.add("build: " + label, float(seconds))
     inside = evidence.get("phases") or {}
     for name, seconds in inside.items():
         if isinstance(seconds, (int, float)):

@@ -13,12 +13,13 @@ def test_build_steps_and_worker_phases_are_indented_and_not_counted_twice():
     phases.end()
     before = phases.total()
     ev = SimpleNamespace(evidence={"build_steps": {"device": 1.25, "host": 0.5, "link": 0.25, "worker_s": 2.5,
-                                                   "note": "not a number"},
+                                                   "pch_wait": 27.5, "note": "not a number"},
                                    "phases": {"verify_s": 0.5, "torch_compile_s": 1.0}})
     worker_phases(phases, ev)
     rows = dict(phases.rows)
     assert rows["  build: device"] == 1.25 and rows["  build: worker"] == 2.5 and rows["  verify"] == 0.5
     assert "  build: note" not in rows
+    assert rows["  build: waiting for the precompiled headers another process makes"] == 27.5
     assert phases.total() == before  # measured inside a span already counted
     out = io.StringIO()
     phases.print(out)
