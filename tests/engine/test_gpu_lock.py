@@ -253,11 +253,7 @@ def test_a_turn_is_handed_over_only_when_the_paused_evaluation_keeps_little_on_t
         async with gpu_lock.gpu_turn("GPU-turns", "evaluate") as turn:
             waiter = subprocess.Popen([sys.executable, "-c", HOLD, "GPU-turns", "0"], env=env,
                                       stdout=subprocess.PIPE, text=True)
-            for _ in range(200):  # the waiter queues itself
-                if turn.others_waiting():
-                    break
-                await asyncio.sleep(0.05)
-            assert turn.others_waiting(), "the waiter never queued"
+            await queued(turn)
             t0 = time.monotonic()
             await engine._hand_over(turn, {"stage": "verify_set", "turn": 1, "held_bytes": 22 << 30,
                                            "total_bytes": total}, release, _Deadline(60), None, None)
@@ -316,11 +312,7 @@ def test_a_turn_is_kept_while_paused_evaluations_already_hold_the_share(lock_dir
             assert not (folder / f"{dead.pid}-1").exists()
             waiter = subprocess.Popen([sys.executable, "-c", HOLD, "GPU-paused", "0"], env=env,
                                       stdout=subprocess.PIPE, text=True)
-            for _ in range(200):
-                if turn.others_waiting():
-                    break
-                await asyncio.sleep(0.05)
-            assert turn.others_waiting(), "the waiter never queued"
+            await queued(turn)
             point = {"stage": "verify_set", "turn": 1, "held_bytes": 6 << 30, "total_bytes": total}
             await engine._hand_over(turn, point, release, _Deadline(60), None, None)
             assert waiter.poll() is None and not released  # 6 + 6 GiB > 1/8 of 80: kept
@@ -343,10 +335,7 @@ def test_an_evaluation_without_the_turn_is_marked_paused_with_what_it_holds(lock
     async def go() -> int:
         async with gpu_lock.gpu_turn("GPU-mark", "evaluate") as turn:
             waiter = hold_later("GPU-mark", 0.6)
-            for _ in range(200):
-                if turn.others_waiting():
-                    break
-                await asyncio.sleep(0.05)
+            await queued(turn)
 
             async def watch() -> None:
                 while True:
@@ -373,16 +362,22 @@ def test_a_turn_that_ends_while_lent_leaves_no_paused_marker(lock_dir):
     async def go() -> int:
         async with gpu_lock.gpu_turn("GPU-end", "evaluate") as turn:
             waiter = hold_later("GPU-end", 0)
-            for _ in range(200):
-                if turn.others_waiting():
-                    break
-                await asyncio.sleep(0.05)
+            await queued(turn)
             assert await turn.lend("while torch.compile compiles", held_bytes=5 << 30)
             assert gpu_lock.paused_bytes("GPU-end") == 5 << 30
         waiter.wait(10)
         return gpu_lock.paused_bytes("GPU-end")
 
     assert asyncio.run(go()) == 0
+
+
+async def queued(turn: gpu_lock.Turn) -> None:
+    """Until another process queues for `turn`'s GPU (a waiter started just before)."""
+    for _ in range(200):
+        if turn.others_waiting():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the waiter never queued")
 
 
 def hold_later(key: str, seconds: float) -> subprocess.Popen:
@@ -404,11 +399,7 @@ def test_an_evaluation_that_waited_keeps_its_turn_until_it_has_had_its_share(loc
             assert turn.waited > 1.0, turn.waited  # it queued behind `first`
             waiter = subprocess.Popen([sys.executable, "-c", HOLD, "GPU-fair", "0"], env=env,
                                       stdout=subprocess.PIPE, text=True)
-            for _ in range(200):  # the waiter queues itself, after this evaluation's place
-                if turn.others_waiting():
-                    break
-                await asyncio.sleep(0.05)
-            assert turn.others_waiting(), "the waiter never queued"
+            await queued(turn)  # after this evaluation's place
             ahead_early = turn.others_ahead()
             kept_s = await turn.hand_over("between two stages")
             still_waiting = waiter.poll() is None
