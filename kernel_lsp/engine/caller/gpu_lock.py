@@ -347,15 +347,9 @@ class _Waiter:
         self.name = f"{_place(self.place_ns)}-{os.getpid()}-{next(_seq)}"
         self.path = os.path.join(self.folder, self.name)
         self._beat = time.monotonic()
-        try:
-            _make_shared(self.folder)
-            tmp = os.path.join(self.folder, "." + self.name)  # names starting "." are not entries
-            with open(tmp, "w", encoding="utf-8") as fh:
-                json.dump({"pid": os.getpid(), "op": what or "?", "command": _command(), "since": time.time()}, fh)
-            os.chmod(tmp, 0o666)
-            os.replace(tmp, self.path)
-        except OSError:
-            self.path = ""  # could not announce: this process waits unseen (and tries the lock always)
+        # Not written: this process waits unseen (and tries the lock always).
+        self.path = _publish(self.folder, self.name, {"pid": os.getpid(), "op": what or "?",
+                                                      "command": _command(), "since": time.time()})
 
     def first(self) -> bool:
         """No live waiter queued before this one."""
@@ -372,10 +366,7 @@ class _Waiter:
                 os.utime(self.path)
 
     def remove(self) -> None:
-        if self.path:
-            with contextlib.suppress(OSError):
-                os.unlink(self.path)
-            self.path = ""
+        self.path = _unpublish(self.path)
 
 
 def paused_dir(key: str) -> str:
@@ -388,24 +379,36 @@ class _Paused:
     holder deciding whether to pause too counts it (may_hand_over). A dead pid's file is passed over."""
 
     def __init__(self, key: str, held_bytes: Any) -> None:
-        folder = paused_dir(key)
-        self.path = os.path.join(folder, f"{os.getpid()}-{next(_seq)}")
         held = int(held_bytes) if isinstance(held_bytes, (int, float)) and held_bytes > 0 else 0
-        try:
-            _make_shared(folder)
-            tmp = os.path.join(folder, "." + os.path.basename(self.path))
-            with open(tmp, "w", encoding="utf-8") as fh:
-                json.dump({"pid": os.getpid(), "held_bytes": held}, fh)
-            os.chmod(tmp, 0o666)
-            os.replace(tmp, self.path)
-        except OSError:
-            self.path = ""  # unseen: the others decide as if it held nothing
+        # Not written: unseen, the others decide as if it held nothing.
+        self.path = _publish(paused_dir(key), f"{os.getpid()}-{next(_seq)}", {"pid": os.getpid(), "held_bytes": held})
 
     def remove(self) -> None:
-        if self.path:
-            with contextlib.suppress(OSError):
-                os.unlink(self.path)
-            self.path = ""
+        self.path = _unpublish(self.path)
+
+
+def _publish(folder: str, name: str, data: dict[str, Any]) -> str:
+    """Write `data` as the entry `name` of a shared folder, whole at once (written under a "."
+    name, which is not an entry, then renamed): its path, or "" when it could not be written."""
+    path = os.path.join(folder, name)
+    try:
+        _make_shared(folder)
+        tmp = os.path.join(folder, "." + name)
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(data, fh)
+        os.chmod(tmp, 0o666)
+        os.replace(tmp, path)
+    except OSError:
+        return ""
+    return path
+
+
+def _unpublish(path: str) -> str:
+    """Remove an entry `_publish` wrote (none: ""); "" for the caller's path."""
+    if path:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    return ""
 
 
 def paused_bytes(key: str | None) -> int:

@@ -37,12 +37,11 @@ except Exception:  # pragma: no cover - a torch without dynamo still evaluates
 
 from kernel_lsp.engine.worker.timing import baselines as kept_baselines
 from kernel_lsp.engine import protocol
-from kernel_lsp.engine.worker.build import build_failure, launch_limits
-from kernel_lsp.engine.worker.timing import dry_compile, gpu_share
 from kernel_lsp.engine.worker import early, notify
-from kernel_lsp.engine.worker.timing import profile as profile_mod
-from kernel_lsp.engine.worker.timing import light, roofline
+from kernel_lsp.engine.worker.build import build_failure, launch_limits
 from kernel_lsp.engine.worker.judge import static_checks
+from kernel_lsp.engine.worker.timing import dry_compile, gpu_share, light, roofline
+from kernel_lsp.engine.worker.timing import profile as profile_mod
 from kernel_lsp.engine.worker.options import EngineOptions, OptionsError
 from kernel_lsp.engine.worker.harness import CandidateError, Harness, HarnessError, tensor_bytes
 from kernel_lsp.engine.worker.judge.verify import VerifyResult, verify
