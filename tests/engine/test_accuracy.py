@@ -318,3 +318,49 @@ def test_accuracy_in_words() -> None:
     assert accuracy_phrase({"rule": "oracle", "ratio": 3.14, "ratio_correct": 100.0, "outcome": "correct"}) == \
         "3.1x PyTorch's error against float64 (correct up to 100x)"
     assert accuracy_phrase({"rule": "fixed_tolerance", "rule_text": "no oracle"}) == "no oracle"
+
+
+# -- chunks --------------------------------------------------------------------------------------------
+
+def _measures(monkeypatch: pytest.MonkeyPatch, chunk: int) -> accuracy.Measure:
+    monkeypatch.setattr(accuracy, "CHUNK", chunk)
+    monkeypatch.setattr(accuracy, "HOST_CHUNK", chunk)
+    torch.manual_seed(0)
+    x = torch.rand(37, 53, dtype=torch.float64)
+    o64 = torch.softmax(x, 1)
+    ref = o64.float()
+    cand = ref.clone()
+    cand[20, 7] += 1e-3  # one element off: its place and the count beyond the budget must not depend on chunks
+    return accuracy.measure(cand, ref, o64)
+
+
+def test_a_measure_by_chunks_finds_the_same_worst_element_as_in_one_piece(monkeypatch) -> None:
+    whole = _measures(monkeypatch, 1 << 25)
+    for chunk in (7, 64, 1000):
+        m = _measures(monkeypatch, chunk)
+        assert (m.where, m.outcome, m.beyond) == (whole.where, whole.outcome, whole.beyond) == ([20, 7], "mismatch", 1)
+        assert m.cand_err == pytest.approx(whole.cand_err) and m.scale == pytest.approx(whole.scale)
+
+
+def test_host_chunks_are_small_and_gpu_chunks_large() -> None:
+    # 16 MiB float64 temporaries on the host (the heap reuses them), 256 MiB on a GPU.
+    assert accuracy.chunk_size(torch.device("cpu")) * 8 == 16 << 20
+    assert accuracy.chunk_size(torch.device("cuda", 0)) * 8 == 256 << 20
+
+
+def test_a_gpu_without_a_chunk_s_room_measures_on_the_host(monkeypatch) -> None:
+    # The oracle sits on the host for the largest Tasks and the chunks go to the candidate's GPU;
+    # when even a chunk does not fit there, the measure runs on the host, same answer.
+    tried: list[str] = []
+    real = accuracy._Scan.__init__
+
+    def scan(self, of, ef, rf, dev):  # type: ignore[no-untyped-def]
+        tried.append(dev.type)
+        if dev.type != "cpu":
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 256.00 MiB")
+        real(self, of, ef, rf, dev)
+
+    monkeypatch.setattr(accuracy._Scan, "__init__", scan)
+    monkeypatch.setattr(accuracy, "compute_device", lambda *t: torch.device("cuda", 0))
+    m = _measures(monkeypatch, 1 << 25)
+    assert tried == ["cuda", "cpu"] and m.where == [20, 7] and m.outcome == "mismatch"

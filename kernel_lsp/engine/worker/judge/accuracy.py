@@ -89,8 +89,17 @@ def _f64(t: torch.Tensor, like: torch.Tensor | None = None) -> torch.Tensor:
 
 
 # Elements per chunk of a measure: float64 temporaries of 256 MiB each, so measuring a
-# several-GiB output never needs more than about a GiB beside it (on the GPU or the host).
+# several-GiB output never needs more than about a GiB beside it on the GPU. On the host,
+# HOST_CHUNK: 16 MiB temporaries, below glibc's 32 MiB mmap ceiling, so the heap reuses them;
+# each 256 MiB one is fresh pages faulted in (a 100 M-element measure on 2 cores: 2.3 s
+# against 4.5 s; benchmarks/measure_chunks.py, results/measure_chunks.md).
 CHUNK = 1 << 25
+HOST_CHUNK = 1 << 21
+
+
+def chunk_size(dev: torch.device) -> int:
+    """Elements per chunk of arithmetic on `dev` (CHUNK on an accelerator, HOST_CHUNK on the CPU)."""
+    return HOST_CHUNK if dev.type == "cpu" else CHUNK
 
 
 def compute_device(*tensors: torch.Tensor) -> torch.device:
@@ -129,71 +138,101 @@ def measure(out: torch.Tensor, expected: torch.Tensor, oracle: torch.Tensor, nam
             input_set: int = 0, weak: bool = False) -> Measure:
     """The candidate's output, the reference's (its own dtype) and the oracle's, for one output.
     Non-finite values are judged elsewhere (verify's nan / unwritten checks) and ignored here.
-    The three may sit on different devices (the oracle on the host for the largest Tasks): each
-    chunk is measured where the oracle is (on the host only when the GPU has no room for it).
+    The three may sit on different devices (the oracle on the host for the largest Tasks): the
+    chunks are measured on the GPU when any of them is there (on the host when even a chunk
+    does not fit).
     `weak`: the reference is numerically weak (see WEAK_TOL), where its own error is beyond
     gap_limit."""
-    dev = oracle.device
     of, ef, rf = _flat(out), _flat(expected), _flat(oracle)
     n = rf.numel()
-    total = 0.0
-    for a in range(0, n, CHUNK):
-        total += float(_f64(rf[a:a + CHUNK]).abs().sum())
-    scale = total / n if n else 0.0
-    tiny = max(scale, torch.finfo(torch.float64).tiny)
-    cand_err = ref_err = max_abs = ref_max_abs = 0.0
-    flat = 0
-    loose_ok = True
-
-    def parts(a: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        o64 = _f64(rf[a:a + CHUNK])
-        mag = o64.abs()
-        floor = mag.clamp_min(tiny)
-        absdiff = torch.nan_to_num_((_f64(of[a:a + CHUNK].to(dev), o64) - o64).abs_(), nan=0.0, posinf=0.0,
-                                    neginf=0.0)
-        return o64, mag, floor, absdiff
-
-    for a in range(0, n, CHUNK):
-        o64, mag, floor, absdiff = parts(a)
-        ref_abs = torch.nan_to_num_((_f64(ef[a:a + CHUNK].to(dev), o64) - o64).abs_(), nan=0.0, posinf=0.0,
-                                    neginf=0.0)
-        ref_max_abs = max(ref_max_abs, float(ref_abs.max()))
-        ref_err = max(ref_err, float(ref_abs.div_(floor).max()))
-        del ref_abs
-        cand_rel = absdiff / floor
-        k = int(torch.argmax(cand_rel))
-        if float(cand_rel[k]) > cand_err or a == 0:
-            cand_err, flat = float(cand_rel[k]), a + k
-        max_abs = max(max_abs, float(absdiff.max()))
-        loose_ok = loose_ok and bool((absdiff <= mag.mul_(LOOSE_TOL).add_(LOOSE_TOL)).all())
-        del o64, mag, floor, absdiff, cand_rel
+    # Chunks are measured on the candidate's GPU even when the oracle sits on the host: float64
+    # arithmetic over a 6 GiB softmax took tens of seconds on the host, a chunk's copy milliseconds.
+    dev = compute_device(out, expected, oracle)
+    try:
+        scan = _Scan(of, ef, rf, dev)
+    except torch.OutOfMemoryError:  # the GPU has not even a chunk's room: the host then
+        dev = torch.device("cpu")
+        scan = _Scan(of, ef, rf, dev)
+    cand_err, ref_err, flat = scan.cand_err, scan.ref_err, scan.flat
     yard = max(ref_err, eps(expected.dtype))
     ratio = cand_err / yard
     is_weak = weak and ref_err > gap_limit(expected.dtype)
     budget = weak_tol(expected.dtype) if is_weak else RATIO_CORRECT * yard
     if is_weak:
-        outcome = "correct" if cand_err <= budget else "less_accurate" if loose_ok else "mismatch"
+        outcome = "correct" if cand_err <= budget else "less_accurate" if scan.loose_ok else "mismatch"
     elif ratio <= RATIO_CORRECT:
         outcome = "correct"
-    elif ratio <= RATIO_LESS_ACCURATE and loose_ok:
+    elif ratio <= RATIO_LESS_ACCURATE and scan.loose_ok:
         outcome = "less_accurate"
     else:
         outcome = "mismatch"
-    beyond = 0
-    if cand_err > budget:
-        for a in range(0, n, CHUNK):
-            _, _, floor, absdiff = parts(a)
-            beyond += int((absdiff / floor > budget).sum())
+    beyond = scan.beyond(budget) if cand_err > budget else 0
     where = ([int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(out.shape))]
              if out.dim() and n else [])
     return Measure(
         output=name, dtype=str(expected.dtype).replace("torch.", ""), cand_err=cand_err, ref_err=ref_err,
-        yardstick=yard, ratio=ratio, budget=budget, max_abs_err=max_abs, ref_max_abs_err=ref_max_abs,
-        scale=scale, loose_ok=loose_ok, outcome=outcome, where=where,
+        yardstick=yard, ratio=ratio, budget=budget, max_abs_err=scan.max_abs, ref_max_abs_err=scan.ref_max_abs,
+        scale=scan.scale, loose_ok=scan.loose_ok, outcome=outcome, where=where,
         got=_num(of[flat].item()) if n else None,
         expected=_num(ef[flat].item()) if n else None,
         oracle=_num(_f64(rf[flat]).item()) if n else None,
         beyond=beyond, numel=int(n), input_set=input_set, weak_reference=is_weak)
+
+
+class _Scan:
+    """One pass over an output by chunks on `dev`: the candidate's and the reference's worst
+    error relative to the oracle (floored at its mean magnitude), where the candidate's is, and
+    whether every element is within LOOSE_TOL."""
+
+    def __init__(self, of: torch.Tensor, ef: torch.Tensor, rf: torch.Tensor, dev: torch.device) -> None:
+        self.of, self.rf, self.dev, self.chunk = of, rf, dev, chunk_size(dev)
+        n = rf.numel()
+        total = 0.0
+        for a in range(0, n, self.chunk):
+            total += float(_f64(rf[a:a + self.chunk].to(dev)).abs().sum())
+        self.scale = total / n if n else 0.0
+        self.tiny = max(self.scale, torch.finfo(torch.float64).tiny)
+        self.cand_err = self.ref_err = self.max_abs = self.ref_max_abs = 0.0
+        self.flat = 0
+        self.loose_ok = True
+        for a in range(0, n, self.chunk):
+            o64, mag, floor, absdiff = self._parts(a)
+            ref_abs = torch.nan_to_num_((_f64(ef[a:a + self.chunk].to(dev), o64) - o64).abs_(), nan=0.0,
+                                        posinf=0.0, neginf=0.0)
+            self.ref_max_abs = max(self.ref_max_abs, float(ref_abs.max()))
+            self.ref_err = max(self.ref_err, float(ref_abs.div_(floor).max()))
+            del ref_abs
+            cand_rel = absdiff / floor
+            k = int(torch.argmax(cand_rel))
+            if float(cand_rel[k]) > self.cand_err or a == 0:
+                self.cand_err, self.flat = float(cand_rel[k]), a + k
+            self.max_abs = max(self.max_abs, float(absdiff.max()))
+            self.loose_ok = self.loose_ok and bool((absdiff <= mag.mul_(LOOSE_TOL).add_(LOOSE_TOL)).all())
+            del o64, mag, floor, absdiff, cand_rel
+
+    def _parts(self, a: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        c = self.chunk
+        o64 = _f64(self.rf[a:a + c].to(self.dev))
+        mag = o64.abs()
+        floor = mag.clamp_min(self.tiny)
+        absdiff = torch.nan_to_num_((_f64(self.of[a:a + c].to(self.dev), o64) - o64).abs_(), nan=0.0,
+                                    posinf=0.0, neginf=0.0)
+        return o64, mag, floor, absdiff
+
+    def beyond(self, budget: float) -> int:
+        """Elements whose error relative to the oracle is beyond `budget`."""
+        try:
+            return self._count_beyond(budget)
+        except torch.OutOfMemoryError:
+            self.dev, self.chunk = torch.device("cpu"), HOST_CHUNK
+            return self._count_beyond(budget)
+
+    def _count_beyond(self, budget: float) -> int:
+        count = 0
+        for a in range(0, self.rf.numel(), self.chunk):
+            _, _, floor, absdiff = self._parts(a)
+            count += int((absdiff / floor > budget).sum())
+        return count
 
 
 _ORDER = {"correct": 0, "less_accurate": 1, "mismatch": 2}

@@ -444,8 +444,9 @@ def compare_tensor(o: torch.Tensor, e: torch.Tensor, atol: float | None,
     # Chunks are compared on the GPU when either side is there: float64 arithmetic over a
     # host-kept 6 GiB output costs tens of seconds on the CPU, a chunk's copy a few milliseconds.
     at = accuracy.compute_device(o, e)
-    for a in range(0, n, accuracy.CHUNK):
-        ev = _compare_one(of[a:a + accuracy.CHUNK].to(at), ef[a:a + accuracy.CHUNK].to(at), atol, rtol)
+    c = accuracy.chunk_size(at)
+    for a in range(0, n, c):
+        ev = _compare_one(of[a:a + c].to(at), ef[a:a + c].to(at), atol, rtol)
         if ev is None:
             continue
         mismatched += ev["mismatched"]
@@ -492,7 +493,7 @@ def same_output(a: Any, b: Any, dev: torch.device, relative: bool, atol: float |
                 return False
             continue
         fx, fy = x.detach().reshape(-1), y.detach().reshape(-1)
-        n, chunk = fy.numel(), accuracy.CHUNK
+        n, chunk = fy.numel(), accuracy.chunk_size(dev)
         if relative:
             total = sum(float(_real64(fy[k:k + chunk].to(dev)).abs().nan_to_num_(0.0, 0.0, 0.0).sum())
                         for k in range(0, n, chunk))
@@ -590,9 +591,10 @@ def _changed(a: torch.Tensor, b: torch.Tensor) -> int:
     fa, fb = a.detach().reshape(-1), b.detach().reshape(-1)
     n = 0
     at = accuracy.compute_device(a, b)
-    for k in range(0, fb.numel(), accuracy.CHUNK):
-        x = fa[k:k + accuracy.CHUNK].to(at)
-        y = fb[k:k + accuracy.CHUNK].to(at)
+    c = accuracy.chunk_size(at)
+    for k in range(0, fb.numel(), c):
+        x = fa[k:k + c].to(at)
+        y = fb[k:k + c].to(at)
         n += int((torch.nan_to_num(x) != torch.nan_to_num(y)).sum())
     return n
 
