@@ -60,3 +60,20 @@ def test_nothing_to_run_says_so_and_exits_2(tmp_path):
                                str(tmp_path)], capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2 and "nothing to run" in proc.stderr, (args, proc.stderr[-2000:])
         assert "Traceback" not in proc.stderr
+
+
+def test_sizing_the_tasks_builds_no_kernel(tmp_path):
+    # examples/row_softmax_inline.py calls load_inline at import: sizing its inputs (shapes on the
+    # meta device) must not build it (about 85 s of each device run before the first bench).
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import first_bench
+    finally:
+        sys.path.pop(0)
+    env = {"PATH": "/usr/bin:/bin", "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext"), "PYTHONPATH": str(ROOT)}
+    t0 = time.monotonic()
+    sizes = first_bench.input_bytes([ROOT / "examples" / "row_softmax_inline.py",
+                                     ROOT / "benchmarks" / "accuracy_suite" / "kahan_sum.py"], sys.executable, env)
+    assert sizes == {str(ROOT / "examples" / "row_softmax_inline.py"): 64 << 20,
+                     str(ROOT / "benchmarks" / "accuracy_suite" / "kahan_sum.py"): 16 << 20}
+    assert not (tmp_path / "ext").exists() and time.monotonic() - t0 < 60
