@@ -38,6 +38,13 @@ under ``--out-dir`` (``first_bench_smoke.*`` for ``--smoke``), with the command 
 every bench: until all are done both say ``partial`` ("N of M benches done"), so a run killed at a
 time cap keeps every bench it finished; a SIGTERM (``timeout``) writes them and exits 143. stderr
 has one line per bench as it ends (wall, verdict, x eager, x compile, exit status).
+``--corpus-only`` writes ``first_bench_corpus.*`` (what benchmarks/speed_of_light_table.py reads).
+
+``--resume``: a run cut short goes on where it stopped. The alone benches that an earlier run of
+the same mode finished with a verdict, on the same Tasks and the same GPU, are kept (marked
+``resumed``) and not run again. The warm-up bench still runs first, so the machine is warm for the
+rest. The parallel part always runs whole: its makespan is one run's. So a device call of a few
+minutes at a time can measure the whole corpus alone.
 """
 
 from __future__ import annotations
@@ -287,17 +294,44 @@ def scenario_env(base: dict[str, str], folder: Path, mode: str) -> dict[str, str
     return env
 
 
+def resumable(prior: dict[str, Any], tasks: list[str], device: str,
+              modes: list[str]) -> dict[str, dict[str, dict[str, Any]]]:
+    """{mode: {label: row}}: the alone benches of an earlier run (``prior``, its results file) that
+    ended with a verdict, when it ran these Tasks on this GPU; {} otherwise."""
+    if prior.get("tasks") != tasks or prior.get("device") != device:
+        return {}
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for scn in prior.get("scenarios") or []:
+        if scn.get("mode") not in modes:
+            continue
+        rows = {r["label"]: {**r, "resumed": True} for r in (scn.get("alone") or {}).get("rows") or []
+                if r.get("label") in tasks and r.get("verdict") and r.get("rc") in (0, 1)}
+        if rows:
+            out[scn["mode"]] = rows
+    return out
+
+
 def run_scenario(mode: str, tasks: list[tuple[str, list[tuple[Path, str]]]], args: argparse.Namespace,
                  base_env: dict[str, str], work: Path, log: Any,
-                 checkpoint: Any = lambda part: None) -> dict[str, Any]:
+                 checkpoint: Any = lambda part: None, kept: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """`checkpoint(out)` after each bench (``out`` marked ``partial`` until the scenario is done):
-    a run cut short (a device call's time limit) keeps what it measured."""
+    a run cut short (a device call's time limit) keeps what it measured. `kept`: alone rows by label
+    from an earlier run (--resume), not run again."""
     out: dict[str, Any] = {"mode": mode, "partial": True}
+    kept = kept or {}
     for how, parallel in (("alone", 1), ("parallel", args.parallel)):
         if how not in args.how:
             continue
         folder = work / f"{mode}_{how}"
         env = scenario_env(base_env, folder, mode)
+        keep = kept if how == "alone" else {}
+        todo = [i for i, (label, _) in enumerate(tasks) if label not in keep]
+        if not todo:
+            log(f"{mode}/{how}: all {len(tasks)} benches kept from the earlier run (--resume)")
+            out[how] = {"rows": [keep[label] for label, _ in tasks], "makespan_s": None, "parallel": parallel,
+                        "resumed": len(keep)}
+            checkpoint(out)
+            continue
         if mode == "warm":
             warm_files = [(p, p.name) for p in pair_of(args.warmup)]
             log(f"{mode}/{how}: warm-up bench of {args.warmup.name}")
@@ -306,19 +340,26 @@ def run_scenario(mode: str, tasks: list[tuple[str, list[tuple[Path, str]]]], arg
             log(progress_line({**out[f"{how}_warmup"], "label": f"warm-up {args.warmup.name}"}))
         # One workspace, as a user's project: a new Task there finds the kept Worker (warm);
         # each Task's baselines are its own (kept per reference), so each is measured anew.
-        paths = [stage(files, folder / "workspace", f"t{i}_") for i, (_, files) in enumerate(tasks)]
-        log(f"{mode}/{how}: {len(paths)} benches, {parallel} at a time")
-        ended: dict[int, dict[str, Any]] = {}
+        paths = [stage(tasks[i][1], folder / "workspace", f"t{i}_") for i in todo]
+        log(f"{mode}/{how}: {len(paths)} benches, {parallel} at a time"
+            + (f" ({len(keep)} kept from the earlier run)" if keep else ""))
+        ended: dict[int, dict[str, Any]] = {i: keep[label] for i, (label, _) in enumerate(tasks) if label in keep}
+        extra = {"resumed": len(keep)} if keep else {}
 
-        def done(i: int, row: dict[str, Any]) -> None:  # called within run_many: this part's how
+        def done(j: int, row: dict[str, Any]) -> None:  # called within run_many: this part's how
+            i = todo[j]
             row["label"] = tasks[i][0]
             log(progress_line(row))
             ended[i] = row  # the part so far, in the Tasks' order; its makespan comes at its end
-            out[how] = {"rows": [ended[k] for k in sorted(ended)], "makespan_s": None, "parallel": parallel}
+            out[how] = {"rows": [ended[k] for k in sorted(ended)], "makespan_s": None, "parallel": parallel, **extra}
             checkpoint(out)
 
         rows, makespan = run_many(paths, env, args.python, args.timeout, args.verdict_pattern, parallel, done)
-        out[how] = {"rows": rows, "makespan_s": makespan, "parallel": parallel}
+        for j, row in enumerate(rows):
+            ended[todo[j]] = row
+        # With kept rows, the alone makespan would not be one run's: none then.
+        out[how] = {"rows": [ended[k] for k in sorted(ended)], "makespan_s": None if keep else makespan,
+                    "parallel": parallel, **extra}
     del out["partial"]
     return out
 
@@ -381,12 +422,14 @@ def markdown(doc: dict[str, Any]) -> str:
             if how not in scn:
                 continue
             part = scn[how]
-            lines += [f"## {scn['mode']}, {how}{cut} ({part['parallel']} at a time; makespan {fmt(part['makespan_s'])} s)", "",
+            kept = f"; {part['resumed']} kept from an earlier run (--resume)" if part.get("resumed") else ""
+            lines += [f"## {scn['mode']}, {how}{cut} ({part['parallel']} at a time; makespan {fmt(part['makespan_s'])} s{kept})", "",
                       "| Task | inputs MiB | wall s | verdict at s | GPU span s | build span s | verdict | x eager | x compile | rc | kept Worker reused | largest phases (s) | largest inside the Worker's evaluate (s) |",
                       "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
             for r in part["rows"]:
                 size = doc["input_bytes"].get(r["label"])
-                lines.append(f"| {r['label']} | {fmt(None if size is None else round(size / 2**20, 1))} | {fmt(r.get('wall_s'))} "
+                label = f"{r['label']} (kept)" if r.get("resumed") else r["label"]
+                lines.append(f"| {label} | {fmt(None if size is None else round(size / 2**20, 1))} | {fmt(r.get('wall_s'))} "
                              f"| {fmt(r.get('verdict_s'))} | {fmt(r.get('gpu_s'))} | {fmt(r.get('build_s'))} | {r.get('verdict')} "
                              f"| {fmt(r.get('speedup_eager'))} | {fmt(r.get('speedup_compile'))} | {r.get('rc')} "
                              f"| {fmt((r.get('worker') or {}).get('reused'))} | {top_phases(r)} | {top_phases(r, 5, True)} |")
@@ -461,6 +504,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--verdict-pattern", default=VERDICT_PATTERN)
     ap.add_argument("--warmup", default=str(ROOT / WARMUP_TASK), help="the warm-up Task of the warm mode")
     ap.add_argument("--smoke", action="store_true", help="a tiny CPU Task, CUDA hidden, 2 at once")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the alone benches an earlier cut run finished (same mode, Tasks and GPU)")
     args = ap.parse_args(argv)
     base_env = dict(os.environ)
     base_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
@@ -501,8 +546,14 @@ def main(argv: list[str] | None = None) -> int:
                            "tasks": [label for label, _ in tasks]}
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    stem = "first_bench_smoke" if args.smoke else "first_bench"
+    stem = "first_bench_smoke" if args.smoke else "first_bench_corpus" if args.corpus_only else "first_bench"
     prior = load_prior(out / f"{stem}.json")
+    kept = resumable(prior, doc["tasks"], device or _gpu_name(), modes) if args.resume else {}
+    for mode, rows in kept.items():
+        log(f"--resume: {len(rows)} {mode}/alone benches kept from the earlier run: "
+            + ", ".join(sorted(rows)))
+    if args.resume and not kept:
+        log("--resume: nothing to keep (no earlier alone bench with a verdict on these Tasks and this GPU)")
     planned = len(modes) * len(args.how) * len(tasks)
     running: dict[str, Any] = {}  # the scenario under way, as a SIGTERM finds it
 
@@ -528,7 +579,7 @@ def main(argv: list[str] | None = None) -> int:
     before = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         for mode in modes:
-            scn = run_scenario(mode, tasks, args, base_env, work, log, checkpoint)
+            scn = run_scenario(mode, tasks, args, base_env, work, log, checkpoint, kept.get(mode, {}))
             scn["targets"] = targets(scn, sizes)
             doc["scenarios"].append(scn)
             save()

@@ -77,3 +77,40 @@ def test_sizing_the_tasks_builds_no_kernel(tmp_path):
     assert sizes == {str(ROOT / "examples" / "row_softmax_inline.py"): 64 << 20,
                      str(ROOT / "benchmarks" / "accuracy_suite" / "kahan_sum.py"): 16 << 20}
     assert not (tmp_path / "ext").exists() and time.monotonic() - t0 < 60
+
+
+def _smoke(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "first_bench.py"), "--smoke", "--modes", "fresh",
+                           "--how", "alone", "--out-dir", str(tmp_path), *args], capture_output=True, text=True,
+                          timeout=600)
+
+
+@pytest.mark.slow
+def test_resume_keeps_the_alone_benches_a_cut_run_finished_and_runs_the_rest(tmp_path):
+    device = "CPU (smoke: CUDA hidden)"
+    done = {"label": "smoke0", "verdict": "correct", "rc": 0, "wall_s": 1.5, "gpu_s": 0.5, "phases": []}
+    prior = {"tasks": ["smoke0", "smoke1"], "device": device, "command": "python benchmarks/first_bench.py --smoke",
+             "input_bytes": {}, "partial": True, "scenarios": [
+                 {"mode": "fresh", "partial": True, "alone": {"rows": [done], "makespan_s": None, "parallel": 1}}]}
+    results = tmp_path / "first_bench_smoke.json"
+    results.write_text(json.dumps(prior))
+    proc = _smoke(tmp_path, "--resume")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "--resume: 1 fresh/alone benches kept from the earlier run: smoke0" in proc.stderr
+    assert proc.stderr.count(", correct, x eager ") == 1, proc.stderr  # smoke1 only
+    doc = json.loads(results.read_text())
+    (scn,) = doc["scenarios"]
+    rows = scn["alone"]["rows"]
+    assert [r["label"] for r in rows] == ["smoke0", "smoke1"] and doc["partial"] is False
+    assert rows[0]["resumed"] is True and rows[0]["wall_s"] == 1.5 and "resumed" not in rows[1]
+    assert rows[1]["verdict"] == "correct" and scn["alone"]["makespan_s"] is None  # not one run's
+    assert "| smoke0 (kept) |" in (tmp_path / "first_bench_smoke.md").read_text()
+    # Everything kept: nothing runs again.
+    proc = _smoke(tmp_path, "--resume")
+    assert proc.returncode == 0 and "all 2 benches kept" in proc.stderr and ", x eager " not in proc.stderr
+    # Another GPU (or other Tasks): nothing is kept, and it says so.
+    doc["device"] = "NVIDIA H200"
+    results.write_text(json.dumps(doc))
+    proc = _smoke(tmp_path, "--resume")
+    assert proc.returncode == 0 and "--resume: nothing to keep" in proc.stderr
+    assert proc.stderr.count(", correct, x eager ") == 2
