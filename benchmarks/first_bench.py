@@ -354,10 +354,8 @@ def run_scenario(mode: str, tasks: list[tuple[str, list[tuple[Path, str]]]], arg
             out[how] = {"rows": [ended[k] for k in sorted(ended)], "makespan_s": None, "parallel": parallel, **extra}
             checkpoint(out)
 
-        rows, makespan = run_many(paths, env, args.python, args.timeout, args.verdict_pattern, parallel, done)
-        for j, row in enumerate(rows):
-            ended[todo[j]] = row
-        # With kept rows, the alone makespan would not be one run's: none then.
+        _, makespan = run_many(paths, env, args.python, args.timeout, args.verdict_pattern, parallel, done)
+        # done() has put every row in `ended`. With kept rows, the alone makespan would not be one run's: none then.
         out[how] = {"rows": [ended[k] for k in sorted(ended)], "makespan_s": None if keep else makespan,
                     "parallel": parallel, **extra}
     del out["partial"]

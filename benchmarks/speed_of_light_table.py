@@ -22,14 +22,23 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 
 def traffic(path: Path) -> tuple[int, int, int | None]:
+    """(bytes the reference reads, bytes it writes, its FLOPs or None), its Model run once on the CPU."""
     import torch
+    import torch.utils.cpp_extension as ext
     from torch.utils.flop_counter import FlopCounterMode
 
     from kernel_lsp.engine.worker.harness import flat_tensors
     from kernel_lsp.engine.worker.judge.verify import OpRecorder, read_bytes, written_bytes
 
     ns: dict = {"__name__": "task"}
-    exec(compile(path.read_text(), str(path), "exec"), ns)
+    # No kernel is built: a file that builds its ModelNew's at import (load_inline at module level)
+    # needs CUDA for that, and Model does not use it.
+    saved = ext.load_inline, ext.load
+    ext.load_inline = ext.load = lambda *a, **k: None
+    try:
+        exec(compile(path.read_text(), str(path), "exec"), ns)
+    finally:
+        ext.load_inline, ext.load = saved
     torch.manual_seed(0)
     model = ns["Model"](*ns["get_init_inputs"]()).eval()
     inputs = ns["get_inputs"]()

@@ -257,12 +257,18 @@ def far_from_hardware(ev: Evaluation | dict[str, Any]) -> str | None:
             "its bytes once is the floor no kernel beats)")
 
 
+def shortcut_words(n_sets: int | None) -> str:
+    """The algebraic shortcut's label: verify writes it into the message, shortcut_phrase reads the
+    count back from there."""
+    n = f" {n_sets}" if n_sets is not None else ""
+    return f"does less arithmetic than the reference: an algebraic shortcut, checked on{n} fresh input sets"
+
+
 def shortcut_phrase(ev: Evaluation | dict[str, Any]) -> str | None:
     if "algebraic_shortcut" not in (_get(ev, "flags") or ()):
         return None
     found = re.search(r"checked on (\d+) fresh input sets", _get(ev, "message") or "")
-    n = f" {found.group(1)}" if found else ""
-    return f"does less arithmetic than the reference: an algebraic shortcut, checked on{n} fresh input sets"
+    return shortcut_words(int(found.group(1)) if found else None)
 
 
 def weak_reference_phrase(acc: dict[str, Any] | None) -> str | None:
@@ -361,6 +367,6 @@ __all__ = [
     "NoModelConfigured", "EndpointUnreachable", "NoGPU", "exit_code", "label", "is_noisy",
     "speed_phrase", "compile_advice", "shared_phrase", "evaluation_reason", "search_reason",
     "times_phrase", "accuracy_phrase", "FAR_FROM_HARDWARE", "speed_of_light", "far_from_hardware",
-    "shortcut_phrase", "weak_reference_phrase", "train_difference",
+    "shortcut_phrase", "shortcut_words", "weak_reference_phrase", "train_difference",
     "CUSTOM_KERNEL", "PYTORCH_REWRITE", "NOISY_SPREAD_PCT",
 ]

@@ -187,9 +187,10 @@ class _Scan:
     def __init__(self, of: torch.Tensor, ef: torch.Tensor, rf: torch.Tensor, dev: torch.device) -> None:
         self.of, self.rf, self.dev, self.chunk = of, rf, dev, chunk_size(dev)
         n = rf.numel()
-        total = 0.0
-        for a in range(0, n, self.chunk):
-            total += float(_f64(rf[a:a + self.chunk].to(dev)).abs().sum())
+        # The mean magnitude where the oracle lives: a host oracle is not copied up twice for it.
+        total, c = 0.0, chunk_size(rf.device)
+        for a in range(0, n, c):
+            total += float(_f64(rf[a:a + c]).abs().sum())
         self.scale = total / n if n else 0.0
         self.tiny = max(self.scale, torch.finfo(torch.float64).tiny)
         self.cand_err = self.ref_err = self.max_abs = self.ref_max_abs = 0.0

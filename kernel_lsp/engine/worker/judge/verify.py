@@ -55,7 +55,7 @@ from kernel_lsp.engine.worker import notify
 from kernel_lsp.engine.worker.options import EngineOptions
 from kernel_lsp.engine.worker.harness import Harness, InputSet, clone_inputs, flat_tensors, set_seed, tensor_bytes
 from kernel_lsp.engine.worker.judge.oracle import Oracle
-from kernel_lsp.verdicts import times_phrase
+from kernel_lsp.verdicts import shortcut_words, times_phrase
 
 # KernelBench's current defaults (eval.get_tolerance_for_precision, after torchbench):
 # fp32 1e-4, fp16/bf16 1e-2, used as both atol and rtol. Nothing here is looser.
@@ -1140,10 +1140,10 @@ def _verify(h: Harness, options: EngineOptions, judge: Judge, res: VerifyResult)
     res.message = f"matches the reference on {res.sets_checked} input sets"
     if res.flops and not brings_kernel and cand_work is not None and cand_work < SHORTCUT_SHARE * ref_work:
         res.flags.append("algebraic_shortcut")
-        res.message += "; " + shortcut_phrase(res.sets_checked)
+        res.message += "; " + shortcut_words(res.sets_checked)
         res.notes.append(f"the candidate does {cand_work:.3g} operations where the reference does {ref_work:.3g} "
                          f"(matmul FLOPs by torch's counter, one per element of every other compute op): "
-                         f"{shortcut_phrase(res.sets_checked)}")
+                         f"{shortcut_words(res.sets_checked)}")
     if judge.weak is not None and judge.uses_oracle:
         res.flags.append("weak_reference")
         res.message += f"; {judge.weak['text']}"
@@ -1173,11 +1173,6 @@ def _verify(h: Harness, options: EngineOptions, judge: Judge, res: VerifyResult)
 # a row scale 1e6 against 2.1e9, gemm_sum_rewrite 4.5e6 against 1.1e9; an in-order matvec written
 # as a loop of multiply-adds does as many as the reference's mv (2 x 131,072 x 8) and is not one.
 SHORTCUT_SHARE = 0.5
-
-
-def shortcut_phrase(n_sets: int) -> str:
-    return (f"does less arithmetic than the reference: an algebraic shortcut, checked on {n_sets} fresh "
-            "input sets")
 
 
 def train_phrase(ev: dict[str, Any]) -> str:

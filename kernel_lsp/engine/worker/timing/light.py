@@ -71,9 +71,9 @@ def assess(h: Harness, ev: Evaluation, extra: dict[str, Any], notes: list[str], 
     if cut is not None:
         extra["shortcut"] = cut
         if "algebraic_shortcut" not in ev.flags:
-            from kernel_lsp.engine.worker.judge.verify import shortcut_phrase
+            from kernel_lsp.verdicts import shortcut_words
 
             ev.flags.append("algebraic_shortcut")
-            ev.message += "; " + shortcut_phrase(sets_checked)
+            ev.message += "; " + shortcut_words(sets_checked)
         notes.append(f"{timed.median_ms:.4g} ms is below the {cut['reference_flop_floor_ms']:.4g} ms the reference's "
                      f"{ref_flops:.3g} FLOPs take at peak: the candidate does less arithmetic than the reference")

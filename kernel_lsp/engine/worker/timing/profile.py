@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -220,9 +221,8 @@ def ncu_profile(task: Task, candidate: Candidate | None, options: dict[str, Any]
             fh.write(_CHILD)
         env = dict(os.environ)
         # the folder that holds kernel_lsp/ (this file is kernel_lsp/engine/worker/timing/profile.py)
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-            os.path.abspath(__file__))))))
-        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+        root = Path(os.path.abspath(__file__)).parents[4]
+        env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
         dropped = ""
         for metrics in (_ALL_METRICS, NCU_METRICS):
             cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--target-processes", "all",
