@@ -427,8 +427,8 @@ def test_a_hand_over_queues_at_the_gpu_time_had_so_far(lock_dir, monkeypatch):
     real = gpu_lock._Waiter
 
     class Recorded(real):  # type: ignore[misc, valid-type]
-        def __init__(self, key, what, place_ns=None):
-            super().__init__(key, what, place_ns)
+        def __init__(self, key, what, place_ns=None, needs_bytes=None):
+            super().__init__(key, what, place_ns, needs_bytes)
             places.append(self.place_ns)
 
     monkeypatch.setattr(gpu_lock, "_Waiter", Recorded)

@@ -19,6 +19,7 @@ import pytest
 from kernel_lsp.engine import protocol
 from kernel_lsp.engine.caller import gpu_lock
 from kernel_lsp.engine.caller.process import WorkerProcess, default_python, worker_environment
+from kernel_lsp.engine.worker.judge import memory_plan
 from kernel_lsp.model import Candidate, Task
 
 from tests.engine.test_keeper import keeper_dir  # noqa: F401 - a fixture: kept Workers' own folder, cleaned up
@@ -269,7 +270,7 @@ def run():
     open(os.environ["BEGAN"], "w").close()
     folder = os.path.join(os.environ["KERNEL_LSP_GPU_LOCK_DIR"], "GPU-fake.lock.waiters")
     t = time.time()
-    while time.time() - t < 60 and not (os.path.isdir(folder) and os.listdir(folder)):
+    while time.time() - t < 60 and not (os.path.isdir(folder) and [n for n in os.listdir(folder) if not n.startswith(".")]):
         time.sleep(0.02)
     return "began"
 def after_turn():
@@ -523,6 +524,59 @@ def test_on_a_gpu_a_small_evaluation_gets_its_turn_inside_a_large_ones(tmp_path,
         assert ev.compiled is not None and not [n for n in notes if "without it failed" in n], notes
 
 
+@pytest.mark.gpu
+def test_on_a_gpu_a_small_task_that_said_its_need_gets_its_turn_beside_a_large_tasks_timing_inputs(tmp_path, lock_dir):
+    """Six benches at once on an H200: the 6 GiB softmax held more than 1/8 of the card at its
+    turn points, so it kept the GPU and the 64 MiB Tasks behind it waited 143-152 s. Verify now
+    keeps nothing live between its sets (recompute), but the timing stages keep the timing inputs:
+    an input of 1/7 of the card is more than 1/8 there. A small Task that queues once the large
+    one's verdict is out, sized on meta while it waits (2.4 GiB), is let in at a timing-stage turn
+    point (the lend around torch.compile's compile, or the one after the early timing) all the
+    same; both stay correct."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from kernel_lsp.engine import Engine, find_task
+
+    total = torch.cuda.get_device_properties(0).total_memory
+    big_path, small_path = tmp_path / "big.py", tmp_path / "small.py"
+    # A row sum over an input of 1/7 of the card (11.3 GiB on an H100, 20 GiB on an H200): its
+    # float64 oracle (2.5x the input; a softmax's would be 7.5x) still fits on the GPU, so verify
+    # takes seconds, and the timing input alone is more than 1/8 of the card.
+    cols = total // 7 // 4 // 4096 // 1024 * 1024
+    big_path.write_text(BIG.replace("torch.softmax(x, dim=-1)", "torch.sum(x, dim=-1)").replace("SIZE", f"4096, {cols}"))
+    small_path.write_text(BIG.replace("SIZE", "4096, 4096"))  # 64 MiB
+    big, big_cand = find_task(str(big_path), big_path.read_text())
+    small, small_cand = find_task(str(small_path), small_path.read_text())
+
+    async def go():
+        a, b = Engine(timeout=600, sandbox="off"), Engine(timeout=600, sandbox="off")
+        try:
+            await a.device_info()
+            await b.device_info()
+            verdict_out = asyncio.Event()
+            first = asyncio.ensure_future(a.evaluate(big, big_cand, early=lambda part: verdict_out.set()))
+            await asyncio.wait_for(verdict_out.wait(), 500)
+            small_ev = await b.evaluate(small, small_cand)
+            big_ev = await first
+            return big_ev, small_ev, b._needs
+        finally:
+            await a.aclose()
+            await b.aclose()
+
+    big_ev, small_ev, needs = asyncio.run(go())
+    turns = big_ev.evidence.get("turns") or []
+    print(f"big: wall {big_ev.wall_seconds:.1f} s, turns {turns}, handed over "
+          f"{big_ev.evidence.get('gpu_handed_over_s')} s; small: wall {small_ev.wall_seconds:.1f} s, waited "
+          f"{small_ev.evidence.get('gpu_wait_s')} s, need {list(needs.values())}")
+    assert big_ev.verdict == small_ev.verdict == "correct", (big_ev.message, small_ev.message)
+    assert list(needs.values()) == [memory_plan.turn_need(64 << 20, 64 << 20, 0)]
+    let_in = [t for t in turns if t["released"] and t["held_gib"] * (1 << 30) > gpu_lock.HAND_OVER_MAX_HELD * total]
+    assert let_in, turns  # the GPU went to the small one while more than the eighth was live
+    assert let_in[0]["stage"] in ("early_timing", protocol.TURN_CPU_START, "torch_compile"), let_in
+
+
 # The candidate's CPU span (fake_run's stand-in for torch.compile compiling the reference) waits,
 # bounded, until another process waiting for the GPU has had it; its second stage then says
 # whether that process was done with it (it wrote GONE as it let go) when the evaluation went on.
@@ -531,7 +585,7 @@ import os, time
 def run():
     folder = os.path.join(os.environ["KERNEL_LSP_GPU_LOCK_DIR"], "GPU-fake.lock.waiters")
     t = time.time()
-    while time.time() - t < 60 and not (os.path.isdir(folder) and os.listdir(folder)):
+    while time.time() - t < 60 and not (os.path.isdir(folder) and [n for n in os.listdir(folder) if not n.startswith(".")]):
         time.sleep(0.02)
     return "began"
 def compile_cpu():
@@ -604,7 +658,7 @@ def test_nobody_waiting_the_compile_keeps_the_gpu(tmp_path, lock_dir):
     (tmp_path / "had_it").touch()
     (tmp_path / "gone").touch()
     task = Task(name="t", reference_path=str(tmp_path / "t.py"), reference_source="x = 1\n")
-    cand = Candidate(source=COMPILES.replace('not (os.path.isdir(folder) and os.listdir(folder))', 'False'),
+    cand = Candidate(source=COMPILES.replace('not (os.path.isdir(folder) and [n for n in os.listdir(folder) if not n.startswith(".")])', 'False'),
                      kind="python")
     env = {**FAKE, "HAD_IT": str(tmp_path / "had_it"), "GONE": str(tmp_path / "gone"),
            "KERNEL_LSP_GPU_LOCK_DIR": str(lock_dir)}

@@ -179,7 +179,8 @@ def test_test_only_ops_are_not_in_the_production_table():
     ops = set(Worker().ops)
     assert ops == {"ping", "warm", "device_info", "evaluate", "profile", "build", "extract", "shutdown",
                    "prepare_build", "prepare_reference", "prepare_compile",
-                   "inductor_code"}  # the no-LLM path: torch.compile's code for a Task, in the Worker
+                   "inductor_code",  # the no-LLM path: torch.compile's code for a Task, in the Worker
+                   "task_need"}  # a Task's GPU need, sized on meta before its turn (caller/gpu_lock)
 
 
 def test_evaluation_carries_sandboxed():

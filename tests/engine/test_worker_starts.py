@@ -302,6 +302,8 @@ async def test_the_reference_is_prepared_ahead_only_on_an_idle_gpu(tmp_path, mon
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
                                                                      os.environ.get("PYTHONPATH")]))}
 
+    lent: list[tuple] = []
+
     async def run(busy: bool) -> tuple[list[str], list[str | None], int]:
         async with Engine(timeout=240.0, sandbox="off") as engine:
             async def key(progress=None) -> str:
@@ -310,12 +312,15 @@ async def test_the_reference_is_prepared_ahead_only_on_an_idle_gpu(tmp_path, mon
             await engine.start()
             sent: list[str] = []
             holders: list[str | None] = []
+            lent.clear()
             real = engine._call_now
 
-            async def spy(w, op, params, deadline):
+            async def spy(w, op, params, deadline, **kw):
                 sent.append(op)
                 holders.append((gpu_lock.holder(gpu_lock.lock_path("GPU-prepare")) or {}).get("op"))
-                return await real(w, op, params, deadline)
+                if op == "prepare_reference":  # asked for the turn points around its compile
+                    lent.append(((params.get("options") or {}).get(protocol.YIELD_TURNS), kw.get("turn")))
+                return await real(w, op, params, deadline, **kw)
             engine._call_now = spy  # type: ignore[method-assign]
             holder = None
             if busy:
@@ -335,3 +340,6 @@ async def test_the_reference_is_prepared_ahead_only_on_an_idle_gpu(tmp_path, mon
     sent, holders, skipped = await run(busy=False)
     assert sent.count("prepare_reference") == 1 and skipped == 0, sent
     assert holders[sent.index("prepare_reference")] == "prepare_reference"  # it held the turn
+    # ... and lends it, should a process queue while torch.compile compiles (its turn points).
+    [(asked, turn)] = lent
+    assert asked is True and isinstance(turn, gpu_lock.Turn) and turn.key == "GPU-prepare"

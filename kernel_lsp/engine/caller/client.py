@@ -15,6 +15,7 @@ import asyncio
 import collections
 import contextlib
 import contextvars
+import hashlib
 import inspect
 import logging
 import os
@@ -57,6 +58,9 @@ _ON_PARTIAL: contextvars.ContextVar[Callable[[str, dict[str, Any]], Any] | None]
     contextvars.ContextVar("kernel_lsp_on_partial", default=None)
 # The requests that use the GPU: each takes the GPU's machine-wide turn (caller/gpu_lock.py).
 PREBUILT_KEPT = 16  # builds done ahead whose results wait for their evaluation (Engine._prebuilt)
+# Sizing a Task on the meta device before its turn (run.task_need) takes well under a second; a
+# reference that takes longer is evaluated with its need unknown.
+TASK_NEED_DEADLINE_S = 30.0
 GPU_OPS = frozenset({"evaluate", "profile", "extract", "prepare_reference", "prepare_compile", "inductor_code"})
 # Where an evaluation hands the GPU over (the Worker's turn points, protocol.YIELD_TURNS), for
 # the progress line "handed the GPU to ... <where>; waiting for it back".
@@ -108,6 +112,7 @@ class Engine:
         self._reaping: set[asyncio.Task[None]] = set()
         self._device_info: dict[str, Any] | None = None
         self._prebuilds: dict[tuple[str, ...], list[Any]] = {}  # builds in flight: [future, waiters]
+        self._needs: dict[str, int | None] = {}  # a reference's GPU need (run.task_need), by its source
         # Builds done ahead (bench's early build and next files, a Search's batch) whose result
         # no evaluation has taken yet: the first ask after the build gets it, steps and all (the
         # pool would answer a second build with a cache hit, which says nothing of what it cost).
@@ -254,7 +259,12 @@ class Engine:
                 built = await self._build_before_turn(w, build_first, deadline, progress)
                 if not w.alive:  # the build took the Worker with it: a fresh one for the op
                     w = await self._ensure(progress, warm)
-            async with gpu_lock.gpu_turn(key, op, progress=progress) as turn:
+            needs = None
+            if op == "evaluate" and key is not None:
+                needs = await self._task_need(w, params, key)
+                if not w.alive:  # the sizing took the Worker with it: a fresh one for the op
+                    w = await self._ensure(progress, warm)
+            async with gpu_lock.gpu_turn(key, op, progress=progress, needs_bytes=needs) as turn:
                 self.gpu_waited = turn.waited  # the deadline starts now: waiting is never a timeout
                 self.gpu_handed = 0.0
                 if said:
@@ -270,6 +280,32 @@ class Engine:
                         data["evidence"] = {**(data.get("evidence") or {}), "build_steps": built}
                     return data, fatal
                 return await self._call_now(w, op, params, deadline)
+
+    async def _task_need(self, w: "WorkerProcess | keeping.KeptWorker", params: dict[str, Any] | None,
+                         key: str) -> int | None:
+        """What this evaluation needs on the GPU, said while it waits for the turn so that a
+        holder with much live data may still let it in (gpu_lock.may_hand_over): the Worker sizes
+        the Task on the meta device (run.task_need). Asked only when another process holds or
+        waits for the GPU (alone, nobody reads it); kept per reference. None: unknown."""
+        task = (params or {}).get("task") or {}
+        source = str(task.get("reference_source") or "")
+        known = hashlib.sha256(source.encode()).hexdigest()
+        if known in self._needs:
+            return self._needs[known]
+        if not gpu_lock.busy(key):
+            return None
+        try:
+            got, _ = await self._call_now(w, "task_need", {"task": task, "options": (params or {}).get("options")},
+                                          TASK_NEED_DEADLINE_S)
+        except (EngineTimeout, WorkerDied, WorkerRaised) as exc:  # an older Worker, a reference that hangs
+            log.info("the Task's GPU need is unknown: %s", exc)
+            got = None
+        need = got.get("need_bytes") if isinstance(got, dict) else None
+        if not isinstance(need, (int, float)) or need < 0:
+            log.info("the Task's GPU need is unknown: %s", (got or {}).get("why") if isinstance(got, dict) else got)
+            need = None
+        self._needs[known] = None if need is None else int(need)
+        return self._needs[known]
 
     async def _build_before_turn(self, w: "WorkerProcess | keeping.KeptWorker", params: dict[str, Any],
                                  deadline: float, progress: Progress | None) -> dict[str, float] | None:
@@ -330,11 +366,13 @@ class Engine:
         if stage in (protocol.TURN_CPU_START, protocol.TURN_CPU_END):
             await self._lend(turn, stage, data, release, clock, progress, resume)
             return
-        if not turn.others_ahead():  # nobody, or only those who have had more of the GPU: it goes on
+        ahead = turn.others_ahead()
+        if not ahead:  # nobody, or only those who have had more of the GPU: it goes on
             return
         where = TURN_STAGES.get(stage, f"after {stage}" if stage else "")
         paused = turn.paused_bytes()
-        if not gpu_lock.may_hand_over(data.get("held_bytes"), data.get("total_bytes"), paused):
+        if not gpu_lock.may_hand_over(data.get("held_bytes"), data.get("total_bytes"), paused,
+                                      gpu_lock.needs_of(ahead)):
             # Its live data, with the other paused evaluations', would stay on the GPU beside the
             # other process's: it keeps the turn.
             turn.kept.append({"stage": stage, "held_bytes": data.get("held_bytes"), "paused_bytes": paused})
@@ -356,8 +394,9 @@ class Engine:
         the first (unless this evaluation's live data is too big to share the GPU beside it), taken
         back at the second, the deadline paused while it waits for it."""
         if stage == protocol.TURN_CPU_START:
-            if turn.others_waiting() and gpu_lock.may_hand_over(data.get("held_bytes"), data.get("total_bytes"),
-                                                                turn.paused_bytes()):
+            waiting = turn.others_waiting()
+            if waiting and gpu_lock.may_hand_over(data.get("held_bytes"), data.get("total_bytes"),
+                                                  turn.paused_bytes(), gpu_lock.needs_of(waiting)):
                 await release()
                 await turn.lend("while torch.compile compiles", progress, held_bytes=data.get("held_bytes"))
                 if resume:
@@ -605,7 +644,14 @@ class Engine:
                         self.prepare_skipped += 1
                         log.info("the reference of %s is not prepared ahead: other processes use the GPU", task.name)
                         return
-                    result, _ = await self._call_now(w, "prepare_reference", params, deadline)
+                    lending: dict[str, Any] = {}
+                    if turn.key:
+                        # Taken on an idle GPU, it may be asked for later: the Worker compiles
+                        # between the turn points that lend the GPU to a process waiting then
+                        # (_lend), and takes it back, queued, before running the compiled model.
+                        params["options"] = {**options, protocol.YIELD_TURNS: True}
+                        lending["turn"] = turn
+                    result, _ = await self._call_now(w, "prepare_reference", params, deadline, **lending)
             log.debug("reference prepared: %s", result)
         except Exception as exc:  # noqa: BLE001 - advisory: the evaluation compiles it anyway
             log.info("preparing the reference of %s failed: %s", task.name, exc)

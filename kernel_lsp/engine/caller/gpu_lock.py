@@ -68,15 +68,39 @@ STALE_S = 10.0
 # softmax may pause while another runs (room 79 - 6 - 24 = 49 GiB for the oracle on the H100), a
 # second may not. The medium Tasks (64 MiB of inputs) hold well under 1 GiB at their turn points.
 HAND_OVER_MAX_HELD = 1 / 8
+# Above that share, the turn still goes to waiters that said what they need (`needs_bytes`, from
+# their Task's sizes on the meta device: worker/judge/memory_plan.turn_need) when the paused data
+# and the largest of those needs fit in this share of the card. Six benches at once on an H200
+# (2026-12-05): the 6 GiB softmax kept the GPU through its whole evaluation (146 s, above 1/8 at
+# every turn point) and the three 64 MiB Tasks queued behind it waited 143-152 s for 3-4 s of
+# GPU work each (walls 167-175 s against 11-34 s alone). Such a Task needs 2.4 GiB; the softmax
+# holds up to 22 GiB at its turn points: 24.4 GiB, inside 3/4 of an 80 GB H100. The last quarter is the
+# margin for what the sizes do not see (the allocator's rounding, a library's workspace); a need
+# that was too small still ends in the Worker's shared-OOM wait and retry (worker/run.py), not a
+# wrong verdict. A waiter whose need is unknown (its Task did not run on meta, an older
+# kernel-lsp) is handed the turn only under the 1/8 rule.
+HAND_OVER_MAX_SHARED = 3 / 4
 
 
-def may_hand_over(held_bytes: Any, total_bytes: Any, paused_bytes: int = 0) -> bool:
+def may_hand_over(held_bytes: Any, total_bytes: Any, paused_bytes: int = 0,
+                  needs: list[Any] | None = None) -> bool:
     """May an evaluation paused with `held_bytes` live on a GPU of `total_bytes` let another
-    process have it, while other paused evaluations hold `paused_bytes` there? Unknown sizes (a
-    CPU, a Worker that did not say): yes."""
+    process have it, while other paused evaluations hold `paused_bytes` there? `needs`: what each
+    waiter that would go first said it needs (None where it did not say). Unknown sizes (a CPU, a
+    Worker that did not say): yes."""
     if not isinstance(held_bytes, (int, float)) or not isinstance(total_bytes, (int, float)) or total_bytes <= 0:
         return True
-    return held_bytes + max(0, paused_bytes) <= HAND_OVER_MAX_HELD * total_bytes
+    live = held_bytes + max(0, paused_bytes)
+    if live <= HAND_OVER_MAX_HELD * total_bytes:
+        return True
+    if not needs or not all(isinstance(n, (int, float)) and n >= 0 for n in needs):
+        return False
+    return live + max(needs) <= HAND_OVER_MAX_SHARED * total_bytes
+
+
+def needs_of(waiters: list[dict[str, Any]]) -> list[Any]:
+    """What each waiter (others_waiting's entries) said it needs on the GPU; None where unsaid."""
+    return [w.get("needs_bytes") for w in waiters]
 
 
 class GPUBusy(Exception):
@@ -240,9 +264,11 @@ class Turn:
 
 @contextlib.asynccontextmanager
 async def gpu_turn(key: str | None, what: str = "", wait_s: float | None = None,
-                   progress: Callable[[str], Awaitable[Any] | Any] | None = None) -> AsyncIterator[Turn]:
+                   progress: Callable[[str], Awaitable[Any] | Any] | None = None,
+                   needs_bytes: int | None = None) -> AsyncIterator[Turn]:
     """Hold the GPU `key` (its uuid) for the block; yields the Turn (`.waited`: the seconds
-    waited). `key` None: no lock (CPU work, or a GPU without a uuid)."""
+    waited). `key` None: no lock (CPU work, or a GPU without a uuid). `needs_bytes`: what this
+    evaluation needs on the GPU, said to the holder while it waits (may_hand_over)."""
     if not key:
         yield Turn(None)
         return
@@ -252,7 +278,7 @@ async def gpu_turn(key: str | None, what: str = "", wait_s: float | None = None,
     fd = await asyncio.to_thread(open_lock, path)
     t0 = time.monotonic()
     try:
-        queued = _Waiter(key, what)
+        queued = _Waiter(key, what, needs_bytes=needs_bytes)
         try:
             await _acquire(fd, path, queued, wait_s, t0, progress)
         finally:
@@ -341,15 +367,17 @@ class _Waiter:
     `<place, ns>-<pid>-<n>` (so names sort by place: when it queued, or a hand-over's virtual
     time) holding who waits (for `describe`)."""
 
-    def __init__(self, key: str, what: str, place_ns: int | None = None) -> None:
+    def __init__(self, key: str, what: str, place_ns: int | None = None, needs_bytes: int | None = None) -> None:
         self.folder = waiters_dir(key)
         self.place_ns = time.time_ns() if place_ns is None else place_ns
         self.name = f"{_place(self.place_ns)}-{os.getpid()}-{next(_seq)}"
         self.path = os.path.join(self.folder, self.name)
         self._beat = time.monotonic()
         # Not written: this process waits unseen (and tries the lock always).
-        self.path = _publish(self.folder, self.name, {"pid": os.getpid(), "op": what or "?",
-                                                      "command": _command(), "since": time.time()})
+        info: dict[str, Any] = {"pid": os.getpid(), "op": what or "?", "command": _command(), "since": time.time()}
+        if isinstance(needs_bytes, int) and needs_bytes >= 0:
+            info["needs_bytes"] = needs_bytes  # what a holder above HAND_OVER_MAX_HELD reads (may_hand_over)
+        self.path = _publish(self.folder, self.name, info)
 
     def first(self) -> bool:
         """No live waiter queued before this one."""
@@ -490,6 +518,25 @@ def _alive(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
     except (OSError, IndexError):
         return True
+
+
+def busy(key: str | None) -> bool:
+    """Someone holds the GPU `key`'s turn or waits for it now: a new evaluation will queue."""
+    if not key:
+        return False
+    if others_waiting(key):
+        return True
+    try:
+        fd = os.open(lock_path(key), os.O_RDONLY)
+    except OSError:
+        return False  # no lock file: nobody ever took it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # (closing drops the shared lock just taken)
+    return False
 
 
 def others_waiting(key: str | None) -> list[dict[str, Any]]:

@@ -200,6 +200,33 @@ class Harness:
                             f"{size / HOST_DRAW_BYTES_PER_S:.0f} s a set")
         return True
 
+    def meta_sizes(self) -> dict[str, Any] | None:
+        """The Task's sizes without drawing a number: get_inputs(), the Model and its forward on
+        the meta device. Bytes of one input set, of the outputs (taken as large as the inputs,
+        `output_known` False, when the forward cannot run on meta: an .item(), numpy, a custom
+        op) and of the parameters and buffers. None when get_inputs() cannot run there."""
+        if self.ref_module is None:
+            self.load_reference()
+        assert self.ref_module is not None
+        try:
+            with torch.device("meta"):
+                inputs = list(self.ref_module.get_inputs())
+        except Exception:  # numpy, .cuda(), data-dependent: unknown
+            return None
+        input_bytes = tensor_bytes(inputs)
+        param_bytes, output_bytes = 0, None
+        try:
+            with torch.device("meta"):
+                model = self.ref_module.Model(*self.ref_module.get_init_inputs())
+            if isinstance(model, torch.nn.Module):
+                param_bytes = tensor_bytes(list(model.parameters()) + list(model.buffers()))
+            with torch.no_grad():
+                output_bytes = tensor_bytes(model(*inputs))
+        except Exception:  # the Model or its forward does not run on meta: outputs estimated
+            pass
+        return {"input_bytes": input_bytes, "output_bytes": input_bytes if output_bytes is None else output_bytes,
+                "param_bytes": param_bytes, "output_known": output_bytes is not None}
+
     # -- candidate -------------------------------------------------------------------
     def build_candidate(self) -> tuple[Callable[..., Any] | None, CompileResult]:
         """Build the Candidate; (None, result) when it does not build. Raises CandidateError

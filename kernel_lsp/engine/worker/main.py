@@ -60,6 +60,8 @@ class Worker:
             "extract": lambda params: importlib.import_module("kernel_lsp.engine.worker.extract").worker_op(params, build),
             "prepare_reference": self.op_prepare_reference,
             "prepare_compile": self.op_prepare_compile,
+            # before the GPU turn, while another process holds it: what this Task needs there
+            "task_need": self.op_task_need,
             # torch.compile's output code for a Task's module (the no-LLM writer's input)
             "inductor_code": lambda params: importlib.import_module(
                 "kernel_lsp.engine.worker.inductor_code").worker_op(params),
@@ -141,6 +143,13 @@ class Worker:
         if _cuda_unhealthy(str(result)[:4000]):
             self.stop = self.fatal = True
         return result
+
+    def op_task_need(self, params: dict[str, Any]) -> dict[str, Any]:
+        """What the Task's evaluation needs on the GPU, from its sizes on meta (run.task_need)."""
+        run = _run_module()
+        if run is None or not hasattr(run, "task_need"):
+            return {"why": "this Worker's run module cannot"}
+        return run.task_need(Task.from_dict(params["task"]), dict(params.get("options") or {}), build)
 
     def op_prepare_compile(self, params: dict[str, Any]) -> dict[str, Any]:
         """torch.compile's one-time costs, now (run.prepare_compile)."""

@@ -83,7 +83,8 @@ def turn_point(stage: str) -> float | None:
     read = _current[0][2]
     turn = next(_turns)
     t0 = time.perf_counter()
-    if not send(protocol.PARTIAL_TURN_POINT, {"stage": stage, "turn": turn, **gpu_held()}):
+    held = gpu_held()
+    if not send(protocol.PARTIAL_TURN_POINT, {"stage": stage, "turn": turn, **held}):
         return None
     released = False
     while True:
@@ -109,7 +110,8 @@ def turn_point(stage: str) -> float | None:
                   file=sys.stderr)
         waited = time.perf_counter() - t0
         _paused[0] += waited
-        _taken.append({"stage": stage, "waited_s": round(waited, 3), "released": released})
+        _taken.append({"stage": stage, "waited_s": round(waited, 3), "released": released,
+                       **({"held_gib": round(held["held_bytes"] / (1 << 30), 2)} if "held_bytes" in held else {})})
         return waited
 
 

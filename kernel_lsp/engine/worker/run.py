@@ -990,6 +990,41 @@ def prepare_compile(options: dict[str, Any]) -> dict[str, Any]:
     return {"state": "compiled", "seconds": (bench._perf_counter_ns() - t0) / 1e9}
 
 
+def task_need(task: Task, options: dict[str, Any], builder: Any) -> dict[str, Any]:
+    """The Worker's `task_need` request, sent before the GPU turn while another process holds
+    it: what this Task's evaluation needs on the GPU (memory_plan.turn_need) from its sizes on
+    the meta device, which the waiter shows the holder (caller/gpu_lock.may_hand_over). Only the
+    reference's statements run (protocol.reference_only_source), and no tensor is made.
+    {"why": ...} when it cannot say."""
+    import dataclasses
+
+    from kernel_lsp.engine.protocol import reference_only_source
+    from kernel_lsp.engine.worker.judge import memory_plan
+
+    try:
+        opts = EngineOptions.from_dict(options)
+    except OptionsError as exc:
+        return {"why": str(exc)}
+    if _device(opts).type != "cuda":
+        return {"why": "not a GPU Task"}
+    own = reference_only_source(task.reference_source)
+    if own is None:
+        return {"why": "the reference does not parse"}
+    h = Harness(dataclasses.replace(task, reference_source=own), None, builder, device="meta", seed=opts.seed,
+                build_options=opts.raw)
+    integrity = Integrity()
+    try:
+        sizes = h.meta_sizes()
+    except HarnessError as exc:
+        return {"why": str(exc)[:300]}
+    finally:
+        integrity.restore()
+    if sizes is None:
+        return {"why": "get_inputs() does not run on the meta device"}
+    return {**sizes, "need_bytes": memory_plan.turn_need(sizes["input_bytes"], sizes["output_bytes"],
+                                                         sizes["param_bytes"])}
+
+
 def prepare_reference(task: Task, options: dict[str, Any], builder: Any) -> dict[str, Any]:
     """The Worker's `prepare_reference` request, sent while the CPU pool builds a candidate: the
     reference's torch.compile baseline compiled and run once on the timing inputs, then dropped.

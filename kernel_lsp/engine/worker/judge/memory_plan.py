@@ -1,6 +1,6 @@
 """Where verify keeps its own data, so that the engine's bookkeeping never runs a Task out of
 memory: a pure function of sizes and free memory (standard library only; tests/engine/
-test_memory_plan.py checks it without a GPU).
+test_verdicts_round2.py and test_turn_need.py check it without a GPU).
 
 Verify needs, at one time on the GPU, one input set, the candidate's output and workspace, the
 reference's output and workspace (`working`). Beyond that it keeps, per fresh input set, the
@@ -108,6 +108,26 @@ def plan(input_bytes: int, output_bytes: int, param_bytes: int, peak_bytes: int,
         oracle = "none"
         notes.append(_no_room(need64, host_free_bytes))
     return Plan(keep, oracle, sets, notes, working, need64)
+
+
+# What a Worker's evaluation holds on the GPU beyond its Task's tensors: the CUDA context, cuBLAS's
+# workspace, the timing's L2 flush buffer, torch.compile's own allocations.
+CONTEXT_BYTES = GIB
+
+
+def turn_need(input_bytes: int, output_bytes: int, param_bytes: int, wanted: int = 3) -> int:
+    """What an evaluation of a Task with these sizes (one input set, its outputs, the Model's
+    parameters) needs on the GPU to be judged with nothing moved to the host: the working set,
+    the kept sets and the float64 oracle as `plan` counts them, the reference's workspace taken as
+    large as its largest tensor (unknown before it runs), twice the parameters (the reference's
+    Model and the candidate's), and CONTEXT_BYTES. Said by a process waiting for the GPU, so that
+    a holder with much live data may still let it in (caller/gpu_lock.may_hand_over)."""
+    peak = max(input_bytes, output_bytes)
+    per_set = input_bytes + output_bytes
+    sets = FEWER_SETS if per_set > LARGE_SET_BYTES else max(2, wanted)
+    working = 3 * input_bytes + 2 * output_bytes + 2 * peak
+    return int(working + (sets + 1) * per_set + oracle_bytes(input_bytes, output_bytes, param_bytes, peak)
+               + 2 * param_bytes + CONTEXT_BYTES)
 
 
 def recompute_note(sets: int, per_set: int) -> str:
