@@ -2,8 +2,11 @@
 # Several GPU runs in one call on a lent GPU machine, each under its own time cap, their logs in one
 # tarball: a machine is lent for minutes, so the runs that belong together go in one command.
 #   OUT=/some/dir STEPS="g_turns:100 py_four:330 sh_nollm:560" py_four="tests/engine/test_gpu_edges.py -k four" \
-#     sh_nollm="python3 benchmarks/no_llm.py --stop-after 400 --resume --out benchmarks/results/no_llm_full" \
+#     sh_nollm="mkdir -p \$OUT/r; cp benchmarks/results/no_llm_full.* \$OUT/r/; python3 benchmarks/no_llm.py --stop-after 400 --resume --out \$OUT/r/no_llm_full" \
 #     bash benchmarks/gpu_steps.sh
+# Only $OUT comes back from the machine, and a step cut at its cap takes the rest of its command
+# with it (a `; cp results $OUT` after the run never runs): steps write their results into $OUT
+# themselves, and a --resume step finds the earlier results copied there first.
 # A step is NAME:SECONDS. g_<group>: that group of benchmarks/gpu_sandboxed_tests.sh (ONLY=<group>);
 # py*: pytest -m gpu -s with the arguments in the variable of that name; sh*: the command in the
 # variable of that name. Prepare here with `bash benchmarks/gpu_prep.sh [KernelBenchLeaderboard clone]`

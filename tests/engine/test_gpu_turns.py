@@ -462,6 +462,27 @@ def get_init_inputs():
 '''
 
 
+def _tasks(tmp_path: Path, big_source: str, small_source: str) -> list[tuple]:
+    """(Task, Candidate) of big.py and small.py, written from these sources."""
+    from kernel_lsp.engine import find_task
+
+    out = []
+    for name, source in (("big.py", big_source), ("small.py", small_source)):
+        (tmp_path / name).write_text(source)
+        out.append(find_task(str(tmp_path / name), source))
+    return out
+
+
+async def _two_engines() -> tuple:
+    """Two Engines (two Workers) on this GPU, both started."""
+    from kernel_lsp.engine import Engine
+
+    a, b = Engine(timeout=600, sandbox="off"), Engine(timeout=600, sandbox="off")
+    await a.device_info()
+    await b.device_info()
+    return a, b
+
+
 @pytest.mark.gpu
 def test_on_a_gpu_a_small_evaluation_gets_its_turn_inside_a_large_ones(tmp_path, lock_dir):
     """Two Engines (two Workers) on one GPU: a large softmax starts first; a small one started
@@ -471,19 +492,13 @@ def test_on_a_gpu_a_small_evaluation_gets_its_turn_inside_a_large_ones(tmp_path,
 
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    from kernel_lsp.engine import Engine, find_task
 
-    big_path, small_path = tmp_path / "big.py", tmp_path / "small.py"
-    big_path.write_text(BIG.replace("SIZE", "4096, 65536"))
-    small_path.write_text(BIG.replace("SIZE", "256, 4096"))
-    big, big_cand = find_task(str(big_path), big_path.read_text())
-    small, small_cand = find_task(str(small_path), small_path.read_text())
+    (big, big_cand), (small, small_cand) = _tasks(tmp_path, BIG.replace("SIZE", "4096, 65536"),
+                                                  BIG.replace("SIZE", "256, 4096"))
 
     async def go():
-        a, b = Engine(timeout=600, sandbox="off"), Engine(timeout=600, sandbox="off")
+        a, b = await _two_engines()
         try:
-            await a.device_info()
-            await b.device_info()
             ended: dict[str, float] = {}
             phases: list[str] = []
 
@@ -537,24 +552,19 @@ def test_on_a_gpu_a_small_task_that_said_its_need_gets_its_turn_beside_a_large_t
 
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    from kernel_lsp.engine import Engine, find_task
 
     total = torch.cuda.get_device_properties(0).total_memory
-    big_path, small_path = tmp_path / "big.py", tmp_path / "small.py"
     # A row sum over an input of 1/7 of the card (11.3 GiB on an H100, 20 GiB on an H200): its
     # float64 oracle (2.5x the input; a softmax's would be 7.5x) still fits on the GPU, so verify
     # takes seconds, and the timing input alone is more than 1/8 of the card.
     cols = total // 7 // 4 // 4096 // 1024 * 1024
-    big_path.write_text(BIG.replace("torch.softmax(x, dim=-1)", "torch.sum(x, dim=-1)").replace("SIZE", f"4096, {cols}"))
-    small_path.write_text(BIG.replace("SIZE", "4096, 4096"))  # 64 MiB
-    big, big_cand = find_task(str(big_path), big_path.read_text())
-    small, small_cand = find_task(str(small_path), small_path.read_text())
+    (big, big_cand), (small, small_cand) = _tasks(
+        tmp_path, BIG.replace("torch.softmax(x, dim=-1)", "torch.sum(x, dim=-1)").replace("SIZE", f"4096, {cols}"),
+        BIG.replace("SIZE", "4096, 4096"))  # 64 MiB
 
     async def go():
-        a, b = Engine(timeout=600, sandbox="off"), Engine(timeout=600, sandbox="off")
+        a, b = await _two_engines()
         try:
-            await a.device_info()
-            await b.device_info()
             verdict_out = asyncio.Event()
             first = asyncio.ensure_future(a.evaluate(big, big_cand, early=lambda part: verdict_out.set()))
             await asyncio.wait_for(verdict_out.wait(), 500)

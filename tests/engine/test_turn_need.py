@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from kernel_lsp.engine.caller import gpu_lock
 from kernel_lsp.engine.worker.judge import memory_plan
 from kernel_lsp.model import Task
+
+from tests.engine.test_gpu_turns import _env, lock_dir  # noqa: F401 - lock_dir: a fixture (a test lock folder)
 
 ROOT = Path(__file__).resolve().parents[2]
 GIB = 1 << 30
@@ -59,16 +58,6 @@ def get_inputs():
 def get_init_inputs():
     return [16384]
 '''
-
-
-@pytest.fixture
-def lock_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("KERNEL_LSP_GPU_LOCK_DIR", str(tmp_path / "locks"))
-    return tmp_path / "locks"
-
-
-def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 
 
 def needs_later(key: str, need: int | None) -> subprocess.Popen:
