@@ -220,3 +220,35 @@ def test_a_waiters_file_says_nothing_of_an_unknown_need(lock_dir):
     finally:
         w.remove()
         s.remove()
+
+
+def test_an_evaluation_that_hands_over_says_its_need_again_as_it_queues_to_get_the_turn_back(lock_dir, monkeypatch):
+    """Unsaid on the way back, it would wait behind a holder above the eighth for that holder's
+    whole evaluation: the very wait the need is said to avoid."""
+    said: list[int | None] = []
+    real = gpu_lock._Waiter
+
+    class Recorded(real):  # type: ignore[misc, valid-type]
+        def __init__(self, key, what, place_ns=None, needs_bytes=None):
+            super().__init__(key, what, place_ns, needs_bytes)
+            said.append(needs_bytes)
+
+    monkeypatch.setattr(gpu_lock, "_Waiter", Recorded)
+
+    async def go():
+        async with gpu_lock.gpu_turn("GPU-back", "evaluate", needs_bytes=3 * GIB) as turn:
+            waiter = needs_later("GPU-back", 1 * GIB)
+            await queued(turn)
+            await turn.hand_over()
+            assert turn.handovers == 1
+            assert waiter.stdout is not None and waiter.stdout.readline().strip() == "held"
+            assert waiter.wait(20) == 0
+            assert await turn.lend() is False  # nobody waits: kept
+            waiter = needs_later("GPU-back", None)
+            await queued(turn)
+            assert await turn.lend() is True
+            await turn.take_back()  # (queued at its virtual time: it may come back before the waiter's turn)
+        assert waiter.wait(20) == 0
+
+    asyncio.run(go())
+    assert said == [3 * GIB, 3 * GIB, 3 * GIB]  # queued first, after the hand-over, after the lend

@@ -150,8 +150,12 @@ class Turn:
     `handed_s`: seconds spent without it after handing it over (`hand_over`)."""
 
     def __init__(self, key: str | None, fd: int | None = None, what: str = "", waited: float = 0.0,
-                 wait_s: float = DEFAULT_WAIT_S, queued_ns: int | None = None) -> None:
+                 wait_s: float = DEFAULT_WAIT_S, queued_ns: int | None = None,
+                 needs_bytes: int | None = None) -> None:
         self.key = key
+        # What it said it needs (gpu_turn), said again each time it queues to get the turn back:
+        # unsaid, a holder above the eighth would keep the turn from it until its whole evaluation ends.
+        self.needs_bytes = needs_bytes
         self.fd = fd
         self.what = what
         self.waited = waited
@@ -198,7 +202,7 @@ class Turn:
         place = self.virtual_ns()  # behind those ahead of it
         t0 = time.monotonic()
         self.served_s += t0 - self.got_at
-        queued = _Waiter(self.key, self.what, place_ns=place)  # in the queue before it lets go
+        queued = _Waiter(self.key, self.what, place_ns=place, needs_bytes=self.needs_bytes)  # queued before it lets go
         try:
             self._pause(held_bytes)
             self.held = False
@@ -232,7 +236,8 @@ class Turn:
         Raises GPUBusy as `hand_over` does."""
         if self.held or not self.key or self.fd is None:
             return 0.0
-        return await self._back(_Waiter(self.key, self.what, place_ns=self.virtual_ns()), time.monotonic(), progress)
+        return await self._back(_Waiter(self.key, self.what, place_ns=self.virtual_ns(), needs_bytes=self.needs_bytes),
+                                time.monotonic(), progress)
 
     async def _back(self, queued: "_Waiter", t0: float,
                     progress: Callable[[str], Awaitable[Any] | Any] | None) -> float:
@@ -283,7 +288,7 @@ async def gpu_turn(key: str | None, what: str = "", wait_s: float | None = None,
             await _acquire(fd, path, queued, wait_s, t0, progress)
         finally:
             queued.remove()
-        async with _holding(Turn(key, fd, what, time.monotonic() - t0, wait_s, queued.place_ns)) as turn:
+        async with _holding(Turn(key, fd, what, time.monotonic() - t0, wait_s, queued.place_ns, needs_bytes)) as turn:
             yield turn
     finally:
         os.close(fd)
