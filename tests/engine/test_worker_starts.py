@@ -269,9 +269,9 @@ async def test_get_ready_ahead_compiles_the_reference_while_a_build_runs_elsewhe
         sent: list[str] = []
         real = engine._call_now
 
-        async def spy(w, op, params, deadline):
+        async def spy(w, op, params, deadline, **kw):
             sent.append(op)
-            return await real(w, op, params, deadline)
+            return await real(w, op, params, deadline, **kw)
         engine._call_now = spy  # type: ignore[method-assign]
         engine.get_ready_ahead(task, ("compile", "verify", "bench"), opts)
         assert engine._readying  # in the background: the caller goes on (to wait for its build)

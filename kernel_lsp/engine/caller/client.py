@@ -298,13 +298,13 @@ class Engine:
             got, _ = await self._call_now(w, "task_need", {"task": task, "options": (params or {}).get("options")},
                                           TASK_NEED_DEADLINE_S)
         except (EngineTimeout, WorkerDied, WorkerRaised) as exc:  # an older Worker, a reference that hangs
-            log.info("the Task's GPU need is unknown: %s", exc)
-            got = None
+            got = {"why": str(exc)}
         need = got.get("need_bytes") if isinstance(got, dict) else None
-        if not isinstance(need, (int, float)) or need < 0:
-            log.info("the Task's GPU need is unknown: %s", (got or {}).get("why") if isinstance(got, dict) else got)
-            need = None
-        self._needs[known] = None if need is None else int(need)
+        if isinstance(need, (int, float)) and need >= 0:
+            self._needs[known] = int(need)
+        else:
+            self._needs[known] = None
+            log.info("the Task's GPU need is unknown: %s", got.get("why") if isinstance(got, dict) else got)
         return self._needs[known]
 
     async def _build_before_turn(self, w: "WorkerProcess | keeping.KeptWorker", params: dict[str, Any],
@@ -644,14 +644,13 @@ class Engine:
                         self.prepare_skipped += 1
                         log.info("the reference of %s is not prepared ahead: other processes use the GPU", task.name)
                         return
-                    lending: dict[str, Any] = {}
                     if turn.key:
                         # Taken on an idle GPU, it may be asked for later: the Worker compiles
                         # between the turn points that lend the GPU to a process waiting then
                         # (_lend), and takes it back, queued, before running the compiled model.
                         params["options"] = {**options, protocol.YIELD_TURNS: True}
-                        lending["turn"] = turn
-                    result, _ = await self._call_now(w, "prepare_reference", params, deadline, **lending)
+                    result, _ = await self._call_now(w, "prepare_reference", params, deadline,
+                                                     turn=turn if turn.key else None)
             log.debug("reference prepared: %s", result)
         except Exception as exc:  # noqa: BLE001 - advisory: the evaluation compiles it anyway
             log.info("preparing the reference of %s failed: %s", task.name, exc)

@@ -187,10 +187,8 @@ class Harness:
         get_inputs() on the meta device, which draws nothing) has its sets drawn on the GPU."""
         if not self._is_gpu() or self.ref_module is None:
             return False
-        try:
-            with torch.device("meta"):
-                shapes = list(self.ref_module.get_inputs())
-        except Exception:  # it cannot run on meta (numpy, .cuda(), data): drawn as written
+        shapes = self._meta_inputs()
+        if shapes is None:  # it cannot run on meta (numpy, .cuda(), data): drawn as written
             return False
         size = sum(t.numel() * t.element_size() for t in shapes if isinstance(t, torch.Tensor))
         if size < DEVICE_INPUTS_BYTES:
@@ -200,6 +198,16 @@ class Harness:
                             f"{size / HOST_DRAW_BYTES_PER_S:.0f} s a set")
         return True
 
+    def _meta_inputs(self) -> list[Any] | None:
+        """get_inputs() on the meta device (shapes and dtypes, no numbers drawn); None when it
+        cannot run there (numpy, .cuda(), data-dependent code)."""
+        assert self.ref_module is not None
+        try:
+            with torch.device("meta"):
+                return list(self.ref_module.get_inputs())
+        except Exception:
+            return None
+
     def meta_sizes(self) -> dict[str, Any] | None:
         """The Task's sizes without drawing a number: get_inputs(), the Model and its forward on
         the meta device. Bytes of one input set, of the outputs (taken as large as the inputs,
@@ -207,11 +215,8 @@ class Harness:
         op) and of the parameters and buffers. None when get_inputs() cannot run there."""
         if self.ref_module is None:
             self.load_reference()
-        assert self.ref_module is not None
-        try:
-            with torch.device("meta"):
-                inputs = list(self.ref_module.get_inputs())
-        except Exception:  # numpy, .cuda(), data-dependent: unknown
+        inputs = self._meta_inputs()
+        if inputs is None:
             return None
         input_bytes = tensor_bytes(inputs)
         param_bytes, output_bytes = 0, None

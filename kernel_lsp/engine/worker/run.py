@@ -990,15 +990,27 @@ def prepare_compile(options: dict[str, Any]) -> dict[str, Any]:
     return {"state": "compiled", "seconds": (bench._perf_counter_ns() - t0) / 1e9}
 
 
+def _reference_only(task: Task, opts: EngineOptions, builder: Any, device: Any) -> Harness | None:
+    """A Harness of the Task's reference alone, for the Worker's requests outside an evaluation:
+    a file that also holds a ModelNew is loaded with only the reference's statements
+    (protocol.reference_only_source), so no candidate is built or run. None when it does not parse."""
+    import dataclasses
+
+    from kernel_lsp.engine.protocol import reference_only_source
+
+    own = reference_only_source(task.reference_source)
+    if own is None:
+        return None
+    return Harness(dataclasses.replace(task, reference_source=own), None, builder, device=device, seed=opts.seed,
+                   build_options=opts.raw)
+
+
 def task_need(task: Task, options: dict[str, Any], builder: Any) -> dict[str, Any]:
     """The Worker's `task_need` request, sent before the GPU turn while another process holds
     it: what this Task's evaluation needs on the GPU (memory_plan.turn_need) from its sizes on
     the meta device, which the waiter shows the holder (caller/gpu_lock.may_hand_over). Only the
-    reference's statements run (protocol.reference_only_source), and no tensor is made.
-    {"why": ...} when it cannot say."""
-    import dataclasses
-
-    from kernel_lsp.engine.protocol import reference_only_source
+    reference's statements run (_reference_only), and no tensor is made; whatever they replaced
+    of the functions the judgement trusts is put back. {"why": ...} when it cannot say."""
     from kernel_lsp.engine.worker.judge import memory_plan
 
     try:
@@ -1007,11 +1019,9 @@ def task_need(task: Task, options: dict[str, Any], builder: Any) -> dict[str, An
         return {"why": str(exc)}
     if _device(opts).type != "cuda":
         return {"why": "not a GPU Task"}
-    own = reference_only_source(task.reference_source)
-    if own is None:
+    h = _reference_only(task, opts, builder, "meta")
+    if h is None:
         return {"why": "the reference does not parse"}
-    h = Harness(dataclasses.replace(task, reference_source=own), None, builder, device="meta", seed=opts.seed,
-                build_options=opts.raw)
     integrity = Integrity()
     try:
         sizes = h.meta_sizes()
@@ -1034,10 +1044,6 @@ def prepare_reference(task: Task, options: dict[str, Any], builder: Any) -> dict
     only the reference's statements (protocol.reference_only_source), and whatever its code
     replaced of the functions the judgement trusts is put back. Skipped when a kept baseline
     matches."""
-    import dataclasses
-
-    from kernel_lsp.engine.protocol import reference_only_source
-
     t0 = bench._perf_counter_ns()
     opts = EngineOptions.from_dict(options)
     if not opts.baselines:
@@ -1045,11 +1051,9 @@ def prepare_reference(task: Task, options: dict[str, Any], builder: Any) -> dict
     dev = _device(opts)
     if dev.type == "cuda" and not torch.cuda.is_available():
         return {"state": "skipped", "why": NO_GPU_TASK}
-    own = reference_only_source(task.reference_source)
-    if own is None:
+    h = _reference_only(task, opts, builder, dev)
+    if h is None:
         return {"state": "skipped", "why": "the reference does not parse"}
-    h = Harness(dataclasses.replace(task, reference_source=own), None, builder, device=dev, seed=opts.seed,
-                build_options=opts.raw)
     integrity = Integrity()
     try:
         h.load_reference()

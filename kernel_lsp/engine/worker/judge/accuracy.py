@@ -20,7 +20,7 @@ benchmarks/results/verify_accuracy_cpu.md and verify_accuracy.md): see the comme
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -111,6 +111,14 @@ def compute_device(*tensors: torch.Tensor) -> torch.device:
     return torch.device("cpu")
 
 
+def chunks(dev: torch.device, *flat: torch.Tensor) -> Iterator[tuple[int, list[torch.Tensor]]]:
+    """(start, each flat tensor's chunk moved to `dev`) over 1-D tensors of one length,
+    chunk_size(dev) elements at a time: the walk every by-chunk comparison of the judge takes."""
+    c = chunk_size(dev)
+    for a in range(0, flat[0].numel(), c):
+        yield a, [t[a:a + c].to(dev) for t in flat]
+
+
 def gap_limit(dtype: torch.dtype) -> float:
     """The reference's own error beyond which rounding does not explain it: a reference this far
     from float64 is random, dtype-dependent or numerically weak (verify's Judge decides which)."""
@@ -188,9 +196,7 @@ class _Scan:
         self.of, self.rf, self.dev, self.chunk = of, rf, dev, chunk_size(dev)
         n = rf.numel()
         # The mean magnitude where the oracle lives: a host oracle is not copied up twice for it.
-        total, c = 0.0, chunk_size(rf.device)
-        for a in range(0, n, c):
-            total += float(_f64(rf[a:a + c]).abs().sum())
+        total = sum(float(_f64(r).abs().sum()) for _, (r,) in chunks(rf.device, rf))
         self.scale = total / n if n else 0.0
         self.tiny = max(self.scale, torch.finfo(torch.float64).tiny)
         self.cand_err = self.ref_err = self.max_abs = self.ref_max_abs = 0.0

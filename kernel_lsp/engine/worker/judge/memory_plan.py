@@ -59,6 +59,17 @@ def oracle_bytes(input_bytes: int, output_bytes: int, param_bytes: int, peak_byt
     return int(ORACLE_HEADROOM * scale * (input_bytes + output_bytes + param_bytes + max(0, peak_bytes)))
 
 
+def set_count(per_set: int, wanted: int = 3) -> int:
+    """Fresh input sets to check: `wanted` (at least 2), FEWER_SETS above LARGE_SET_BYTES a set."""
+    return min(max(2, wanted), FEWER_SETS) if per_set > LARGE_SET_BYTES else max(2, wanted)
+
+
+def working_bytes(input_bytes: int, output_bytes: int, peak_bytes: int) -> int:
+    """One set's inputs (twice: the candidate's and a pristine copy, and the reference's), both
+    outputs and both workspaces: what verify needs on the GPU at one time."""
+    return 3 * input_bytes + 2 * output_bytes + 2 * max(0, peak_bytes)
+
+
 def plan(input_bytes: int, output_bytes: int, param_bytes: int, peak_bytes: int, free_bytes: int | None,
          host_free_bytes: int | None, wanted: int = 3, element_bytes: int = 4, on_gpu: bool = True,
          held_bytes: int = 0) -> Plan:
@@ -68,15 +79,12 @@ def plan(input_bytes: int, output_bytes: int, param_bytes: int, peak_bytes: int,
     not kept there (the warm-up set's inputs and expected output)."""
     notes: list[str] = []
     per_set = input_bytes + output_bytes
-    sets = max(2, wanted)
-    if per_set > LARGE_SET_BYTES and sets > FEWER_SETS:
-        sets = FEWER_SETS
+    sets = set_count(per_set, wanted)
+    if sets < max(2, wanted):
         notes.append(f"{per_set / GIB:.1f} GiB per input set (inputs and outputs): {sets} fresh input sets "
                      f"checked instead of {max(2, wanted)} (above {LARGE_SET_BYTES / GIB:.0f} GiB a set)")
     need64 = oracle_bytes(input_bytes, output_bytes, param_bytes, peak_bytes, element_bytes)
-    # One set's inputs (twice: the candidate's and a pristine copy), the candidate's output and
-    # workspace, the reference's inputs, output and workspace.
-    working = 3 * input_bytes + 2 * output_bytes + 2 * max(0, peak_bytes)
+    working = working_bytes(input_bytes, output_bytes, peak_bytes)
     if not on_gpu or free_bytes is None:
         host_ok = host_free_bytes is None or need64 <= host_free_bytes
         return Plan("device", "host" if host_ok else "none", sets,
@@ -124,10 +132,8 @@ def turn_need(input_bytes: int, output_bytes: int, param_bytes: int, wanted: int
     a holder with much live data may still let it in (caller/gpu_lock.may_hand_over)."""
     peak = max(input_bytes, output_bytes)
     per_set = input_bytes + output_bytes
-    sets = FEWER_SETS if per_set > LARGE_SET_BYTES else max(2, wanted)
-    working = 3 * input_bytes + 2 * output_bytes + 2 * peak
-    return int(working + (sets + 1) * per_set + oracle_bytes(input_bytes, output_bytes, param_bytes, peak)
-               + 2 * param_bytes + CONTEXT_BYTES)
+    return int(working_bytes(input_bytes, output_bytes, peak) + (set_count(per_set, wanted) + 1) * per_set
+               + oracle_bytes(input_bytes, output_bytes, param_bytes, peak) + 2 * param_bytes + CONTEXT_BYTES)
 
 
 def recompute_note(sets: int, per_set: int) -> str:

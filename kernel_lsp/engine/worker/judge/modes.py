@@ -71,22 +71,18 @@ def _same(a: Any, b: Any, close: bool = False) -> bool:
             return False
         fx, fy = x.detach().reshape(-1), y.detach().reshape(-1)
         at = accuracy.compute_device(x, y)  # on the GPU when either is there: host float64 is slow
-        c = accuracy.chunk_size(at)
         scale = None
         if close and x.is_floating_point():
-            scale = 1e-3 * float(sum(float(fy[k:k + c].to(at).double().abs().sum())
-                                     for k in range(0, fy.numel(), c)) / max(1, fy.numel()) or 1)
-        for k in range(0, fx.numel(), c):
-            cx = torch.nan_to_num(fx[k:k + c].to(at))
-            cy = torch.nan_to_num(fy[k:k + c].to(at))
+            scale = 1e-3 * float(sum(float(c.double().abs().sum()) for _, (c,) in accuracy.chunks(at, fy))
+                                 / max(1, fy.numel()) or 1)
+        for _, (chx, chy) in accuracy.chunks(at, fx, fy):
+            cx, cy = torch.nan_to_num(chx), torch.nan_to_num(chy)
             if scale is not None:
                 if not torch.allclose(cx.double(), cy.double(), rtol=1e-3, atol=scale):
                     return False
             elif not torch.equal(cx, cy):
                 return False
     return True
-
-
 
 
 @dataclass

@@ -443,10 +443,8 @@ def compare_tensor(o: torch.Tensor, e: torch.Tensor, atol: float | None,
     masks: list[tuple[int, torch.Tensor]] = []
     # Chunks are compared on the GPU when either side is there: float64 arithmetic over a
     # host-kept 6 GiB output costs tens of seconds on the CPU, a chunk's copy a few milliseconds.
-    at = accuracy.compute_device(o, e)
-    c = accuracy.chunk_size(at)
-    for a in range(0, n, c):
-        ev = _compare_one(of[a:a + c].to(at), ef[a:a + c].to(at), atol, rtol)
+    for a, (oc, ec) in accuracy.chunks(accuracy.compute_device(o, e), of, ef):
+        ev = _compare_one(oc, ec, atol, rtol)
         if ev is None:
             continue
         mismatched += ev["mismatched"]
@@ -493,13 +491,12 @@ def same_output(a: Any, b: Any, dev: torch.device, relative: bool, atol: float |
                 return False
             continue
         fx, fy = x.detach().reshape(-1), y.detach().reshape(-1)
-        n, chunk = fy.numel(), accuracy.chunk_size(dev)
         if relative:
-            total = sum(float(_real64(fy[k:k + chunk].to(dev)).abs().nan_to_num_(0.0, 0.0, 0.0).sum())
-                        for k in range(0, n, chunk))
-            floor = max(total / max(1, n), torch.finfo(torch.float64).tiny)
-        for k in range(0, n, chunk):
-            cx, cy = _real64(fx[k:k + chunk].to(dev)), _real64(fy[k:k + chunk].to(dev))
+            total = sum(float(_real64(cy).abs().nan_to_num_(0.0, 0.0, 0.0).sum())
+                        for _, (cy,) in accuracy.chunks(dev, fy))
+            floor = max(total / max(1, fy.numel()), torch.finfo(torch.float64).tiny)
+        for _, (chx, chy) in accuracy.chunks(dev, fx, fy):
+            cx, cy = _real64(chx), _real64(chy)
             if relative:
                 ok = (cx - cy).abs() <= accuracy.LOOSE_TOL * cy.abs().clamp_min(floor)
             else:
@@ -589,14 +586,8 @@ def _clean(ev: dict[str, Any] | None) -> dict[str, Any] | None:
 def _changed(a: torch.Tensor, b: torch.Tensor) -> int:
     """Elements of `a` that differ from `b` (NaN equal to NaN), by chunks, across devices."""
     fa, fb = a.detach().reshape(-1), b.detach().reshape(-1)
-    n = 0
-    at = accuracy.compute_device(a, b)
-    c = accuracy.chunk_size(at)
-    for k in range(0, fb.numel(), c):
-        x = fa[k:k + c].to(at)
-        y = fb[k:k + c].to(at)
-        n += int((torch.nan_to_num(x) != torch.nan_to_num(y)).sum())
-    return n
+    return sum(int((torch.nan_to_num(x) != torch.nan_to_num(y)).sum())
+               for _, (x, y) in accuracy.chunks(accuracy.compute_device(a, b), fa, fb))
 
 
 def _first_mutation(before: list[Any], after: list[Any]) -> dict[str, Any] | None:
