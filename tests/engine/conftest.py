@@ -1,4 +1,5 @@
-"""Fixtures shared by the fast-build tests (test_inline_split.py, test_fastbuild_load.py)."""
+"""Fixtures shared by the engine tests: the fast-build ones (test_inline_split.py,
+test_fastbuild_load.py) and the GPU turn's (test_gpu_lock.py, test_gpu_turns.py, test_turn_need.py)."""
 
 from __future__ import annotations
 
@@ -25,3 +26,15 @@ def fast_inline_on_cpu(tmp_path, monkeypatch):
     monkeypatch.setenv("KERNEL_LSP_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(build, "_fast_inline", None)  # restored after the test
     return build.configure_fast_inline
+
+
+@pytest.fixture
+def lock_dir(request, tmp_path, monkeypatch):
+    """A lock folder of the test's own for the machine-wide GPU turn. The turn's quantum
+    (gpu_lock.MIN_TURN_S) is off for the CPU tests of the hand-over's mechanics, whose holders hand
+    over a moment after they take the turn; test_turn_quantum.py tests the quantum, and the
+    gpu-marked tests run with it as users do."""
+    monkeypatch.setenv("KERNEL_LSP_GPU_LOCK_DIR", str(tmp_path / "locks"))
+    if request.node.get_closest_marker("gpu") is None:
+        monkeypatch.setenv("KERNEL_LSP_GPU_MIN_TURN_S", "0")
+    return tmp_path / "locks"

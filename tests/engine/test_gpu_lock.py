@@ -29,12 +29,6 @@ asyncio.run(main())
 """
 
 
-@pytest.fixture
-def lock_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("KERNEL_LSP_GPU_LOCK_DIR", str(tmp_path / "locks"))
-    return tmp_path / "locks"
-
-
 def hold(key: str, seconds: float) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.Popen([sys.executable, "-c", HOLD, key, str(seconds)], env=env, stdout=subprocess.PIPE, text=True)

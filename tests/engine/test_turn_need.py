@@ -17,7 +17,7 @@ from kernel_lsp.engine.caller import gpu_lock
 from kernel_lsp.engine.worker.judge import memory_plan
 from kernel_lsp.model import Task
 
-from tests.engine.test_gpu_turns import _env, lock_dir  # noqa: F401 - lock_dir: a fixture (a test lock folder)
+from tests.engine.test_gpu_turns import _env
 
 ROOT = Path(__file__).resolve().parents[2]
 GIB = 1 << 30

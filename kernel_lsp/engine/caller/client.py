@@ -366,19 +366,14 @@ class Engine:
         if stage in (protocol.TURN_CPU_START, protocol.TURN_CPU_END):
             await self._lend(turn, stage, data, release, clock, progress, resume)
             return
-        ahead = turn.others_ahead()
-        if not ahead:  # nobody, or only those who have had more of the GPU: it goes on
-            return
+        kept = len(turn.kept)
         where = TURN_STAGES.get(stage, f"after {stage}" if stage else "")
-        paused = turn.paused_bytes()
-        if not gpu_lock.may_hand_over(data.get("held_bytes"), data.get("total_bytes"), paused,
-                                      gpu_lock.needs_of(ahead)):
-            # Its live data, with the other paused evaluations', would stay on the GPU beside the
-            # other process's: it keeps the turn.
-            turn.kept.append({"stage": stage, "held_bytes": data.get("held_bytes"), "paused_bytes": paused})
-            log.info("kept the GPU %s: %.1f GiB of this evaluation and %.1f GiB of paused ones live on it", where,
-                     float(data.get("held_bytes") or 0) / (1 << 30), paused / (1 << 30))
-            return
+        if not turn.to_hand_over(stage, data.get("held_bytes"), data.get("total_bytes")):
+            if len(turn.kept) > kept:  # its live data, with the paused ones', would stay beside another's
+                log.info("kept the GPU %s: %.1f GiB of this evaluation and %.1f GiB of paused ones live on it",
+                         where, float(data.get("held_bytes") or 0) / (1 << 30),
+                         turn.kept[-1]["paused_bytes"] / (1 << 30))
+            return  # nobody ahead (or not yet: the turn's quantum), or too much live data: it goes on
         clock.pause()
         try:
             await release()
@@ -394,9 +389,7 @@ class Engine:
         the first (unless this evaluation's live data is too big to share the GPU beside it), taken
         back at the second, the deadline paused while it waits for it."""
         if stage == protocol.TURN_CPU_START:
-            waiting = turn.others_waiting()
-            if waiting and gpu_lock.may_hand_over(data.get("held_bytes"), data.get("total_bytes"),
-                                                  turn.paused_bytes(), gpu_lock.needs_of(waiting)):
+            if turn.to_lend(data.get("held_bytes"), data.get("total_bytes")):
                 await release()
                 await turn.lend("while torch.compile compiles", progress, held_bytes=data.get("held_bytes"))
                 if resume:

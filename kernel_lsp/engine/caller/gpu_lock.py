@@ -22,7 +22,9 @@ STALE_S, is passed over), and only the first live waiter tries the lock. A new e
 is when it queued, so turns go first come, first served. A holder whose evaluation reaches a safe
 point between its stages (a turn point, protocol.YIELD_TURNS) asks `Turn.others_ahead()`: the
 waiters that queued before its own virtual time, which is when it first queued plus the GPU time
-it has had. When there are any it `hand_over`s: it queues at that virtual time, lets the lock go,
+it has had, once this turn has lasted MIN_TURN_S (so that a small evaluation finishes its few
+seconds of GPU work instead of waiting out everyone's stretch after each tenth of a second). When
+there are any it `hand_over`s: it queues at that virtual time, lets the lock go,
 and takes it back when its place comes (the GPU is idle at most one waiter's poll, POLL_S, in
 between). So an evaluation that has had little of the GPU (a small Task that waited behind a large
 one) keeps its turn until it has had its share, one that has had much yields to everyone who came
@@ -80,6 +82,23 @@ HAND_OVER_MAX_HELD = 1 / 8
 # wrong verdict. A waiter whose need is unknown (its Task did not run on meta, an older
 # kernel-lsp) is handed the turn only under the 1/8 rule.
 HAND_OVER_MAX_SHARED = 3 / 4
+
+# The least GPU time a turn lasts before the holder hands it over at a turn point (lending it for
+# CPU work is not held back). Without it, six benches at once on an H100 (2026-12-05, turns by
+# virtual time) let the GPU go after a few tenths of a second of a turn, between two of verify's
+# input sets, and waited 4-8 s for it back, two to four times per evaluation. Chosen by replaying
+# the two six-at-once runs of that day through this lock at several quanta, each stage as measured
+# (benchmarks/turn_policy.py; benchmarks/results/turn_policy.md):
+#   quantum   run e: makespan, mean wall   run d: makespan, mean wall   turns let go (e, d)
+#   0 s       28.1 s, 20.6 s               42.3 s, 30.0 s               31, 31
+#   1 s       28.2 s, 20.9 s               42.5 s, 28.5 s               11, 10
+#   2 s       26.4 s, 18.1 s               42.2 s, 28.6 s                6,  6
+#   3-4 s     25.1 s, 19.2 s               35.8 s, 29.0 s                5,  5
+# 3 s: the shortest makespan on both (the 6 GiB softmax's verify, 2.35 s in run d, and its early
+# timing go in one turn, so its 9 s CPU compile starts sooner), a mean within 1.1 s of the best.
+# A process that waits behind a holder waits at most this much longer than it did, plus the
+# holder's stretch to its next turn point.
+MIN_TURN_S = 3.0
 
 
 def may_hand_over(held_bytes: Any, total_bytes: Any, paused_bytes: int = 0,
@@ -185,10 +204,32 @@ class Turn:
 
     def others_ahead(self) -> list[dict[str, Any]]:
         """The waiters that go first if it lets the turn go now: those queued before its virtual
-        time (empty without a lock)."""
+        time (empty without a lock), and none before it has had `min_turn_s()` of this turn."""
         if not self.key or self.fd is None:
             return []
+        if self.held and time.monotonic() - self.got_at < min_turn_s():
+            return []
         return others_waiting_in(waiters_dir(self.key), before=_place(self.virtual_ns()))
+
+    def to_hand_over(self, stage: str, held_bytes: Any, total_bytes: Any) -> list[dict[str, Any]]:
+        """At a turn point between two stages: the waiters it should let the GPU go to now, empty
+        when it goes on (nobody ahead, or its live data with the paused evaluations' would stay on
+        the GPU beside theirs: then recorded in `kept`)."""
+        ahead = self.others_ahead()
+        if not ahead:
+            return []
+        paused = self.paused_bytes()
+        if may_hand_over(held_bytes, total_bytes, paused, needs_of(ahead)):
+            return ahead
+        self.kept.append({"stage": stage, "held_bytes": held_bytes, "paused_bytes": paused})
+        return []
+
+    def to_lend(self, held_bytes: Any, total_bytes: Any) -> bool:
+        """Before a span of CPU work: whether to lend the GPU (somebody waits now, and its live
+        data may stay on the GPU beside theirs). No quantum: the GPU would idle meanwhile."""
+        waiting = self.others_waiting()
+        return bool(waiting) and self.held and may_hand_over(held_bytes, total_bytes, self.paused_bytes(),
+                                                             needs_of(waiting))
 
     async def hand_over(self, where: str = "", progress: Callable[[str], Awaitable[Any] | Any] | None = None,
                         held_bytes: Any = None) -> float:
@@ -597,6 +638,15 @@ def unlock(fd: int) -> None:
 def _command() -> str:
     argv = [os.path.basename(a) for a in sys.argv[:3]]
     return " ".join(argv) or "python"
+
+
+def min_turn_s() -> float:
+    """MIN_TURN_S, or $KERNEL_LSP_GPU_MIN_TURN_S (seconds, >= 0) where set."""
+    raw = os.environ.get("KERNEL_LSP_GPU_MIN_TURN_S", "").strip()
+    try:
+        return max(0.0, float(raw)) if raw else MIN_TURN_S
+    except ValueError:
+        return MIN_TURN_S
 
 
 def enabled() -> bool:

@@ -1,0 +1,228 @@
+"""The GPU turn's policy, replayed: six evaluations at once through the real machine-wide lock
+(engine/caller/gpu_lock.py), each one a process that sleeps through the stages a measured
+six-at-once run recorded (its Worker's start and build before the turn; then, holding the turn,
+verify's input sets, the early timing, torch.compile's CPU compile with the GPU lent, its GPU
+part, the final timing), and stops at the same turn points a real evaluation stops at, where the
+same Turn methods the Engine calls (to_hand_over, to_lend, hand_over, take_back) decide. Run once
+per quantum (gpu_lock.MIN_TURN_S, through $KERNEL_LSP_GPU_MIN_TURN_S), it tells what the policy
+alone does to each bench's wall and to the makespan, with no GPU and no noise from one.
+
+What it does not see: the GPU work itself (a stage's seconds are what the measured run's
+evaluation spent in it, held constant here), memory (every holder may hand over: the measured run's
+Tasks all fit beside each other under gpu_lock's rules), and the CPU contention that made those
+seconds (they are replayed as measured at six at once).
+
+  python benchmarks/turn_policy.py                      # quanta 0, 0.5, 1, 2, 3, 4 s
+  python benchmarks/turn_policy.py --quanta 0,2 --scale 0.5
+
+Reads the `parallel` rows of first_bench.py JSONs (default: the two six-at-once runs on an H100 of
+2026-12-05, under benchmarks/results/gpu_runs/2026-12-05{e,d}/; `--profile` again for others).
+Writes benchmarks/results/turn_policy.{json,md}. Standard library and kernel_lsp's caller only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from kernel_lsp.engine.caller import gpu_lock  # noqa: E402
+
+# The two six-at-once runs on an H100 of 2026-12-05: turns by virtual time (e), and before them (d).
+PROFILES = [ROOT / "benchmarks/results/gpu_runs/2026-12-05e/first_bench_warm_h100.json",
+            ROOT / "benchmarks/results/gpu_runs/2026-12-05d/first_bench_warm_h100.json"]
+KEY = "GPU-turn-policy-replay"
+SETS = 5  # verify's input sets: a turn point between each two
+# Before the turn (outside the Worker's evaluate): what each bench did before it queued.
+BEFORE = ("interpreter start", "opening the store", "reading the Tasks", "starting the Worker",
+          "reusing the kept worker", "compiling", "waiting for the early build")
+
+
+def stages(row: dict[str, Any], compile_gpu_s: float) -> dict[str, float]:
+    """One measured bench row -> the seconds of each replayed stage."""
+    inside: dict[str, float] = {}
+    before = 0.0
+    for p in row.get("phases") or []:
+        name, s = str(p.get("phase")), float(p.get("seconds") or 0)
+        if p.get("inside"):
+            inside[name] = inside.get(name, 0.0) + s
+        elif any(name.startswith(b) or f": {b}" in name for b in BEFORE):
+            before += s
+    compile_s = inside.get("torch compile", 0.0)
+    return {
+        "before": before,
+        "start": inside.get("reference", 0.0) + inside.get("build candidate", 0.0),
+        "verify": inside.get("verify", 0.0),
+        "early": inside.get("timing inputs", 0.0) + inside.get("early timing", 0.0),
+        "compile_cpu": max(0.0, compile_s - compile_gpu_s),
+        "compile_gpu": min(compile_s, compile_gpu_s),
+        "final": inside.get("timing", 0.0) + inside.get("cache probe", 0.0),
+    }
+
+
+def gpu_seconds(st: dict[str, float]) -> float:
+    return st["start"] + st["verify"] + st["early"] + st["compile_gpu"] + st["final"]
+
+
+# -- one replayed evaluation (a process of its own: the lock is per open file, waiters per pid) --
+
+async def _replay(st: dict[str, float], scale: float) -> dict[str, Any]:
+    t0 = time.monotonic()
+    held_log: list[tuple[float, float]] = []  # (from, to) while it ran "GPU work"
+
+    async def gpu(seconds: float) -> None:
+        a = time.monotonic()
+        await asyncio.sleep(seconds * scale)
+        held_log.append((a - t0, time.monotonic() - t0))
+
+    async def point(turn: gpu_lock.Turn, stage: str) -> None:
+        if turn.to_hand_over(stage, None, None):
+            await turn.hand_over(stage)
+
+    await asyncio.sleep(st["before"] * scale)
+    queued = time.monotonic() - t0
+    async with gpu_lock.gpu_turn(KEY, "evaluate") as turn:
+        got = time.monotonic() - t0
+        await gpu(st["start"])
+        for i in range(SETS):
+            await gpu(st["verify"] / SETS)
+            if i < SETS - 1:
+                await point(turn, "verify_set")
+        await point(turn, "verify")
+        await gpu(st["early"])
+        await point(turn, "early_timing")
+        if turn.to_lend(None, None):
+            await turn.lend("while torch.compile compiles")
+            await asyncio.sleep(st["compile_cpu"] * scale)
+            await turn.take_back()
+        else:
+            await asyncio.sleep(st["compile_cpu"] * scale)  # held, the GPU idle
+        await gpu(st["compile_gpu"])
+        await point(turn, "torch_compile")
+        await gpu(st["final"])
+    end = time.monotonic() - t0
+    return {"queued_s": queued / scale, "first_turn_s": got / scale, "wall_s": end / scale,
+            "handovers": turn.handovers, "handed_s": turn.handed_s / scale,
+            "gpu": [(a / scale, b / scale) for a, b in held_log]}
+
+
+def one(args: argparse.Namespace) -> None:
+    st = json.loads(args.one)
+    start_at = float(args.start_at)
+    time.sleep(max(0.0, start_at - time.time()))  # every process starts together
+    print(json.dumps(asyncio.run(_replay(st, args.scale))), flush=True)
+
+
+# -- the replay at each quantum ------------------------------------------------------------------
+
+def replay(rows: list[dict[str, Any]], quantum: float, scale: float, compile_gpu_s: float) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="turn-policy-") as locks:
+        env = {**os.environ, "KERNEL_LSP_GPU_LOCK_DIR": locks, "KERNEL_LSP_GPU_MIN_TURN_S": str(quantum),
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        start_at = time.time() + 1.5  # time for every process to import
+        procs = [subprocess.Popen([sys.executable, __file__, "--one", json.dumps(stages(r, compile_gpu_s)),
+                                   "--start-at", str(start_at), "--scale", str(scale)],
+                                  env=env, stdout=subprocess.PIPE, text=True) for r in rows]
+        outs = [json.loads((p.communicate(timeout=600)[0] or "{}").strip().splitlines()[-1]) for p in procs]
+    spans = sorted(s for o in outs for s in o.get("gpu", []))
+    overlap = sum(max(0.0, a_end - b_start) for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
+    return {"quantum_s": quantum, "makespan_s": round(max(o["wall_s"] for o in outs), 2),
+            "gpu_overlap_s": round(overlap, 3),  # > 0 would mean two held the turn at once
+            "benches": [{"task": r["task"], **{k: (round(v, 2) if isinstance(v, float) else v)
+                                               for k, v in o.items() if k != "gpu"}}
+                        for r, o in zip(rows, outs)]}
+
+
+def table(path: str, profile: dict[str, Any], rows: list[dict[str, Any]], alone: dict[str, float],
+          results: list[dict[str, Any]]) -> str:
+    names = [r["task"] for r in rows]
+    where = Path(path).resolve()
+    lines = [f"## {where.relative_to(ROOT) if where.is_relative_to(ROOT) else path}", "",
+             f"Measured with `{profile.get('command', '?')}` on {profile.get('device', '?')} "
+             f"({profile.get('when', '?')}); its six-at-once rows replayed.", "",
+             "| quantum s | makespan s | " + " | ".join(f"{n} wall s (turns let go)" for n in names)
+             + " | mean wall s | worst wall / alone wall |",
+             "| --- | --- | " + " | ".join("---" for _ in names) + " | --- | --- |"]
+    measured = {r["task"]: r for r in rows}
+    lines.append("| measured | " + f"{max(float(r['wall_s']) for r in rows):.1f} | "
+                 + " | ".join(f"{float(measured[n]['wall_s']):.1f}" for n in names)
+                 + f" | {statistics.mean(float(r['wall_s']) for r in rows):.1f} | "
+                 + f"{max(float(measured[n]['wall_s']) / alone[n] for n in names if alone.get(n)):.1f} |")
+    for res in results:
+        by = {b["task"]: b for b in res["benches"]}
+        worst = max(by[n]["wall_s"] / alone[n] for n in names if alone.get(n))
+        lines.append(f"| {res['quantum_s']:g} | {res['makespan_s']:.1f} | "
+                     + " | ".join(f"{by[n]['wall_s']:.1f} ({by[n]['handovers']})" for n in names)
+                     + f" | {statistics.mean(by[n]['wall_s'] for n in names):.1f} | {worst:.1f} |")
+    lines += ["", "alone wall s (that run's benches one at a time): "
+              + ", ".join(f"{n} {alone[n]:.1f}" for n in names if n in alone), ""]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", action="append", help="a first_bench.py JSON (again for more)")
+    ap.add_argument("--quanta", default="0,0.5,1,2,3,4")
+    ap.add_argument("--scale", type=float, default=1.0, help="replay at this fraction of real time")
+    ap.add_argument("--compile-gpu-s", type=float, default=0.3,
+                    help="of torch.compile's seconds, those on the GPU after the lent compile (first runs)")
+    ap.add_argument("--mode", default="warm", help="the profile's scenario")
+    ap.add_argument("--out-dir", default=str(ROOT / "benchmarks/results"))
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    ap.add_argument("--start-at", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one:
+        one(args)
+        return 0
+    quanta = [float(q) for q in args.quanta.split(",") if q.strip()]
+    sections, runs = [], []
+    for path in args.profile or [str(p) for p in PROFILES]:
+        try:
+            profile = json.loads(Path(path).read_text())
+            scenario = next(s for s in profile["scenarios"] if s.get("mode") == args.mode)
+            rows = scenario["parallel"]["rows"]
+            alone = {r["task"]: float(r["wall_s"]) for r in scenario.get("alone", {}).get("rows", [])}
+        except (OSError, ValueError, KeyError, StopIteration, TypeError) as exc:
+            print(f"turn_policy: cannot read the profile {path} ({type(exc).__name__}: {exc})", file=sys.stderr)
+            return 2
+        results = []
+        for q in quanta:
+            res = replay(rows, q, args.scale, args.compile_gpu_s)
+            print(f"{Path(path).parent.name}: quantum {q:g} s: makespan {res['makespan_s']:.1f} s, walls "
+                  + ", ".join(f"{b['wall_s']:.1f}" for b in res["benches"]), flush=True)
+            results.append(res)
+        sections.append(table(path, profile, rows, alone, results))
+        runs.append({"profile": path, "stages": {r["task"]: stages(r, args.compile_gpu_s) for r in rows},
+                     "alone_wall_s": alone, "results": results})
+    command = ("python benchmarks/turn_policy.py " + " ".join(a for a in sys.argv[1:] if not a.startswith("--out-dir"))).strip()
+    md = "\n".join([
+        f"# The GPU turn's policy, replayed ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", "",
+        f"Command: `{command}` (scale {args.scale}, {args.compile_gpu_s} s of each torch.compile on the GPU)", "",
+        "Each bench is a process that sleeps through its measured stages and takes the real lock's turns "
+        "(no GPU: what this measures is the policy). The quantum is the least GPU time a turn lasts before "
+        "a hand-over at a turn point (gpu_lock.MIN_TURN_S). `measured` is the real run, under the policy of "
+        "its day: no quantum, no GPU lent while torch.compile compiles, and (d) references prepared in a turn "
+        "of their own and no virtual time.", ""] + sections)
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "turn_policy.json").write_text(json.dumps(
+        {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": command, "scale": args.scale,
+         "compile_gpu_s": args.compile_gpu_s, "runs": runs}, indent=1) + "\n")
+    (out / "turn_policy.md").write_text(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
