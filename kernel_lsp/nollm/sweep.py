@@ -23,6 +23,9 @@ MAX_BLOCK = {"x": 4096, "y": 1024, "z": 1024, "r0_": 4096, "r1_": 4096}  # large
 MAX_ELEMENTS = 16384     # elements one program holds (XBLOCK * R0_BLOCK ...): past it, spills
 WARPS = (1, 2, 4, 8, 16)  # 16 warps = 512 threads; 32 rejected (rarely faster, often fails to fit)
 STAGES = (1, 2, 3, 4)     # software pipelining depth for loops with loads
+# A kernel with a tl.dot (a max-autotune GEMM template) pipelines its K loop deeper: Inductor's own
+# template configs use 2 to 5 stages.
+DOT_STAGES = (1, 2, 3, 4, 5)
 MAX_GRID_YZ = 65535      # CUDA's limit on a grid's y and z dimensions
 
 
@@ -32,6 +35,7 @@ class KernelFacts:
     numels: dict[str, int]
     unmasked: frozenset[str]
     fixed_elements: int  # elements per program from blocks fixed in the text (a persistent R0_BLOCK)
+    stages: tuple[int, ...] = STAGES  # the pipeline depths it may take
 
 
 def configs(source: str) -> dict[str, dict[str, int]]:
@@ -57,7 +61,7 @@ def kernel_facts(source: str, name: str) -> KernelFacts:
     fixed = 1
     for m in re.finditer(r"^    R\d_BLOCK: tl\.constexpr = (\d+)$", body, re.M):
         fixed *= int(m.group(1))
-    return KernelFacts(name, numels, unmasked, fixed)
+    return KernelFacts(name, numels, unmasked, fixed, DOT_STAGES if "tl.dot(" in body else STAGES)
 
 
 def config_ok(facts: KernelFacts, cfg: dict[str, int]) -> bool:
@@ -77,7 +81,7 @@ def config_ok(facts: KernelFacts, cfg: dict[str, int]) -> bool:
         elements *= value
         if dim in ("y", "z") and numel is not None and -(-numel // value) > MAX_GRID_YZ:
             return False  # the launch grid's y and z axes stop at 65535 programs
-    if cfg.get("num_warps", 4) not in WARPS or cfg.get("num_stages", 1) not in STAGES:
+    if cfg.get("num_warps", 4) not in WARPS or cfg.get("num_stages", 1) not in facts.stages:
         return False
     return elements <= MAX_ELEMENTS
 
@@ -95,8 +99,8 @@ def neighbours(facts: KernelFacts, cfg: dict[str, int]) -> list[tuple[dict[str, 
             i = WARPS.index(value) if value in WARPS else 2
             steps = [WARPS[j] for j in (i + 1, i - 1) if 0 <= j < len(WARPS)]
         elif key == "num_stages":
-            i = STAGES.index(value) if value in STAGES else 0
-            steps = [STAGES[j] for j in (i + 1, i - 1) if 0 <= j < len(STAGES)]
+            i = facts.stages.index(value) if value in facts.stages else 0
+            steps = [facts.stages[j] for j in (i + 1, i - 1) if 0 <= j < len(facts.stages)]
         else:
             continue
         for new in steps:

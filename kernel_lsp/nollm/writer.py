@@ -16,6 +16,10 @@ The file is written for the recorded shapes (Inductor bakes them into the kernel
 input shape, stride, dtype, device or a pointer not 16-byte aligned runs the reference's own forward.
 Generated.eager holds, per kernel, eager's ATen ops that can stand in for it (eager_ops.py).
 
+Max-autotune's Triton templates (GEMM, convolution) are copied as they are: their blocks are
+constants in their bodies, their one launch config (num_warps, num_stages) goes into CONFIGS, and
+their grid is the fixed one Inductor computed for those blocks.
+
 Everything it cannot convert raises NotConvertible with one sentence saying why.
 """
 
@@ -35,8 +39,14 @@ class NotConvertible(Exception):
 
 
 # Inductor's heuristics decorators we convert, and what kind of kernel each makes.
-_KINDS = {"pointwise": "pointwise", "reduction": "reduction", "persistent_reduction": "persistent_reduction"}
+_KINDS = {"pointwise": "pointwise", "reduction": "reduction", "persistent_reduction": "persistent_reduction",
+          "template": "template"}
 _GRIDS = {"Grid1D", "Grid2D"}
+# A template (max-autotune's Triton GEMM or convolution) has its blocks as constants in its body,
+# one launch config in its decorator, and its grid as three numbers after its arguments in the
+# launch call (Inductor's FixedGrid: `kernel.run(a, b, out, 32, 1, 1, stream=...)`).
+_TEMPLATE_GRIDS = {"FixedGrid"}
+_DECORATOR_INT = re.compile(r"^\s*(num_warps|num_stages)=(\d+),", re.M)
 _TRITON_DEF = re.compile(
     r"^(\w+) = async_compile\.triton\('(\w+)', '''(.*?)''', device_str='cuda'\)", re.S | re.M)
 _OTHER_COMPILE = re.compile(r"^(\w+) = async_compile\.(\w+)\(", re.M)
@@ -68,6 +78,7 @@ class Kernel:
     unmasked: set[str]          # dims with no bounds mask: their block must divide the numel
     helpers: set[str] = field(default_factory=set)
     grid: str = ""              # the launch grid (3 dims) as an expression of the config `cfg`
+    decorated: dict[str, int] = field(default_factory=dict)  # a template's num_warps, num_stages
 
 
 @dataclass
@@ -115,7 +126,10 @@ def _kernel(name: str, body: str) -> Kernel:
                              "max-autotune GEMM template), which the writer does not convert yet")
     grid = _GRID_TYPE.search(body)
     grid_type = grid.group(1) if grid else "Grid1D"
-    if grid_type not in _GRIDS:
+    if kind == "template" and grid_type not in _TEMPLATE_GRIDS:
+        raise NotConvertible(f"template {name} uses Inductor's {grid_type} launch grid; the writer launches "
+                             "templates only with the fixed grid Inductor gives them (FixedGrid)")
+    if kind != "template" and grid_type not in _GRIDS:
         raise NotConvertible(f"kernel {name} uses Inductor's {grid_type} launch grid, which the writer "
                              "does not convert (only 1D and 2D grids)")
     start = body.find("@triton.jit")
@@ -152,7 +166,12 @@ def _kernel(name: str, body: str) -> Kernel:
             raise NotConvertible(f"kernel {name} computes its {m.group(1)} offset in a way the writer "
                                  f"does not launch ({m.group(2).strip()[:60]})")
         dims[exact.group(1)] = int(exact.group(2))
-    return Kernel(name, kind, grid_type, text, params, constexprs, dims, unmasked_dims(text), used)
+    decorated = {k: int(v) for k, v in _DECORATOR_INT.findall(body[:start])} if kind == "template" else {}
+    if kind == "template" and (constexprs or dims):
+        raise NotConvertible(f"template {name} takes its blocks at launch, which Inductor's templates do not "
+                             "(the writer launches a template as Inductor does: its constants in its body)")
+    return Kernel(name, kind, grid_type, text, params, constexprs, dims, unmasked_dims(text), used,
+                  decorated=decorated)
 
 
 def unmasked_dims(text: str) -> set[str]:
@@ -207,6 +226,8 @@ def default_config(kernel: Kernel, numels: dict[str, int]) -> dict[str, int]:
     autotuner picked (the sweep then measures its neighbours)."""
     x = numels.get("x", 1)
     cfg: dict[str, int] = {}
+    if kernel.kind == "template":  # its blocks are in its body: what Inductor's autotuner chose
+        return {"num_warps": kernel.decorated.get("num_warps", 4), "num_stages": kernel.decorated.get("num_stages", 2)}
     if kernel.kind == "pointwise":
         if "YBLOCK" in kernel.constexprs:
             cfg["YBLOCK"] = _fit(kernel, "y", min(32, pow2(numels.get("y", 1))), numels.get("y", 1))
@@ -602,6 +623,14 @@ def _param_shapes(ref: str) -> dict[str, tuple]:
 
 def _launch(kernel: Kernel, call: ast.Call, conv: _Expr) -> tuple[Launch, str]:
     args = [a for a in call.args]
+    if kernel.kind == "template":  # FixedGrid: the grid's three numbers follow the arguments
+        if len(args) != len(kernel.params) + 3:
+            raise NotConvertible(f"template {kernel.name} is launched with {len(args)} arguments for its "
+                                 f"{len(kernel.params)} parameters and a grid of 3")
+        fixed = [int(_const(a, f"{kernel.name}'s grid")) for a in args[-3:]]
+        texts = [ast.unparse(conv.visit(a)) for a in args[:-3]]
+        kernel.grid = f"({fixed[0]}, {fixed[1]}, {fixed[2]})"
+        return Launch(kernel.name, texts, {}), f"LAUNCHERS[{kernel.name!r}](dev, {', '.join(texts)})"
     if len(args) != len(kernel.params):
         raise NotConvertible(f"kernel {kernel.name} is launched with {len(args)} arguments for its "
                              f"{len(kernel.params)} parameters")

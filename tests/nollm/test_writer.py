@@ -166,11 +166,11 @@ def test_unknown_private_helper_is_named():
     assert "triton_helpers.bucketize_binary_search" in _one_line(e.value)
 
 
-def test_gemm_templates_and_other_backends_are_refused():
+def test_a_template_without_its_fixed_grid_and_other_backends_are_refused():
     ref, code, args = load("relu")
-    with pytest.raises(NotConvertible) as e:
+    with pytest.raises(NotConvertible) as e:  # (test_template.py: a template the writer converts)
         write_model_new(ref, code.replace("@triton_heuristics.pointwise(", "@triton_heuristics.template("), args)
-    assert "template" in _one_line(e.value)
+    assert "template triton_poi_fused_relu_0 uses Inductor's Grid1D launch grid" in _one_line(e.value)
     with pytest.raises(NotConvertible) as e:
         write_model_new(ref, code.replace("async_compile.wait(globals())",
                                           "cpp_fused_0 = async_compile.cpp_pybinding(['x'], '''x''')\n"
