@@ -230,3 +230,66 @@ def test_eager_op_variant_and_lean_launch_on_the_split_softmax(tmp_path):
     t = _bench(tmp_path, tmp_path / "sm_eager.py")
     # Eager's ops beside the kernels are PyTorch's work: flagged as torch.mm beside kernels is.
     assert t["verdict"] == "correct" and t["custom_kernel"] is False and "torch_fallback" in t["flags"], t
+
+
+SKINNY_GEMM = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """C = A @ B with K = 32 (KernelBench level 1 problem 7's shape, smaller): memory-bound."""
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a, b):
+        return torch.matmul(a, b)
+
+
+def get_inputs():
+    return [torch.randn(4096, 32, device="cuda"), torch.randn(32, 4096, device="cuda")]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_max_autotune_gemm_template_is_written_as_a_triton_kernel_and_judged_correct(tmp_path):
+    """The first recording of a max-autotune Triton template (Triton's GEMM only, so that the
+    template is what Inductor picks): the writer's file launches it on Inductor's fixed grid, runs
+    alone with nothing of torch._inductor, and the engine judges it a custom kernel, correct."""
+    import torch._inductor.config as inductor_config
+
+    from kernel_lsp.engine.worker.inductor_code import record
+    from kernel_lsp.nollm.proposer import convert_recording
+
+    with inductor_config.patch(max_autotune_gemm_backends="TRITON"):
+        rec = record(SKINNY_GEMM, ("max-autotune",))
+    assert "why" not in rec and "error" not in rec["modes"]["max-autotune"], rec
+    (code,) = rec["modes"]["max-autotune"]["codes"]
+    # The recording, for tests/data/inductor (the CPU tests' fixtures): $KERNEL_LSP_TEST_RECORDINGS
+    # names a folder that outlives the test (on the device: one under $OUT).
+    keep = Path(os.environ.get("KERNEL_LSP_TEST_RECORDINGS") or tmp_path) / "skinny_gemm"
+    keep.mkdir(parents=True, exist_ok=True)
+    (keep / "reference.py").write_text(SKINNY_GEMM)
+    (keep / "max-autotune_0.py").write_text(code)
+    (keep / "max-autotune.json").write_text(json.dumps({k: v for k, v in rec["modes"]["max-autotune"].items()
+                                                        if k != "codes"}, indent=1))
+    assert "@triton_heuristics.template(" in code, code[:2000]
+    gens, why = convert_recording(SKINNY_GEMM, rec)
+    assert "max-autotune" in gens, why
+    gen = gens["max-autotune"]
+    assert any(k.kind == "template" for k in gen.kernels) and gen.externs == []
+    path = tmp_path / "skinny_nollm.py"
+    path.write_text(gen.source)
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "empty_inductor_cache"),
+           "TRITON_CACHE_DIR": str(tmp_path / "triton")}
+    r = subprocess.run([sys.executable, "-c", RUN, str(path)], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "inductor-modules []" in r.stdout, r.stdout
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    r = subprocess.run([sys.executable, "-m", "kernel_lsp.cli", "bench", path.name, "--json"], cwd=tmp_path,
+                       env=env, capture_output=True, text=True, timeout=500)
+    (t,) = json.loads(r.stdout)["targets"]
+    assert r.returncode == 0 and t["verdict"] == "correct" and t["custom_kernel"] is True, (t, r.stderr[-2000:])

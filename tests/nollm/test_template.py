@@ -7,8 +7,9 @@ template (torch 2.7 and later; read off torch 2.13's select_algorithm.py and
 runtime/triton_heuristics.py): a `@triton_heuristics.template(num_stages=.., num_warps=..,
 inductor_meta={'grid_type': 'FixedGrid', ...})` decorator, its block sizes as constants in its
 body, and a launch whose last three positional arguments are the grid. Its kernel is a plain tiled
-GEMM of our own, not Inductor's template text. Replace it with a recording
-(`inductor_record.py --modes max-autotune` on KernelBench level 1 problem 7) when a GPU is lent.
+GEMM of our own, not Inductor's template text. Replace it with a recording when a GPU is lent:
+tests/nollm/test_gpu.py's template test records one (K = 32, level 1 problem 7's shape) into
+$KERNEL_LSP_TEST_RECORDINGS/skinny_gemm, in tests/data/inductor's layout.
 """
 
 from __future__ import annotations
