@@ -21,26 +21,9 @@ import pytest
 from kernel_lsp.engine.worker.judge import static_checks
 from kernel_lsp.nollm import sweep
 from kernel_lsp.nollm.writer import NotConvertible, write_model_new
+from tests.nollm.test_gpu import SKINNY_GEMM
 
-REFERENCE = '''import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, a, b):
-        return torch.matmul(a, b)
-
-
-def get_inputs():
-    return [torch.randn(256, 32), torch.randn(32, 128)]
-
-
-def get_init_inputs():
-    return []
-'''
+REFERENCE = SKINNY_GEMM  # the GPU test records this one's template
 
 MODULE = """
 import torch
@@ -57,9 +40,9 @@ empty_strided_cuda = torch._C._dynamo.guards._empty_strided_cuda
 # Source node to ATen node mapping:
 #   matmul => mm
 # Graph fragment:
-#   %arg0_1 : Tensor "f32[256, 32][32, 1]cuda:0" = PlaceHolder[target=arg0_1]
-#   %arg1_1 : Tensor "f32[32, 128][128, 1]cuda:0" = PlaceHolder[target=arg1_1]
-#   %mm : Tensor "f32[256, 128][128, 1]cuda:0"[num_users=1] = call_function[target=torch.ops.aten.mm.default](args = (%arg0_1, %arg1_1), kwargs = {})
+#   %arg0_1 : Tensor "f32[4096, 32][32, 1]cuda:0" = PlaceHolder[target=arg0_1]
+#   %arg1_1 : Tensor "f32[32, 4096][4096, 1]cuda:0" = PlaceHolder[target=arg1_1]
+#   %mm : Tensor "f32[4096, 4096][4096, 1]cuda:0"[num_users=1] = call_function[target=torch.ops.aten.mm.default](args = (%arg0_1, %arg1_1), kwargs = {})
 #   return %mm
 triton_tem_fused_mm_0 = async_compile.triton('triton_tem_fused_mm_0', '''
 import triton
@@ -80,8 +63,8 @@ def triton_tem_fused_mm_0(arg_A, arg_B, out_ptr0):
     BLOCK_M : tl.constexpr = 64
     BLOCK_N : tl.constexpr = 64
     BLOCK_K : tl.constexpr = 32
-    M = 256
-    N = 128
+    M = 4096
+    N = 4096
     K = 32
     pid = tl.program_id(0)
     grid_n = (N + BLOCK_N - 1) // BLOCK_N
@@ -106,14 +89,14 @@ del async_compile
 def call(args):
     arg0_1, arg1_1 = args
     args.clear()
-    assert_size_stride(arg0_1, (256, 32), (32, 1))
-    assert_size_stride(arg1_1, (32, 128), (128, 1))
+    assert_size_stride(arg0_1, (4096, 32), (32, 1))
+    assert_size_stride(arg1_1, (32, 4096), (4096, 1))
     with torch.cuda._DeviceGuard(0):
         torch.cuda.set_device(0)
-        buf0 = empty_strided_cuda((256, 128), (128, 1), torch.float32)
+        buf0 = empty_strided_cuda((4096, 4096), (4096, 1), torch.float32)
         # Topologically Sorted Source Nodes: [matmul], Original ATen: [aten.mm]
         stream0 = get_raw_stream(0)
-        triton_tem_fused_mm_0.run(arg0_1, arg1_1, buf0, 8, 1, 1, stream=stream0)
+        triton_tem_fused_mm_0.run(arg0_1, arg1_1, buf0, 4096, 1, 1, stream=stream0)
         del arg0_1
         del arg1_1
     return (buf0, )
@@ -131,7 +114,7 @@ def test_a_gemm_template_becomes_a_plain_triton_kernel_launched_on_its_fixed_gri
     assert "    BLOCK_M : tl.constexpr = 64" in src  # its blocks stay in its body
     # launched with its three arguments; the grid is Inductor's, fixed for those blocks
     assert "LAUNCHERS['triton_tem_fused_mm_0'](dev, arg0_1, arg1_1, buf0)" in src
-    assert "_Launcher(triton_tem_fused_mm_0, 'triton_tem_fused_mm_0', (), lambda cfg: (8, 1, 1))" in src
+    assert "_Launcher(triton_tem_fused_mm_0, 'triton_tem_fused_mm_0', (), lambda cfg: (4096, 1, 1))" in src
     assert "triton_heuristics" not in src and "torch._inductor" not in src and gen.externs == []
     # the engine's own checks: a custom kernel, and nothing flagged
     assert static_checks.has_kernel(src) and static_checks.flags(static_checks.scan(src, "python", REFERENCE)) == []
@@ -149,14 +132,14 @@ def test_the_sweep_moves_a_templates_warps_and_pipeline_stages_only():
 
 
 @pytest.mark.parametrize("change,words", [
-    ("triton_tem_fused_mm_0.run(arg0_1, arg1_1, buf0, 8, 1, 1, stream=stream0)",
+    ("triton_tem_fused_mm_0.run(arg0_1, arg1_1, buf0, 4096, 1, 1, stream=stream0)",
      "template triton_tem_fused_mm_0 is launched with 3 arguments for its 3 parameters and a grid of 3"),
     ("'grid_type': 'FixedGrid'", "template triton_tem_fused_mm_0 uses Inductor's Grid1D launch grid"),
     ("def triton_tem_fused_mm_0(arg_A, arg_B, out_ptr0):", "takes its blocks at launch"),
 ])
 def test_a_template_the_writer_cannot_launch_is_refused_in_one_sentence(change, words):
     broken = {
-        "triton_tem_fused_mm_0.run(arg0_1, arg1_1, buf0, 8, 1, 1, stream=stream0)":
+        "triton_tem_fused_mm_0.run(arg0_1, arg1_1, buf0, 4096, 1, 1, stream=stream0)":
             "triton_tem_fused_mm_0.run(arg0_1, arg1_1, buf0, stream=stream0)",
         "'grid_type': 'FixedGrid'": "'grid_type': 'Grid1D'",
         "def triton_tem_fused_mm_0(arg_A, arg_B, out_ptr0):":
