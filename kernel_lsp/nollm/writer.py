@@ -623,31 +623,28 @@ def _param_shapes(ref: str) -> dict[str, tuple]:
 
 def _launch(kernel: Kernel, call: ast.Call, conv: _Expr) -> tuple[Launch, str]:
     args = [a for a in call.args]
+    numels: dict[str, int] = {}
+    grid: list[str] = ["1", "1", "1"]
     if kernel.kind == "template":  # FixedGrid: the grid's three numbers follow the arguments
         if len(args) != len(kernel.params) + 3:
             raise NotConvertible(f"template {kernel.name} is launched with {len(args)} arguments for its "
                                  f"{len(kernel.params)} parameters and a grid of 3")
-        fixed = [int(_const(a, f"{kernel.name}'s grid")) for a in args[-3:]]
-        texts = [ast.unparse(conv.visit(a)) for a in args[:-3]]
-        kernel.grid = f"({fixed[0]}, {fixed[1]}, {fixed[2]})"
-        return Launch(kernel.name, texts, {}), f"LAUNCHERS[{kernel.name!r}](dev, {', '.join(texts)})"
-    if len(args) != len(kernel.params):
+        grid = [str(int(_const(a, f"{kernel.name}'s grid"))) for a in args[-3:]]
+        args = args[:-3]
+    elif len(args) != len(kernel.params):
         raise NotConvertible(f"kernel {kernel.name} is launched with {len(args)} arguments for its "
                              f"{len(kernel.params)} parameters")
-    numels: dict[str, int] = {}
     for p, a in zip(kernel.params, args):
         m = re.fullmatch(r"(x|y|z|r0_|r1_)numel", p)
         if m:
             numels[m.group(1)] = int(_const(a, f"{kernel.name}'s {p}"))
-    texts = [ast.unparse(conv.visit(a)) for a in args]
-    grid: list[str] = ["1", "1", "1"]
-    for dim, axis in kernel.grid_dims.items():
+    for dim, axis in kernel.grid_dims.items():  # (a template has none: its grid is fixed)
         if dim not in numels:
             raise NotConvertible(f"kernel {kernel.name} has no {dim}numel argument to size its grid")
         grid[axis] = f"triton.cdiv({numels[dim]}, cfg[{(dim.upper() + 'BLOCK')!r}])"
+    texts = [ast.unparse(conv.visit(a)) for a in args]
     kernel.grid = f"({', '.join(grid)})"
-    line = f"LAUNCHERS[{kernel.name!r}](dev, {', '.join(texts)})"
-    return Launch(kernel.name, texts, numels), line
+    return Launch(kernel.name, texts, numels), f"LAUNCHERS[{kernel.name!r}](dev, {', '.join(texts)})"
 
 
 def _guard(inputs: dict[str, str], shapes: dict[str, tuple], dtypes: dict[str, str]) -> list[str]:

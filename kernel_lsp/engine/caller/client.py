@@ -366,14 +366,9 @@ class Engine:
         if stage in (protocol.TURN_CPU_START, protocol.TURN_CPU_END):
             await self._lend(turn, stage, data, release, clock, progress, resume)
             return
-        kept = len(turn.kept)
-        where = TURN_STAGES.get(stage, f"after {stage}" if stage else "")
         if not turn.to_hand_over(stage, data.get("held_bytes"), data.get("total_bytes")):
-            if len(turn.kept) > kept:  # its live data, with the paused ones', would stay beside another's
-                log.info("kept the GPU %s: %.1f GiB of this evaluation and %.1f GiB of paused ones live on it",
-                         where, float(data.get("held_bytes") or 0) / (1 << 30),
-                         turn.kept[-1]["paused_bytes"] / (1 << 30))
             return  # nobody ahead (or not yet: the turn's quantum), or too much live data: it goes on
+        where = TURN_STAGES.get(stage, f"after {stage}" if stage else "")
         clock.pause()
         try:
             await release()

@@ -38,12 +38,15 @@ import contextlib
 import fcntl
 import itertools
 import json
+import logging
 import os
 import re
 import sys
 import tempfile
 import time
 from typing import Any, AsyncIterator, Awaitable, Callable
+
+log = logging.getLogger(__name__)
 
 # How often a waiter tries the lock; a turn handed over costs at most this much idle GPU time.
 POLL_S = 0.05
@@ -214,7 +217,7 @@ class Turn:
     def to_hand_over(self, stage: str, held_bytes: Any, total_bytes: Any) -> list[dict[str, Any]]:
         """At a turn point between two stages: the waiters it should let the GPU go to now, empty
         when it goes on (nobody ahead, or its live data with the paused evaluations' would stay on
-        the GPU beside theirs: then recorded in `kept`)."""
+        the GPU beside theirs: then recorded in `kept` and logged)."""
         ahead = self.others_ahead()
         if not ahead:
             return []
@@ -222,6 +225,8 @@ class Turn:
         if may_hand_over(held_bytes, total_bytes, paused, needs_of(ahead)):
             return ahead
         self.kept.append({"stage": stage, "held_bytes": held_bytes, "paused_bytes": paused})
+        log.info("kept the GPU at %s: %.1f GiB of this evaluation and %.1f GiB of paused ones live on it", stage,
+                 float(held_bytes or 0) / (1 << 30), paused / (1 << 30))
         return []
 
     def to_lend(self, held_bytes: Any, total_bytes: Any) -> bool:
