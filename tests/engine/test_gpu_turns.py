@@ -482,8 +482,8 @@ def test_on_a_gpu_a_small_evaluation_gets_its_turn_inside_a_large_ones(tmp_path,
     """Two Engines (two Workers) on one GPU: a large softmax starts first; a small one started
     once the large one holds the GPU gets it at the large one's first turn point once that turn has
     lasted gpu_lock.MIN_TURN_S (between two of its verify's input sets, after its verify or its
-    early timing, or lent while torch.compile compiles), not after its whole evaluation; both stay
-    correct, and the turns alternate."""
+    early timing, or lent while torch.compile compiles), not after its whole evaluation: it waits
+    less than half the large one's wall; both stay correct, and the turns alternate."""
     import torch
 
     if not torch.cuda.is_available():
@@ -530,7 +530,12 @@ def test_on_a_gpu_a_small_evaluation_gets_its_turn_inside_a_large_ones(tmp_path,
     waited = [t for t in big_ev.evidence["turns"] if t["waited_s"] > 0]
     assert waited and waited[0]["stage"] in ("verify_set", "verify", "early_timing", protocol.TURN_CPU_END), \
         big_ev.evidence["turns"]  # the small one's turn
-    assert big_ev.evidence["gpu_handed_over_s"] > 0 and ended["small"] < ended["big"]
+    # The small one waited for turns, not for the large one's evaluation. Which ends first is not
+    # the rule: lent the GPU while the large one's torch.compile compiles, the small one runs its
+    # verify then, and the large one may finish its timing while the small one's compile runs on CPU.
+    assert big_ev.evidence["gpu_handed_over_s"] > 0, big_ev.evidence
+    assert small_ev.evidence["gpu_wait_s"] < big_ev.wall_seconds / 2, (small_ev.evidence["gpu_wait_s"],
+                                                                       big_ev.wall_seconds)
     for ev in (big_ev, small_ev):  # torch.compile compiled between the two CPU turn points, and ran
         stages = [t["stage"] for t in ev.evidence["turns"]]
         assert protocol.TURN_CPU_START in stages and protocol.TURN_CPU_END in stages, stages

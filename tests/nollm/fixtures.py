@@ -18,6 +18,13 @@ def recordings() -> list[tuple[str, str]]:
 
 
 def load(task: str, module: str = "default_0.py") -> tuple[str, str, list[str] | None]:
+    """(reference, recorded module, graph inputs): the inputs from the recorder's `<mode>.json`
+    beside `<mode>_0.py`, or the early recordings' `args.json`, else None (guessed from shapes)."""
     d = DATA / task
-    args = json.loads((d / "args.json").read_text()) if (d / "args.json").exists() else None
+    meta = d / (module.rsplit("_", 1)[0] + ".json")
+    if meta.exists():
+        args = json.loads(meta.read_text()).get("args")
+    else:
+        args = json.loads((d / "args.json").read_text()) if (d / "args.json").exists() else None
     return (d / "reference.py").read_text(), (d / module).read_text(), args
+

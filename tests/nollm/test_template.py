@@ -1,15 +1,10 @@
 """Max-autotune's Triton GEMM template in the no-LLM writer and the tuner's sweep (CPU: text,
-syntax and the engine's static checks).
-
-No recording of a template exists yet: benchmarks/inductor_record.py needs a GPU, and none was lent
-when this was written. MODULE below is written here in the form Inductor's output modules give a
-template (torch 2.7 and later; read off torch 2.13's select_algorithm.py and
-runtime/triton_heuristics.py): a `@triton_heuristics.template(num_stages=.., num_warps=..,
-inductor_meta={'grid_type': 'FixedGrid', ...})` decorator, its block sizes as constants in its
-body, and a launch whose last three positional arguments are the grid. Its kernel is a plain tiled
-GEMM of our own, not Inductor's template text. Replace it with a recording when a GPU is lent:
-tests/nollm/test_gpu.py's template test records one (K = 32, level 1 problem 7's shape) into
-$KERNEL_LSP_TEST_RECORDINGS/skinny_gemm, in tests/data/inductor's layout.
+syntax and the engine's static checks), on a recording: tests/data/inductor/skinny_gemm, made by
+tests/nollm/test_gpu.py's template test on an H100 (torch 2.11, Triton 3.6; K = 32, level 1
+problem 7's shape, Triton's GEMM only so that the template is what Inductor picks). Its template:
+`@triton_heuristics.template(num_stages=2, num_warps=4, inductor_meta={'grid_type': 'FixedGrid',
+...})`, its block sizes as constants in its body, and a launch whose last three positional
+arguments are the grid.
 """
 
 from __future__ import annotations
@@ -23,91 +18,20 @@ from kernel_lsp.nollm import sweep
 from kernel_lsp.nollm.writer import NotConvertible, write_model_new
 from tests.nollm.test_gpu import SKINNY_GEMM
 
-REFERENCE = SKINNY_GEMM  # the GPU test records this one's template
+from .fixtures import load
 
-MODULE = """
-import torch
-from torch._inductor.select_algorithm import extern_kernels
-from torch._C import _cuda_getCurrentRawStream as get_raw_stream
-from torch._inductor.async_compile import AsyncCompile
-async_compile = AsyncCompile()
-assert_size_stride = torch._C._dynamo.guards.assert_size_stride
-empty_strided_cuda = torch._C._dynamo.guards._empty_strided_cuda
+REFERENCE, MODULE, ARGS = load("skinny_gemm", "max-autotune_0.py")
 
 
-# kernel path: /tmp/torchinductor_root/xx/template.py
-# Topologically Sorted Source Nodes: [matmul], Original ATen: [aten.mm]
-# Source node to ATen node mapping:
-#   matmul => mm
-# Graph fragment:
-#   %arg0_1 : Tensor "f32[4096, 32][32, 1]cuda:0" = PlaceHolder[target=arg0_1]
-#   %arg1_1 : Tensor "f32[32, 4096][4096, 1]cuda:0" = PlaceHolder[target=arg1_1]
-#   %mm : Tensor "f32[4096, 4096][4096, 1]cuda:0"[num_users=1] = call_function[target=torch.ops.aten.mm.default](args = (%arg0_1, %arg1_1), kwargs = {})
-#   return %mm
-triton_tem_fused_mm_0 = async_compile.triton('triton_tem_fused_mm_0', '''
-import triton
-import triton.language as tl
-
-from torch._inductor.runtime import triton_helpers, triton_heuristics
-from torch._inductor.runtime.triton_helpers import libdevice, math as tl_math
-from torch._inductor.runtime.hints import AutotuneHint, ReductionHint, TileHint, DeviceProperties
-
-@triton_heuristics.template(
-    num_stages=5,
-    num_warps=4,
-    triton_meta={'signature': {'arg_A': '*fp32', 'arg_B': '*fp32', 'out_ptr0': '*fp32'}, 'constants': {}},
-    inductor_meta={'kernel_name': 'triton_tem_fused_mm_0', 'max_autotune': True, 'grid_type': 'FixedGrid', 'fixed_grid': ['_grid_0', '_grid_1', '_grid_2'], 'extra_launcher_args': ['_grid_0', '_grid_1', '_grid_2']},
-)
-@triton.jit
-def triton_tem_fused_mm_0(arg_A, arg_B, out_ptr0):
-    BLOCK_M : tl.constexpr = 64
-    BLOCK_N : tl.constexpr = 64
-    BLOCK_K : tl.constexpr = 32
-    M = 4096
-    N = 4096
-    K = 32
-    pid = tl.program_id(0)
-    grid_n = (N + BLOCK_N - 1) // BLOCK_N
-    pid_m = pid // grid_n
-    pid_n = pid % grid_n
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        a = tl.load(arg_A + rm[:, None] * K + (k0 + rk)[None, :], mask=(rm[:, None] < M) & ((k0 + rk)[None, :] < K), other=0.0)
-        b = tl.load(arg_B + (k0 + rk)[:, None] * N + rn[None, :], mask=((k0 + rk)[:, None] < K) & (rn[None, :] < N), other=0.0)
-        acc += tl.dot(a, b, allow_tf32=False)
-    mask = (rm[:, None] < M) & (rn[None, :] < N)
-    tl.store(out_ptr0 + rm[:, None] * N + rn[None, :], acc, mask)
-''', device_str='cuda')
-
-
-async_compile.wait(globals())
-del async_compile
-
-def call(args):
-    arg0_1, arg1_1 = args
-    args.clear()
-    assert_size_stride(arg0_1, (4096, 32), (32, 1))
-    assert_size_stride(arg1_1, (32, 4096), (4096, 1))
-    with torch.cuda._DeviceGuard(0):
-        torch.cuda.set_device(0)
-        buf0 = empty_strided_cuda((4096, 4096), (4096, 1), torch.float32)
-        # Topologically Sorted Source Nodes: [matmul], Original ATen: [aten.mm]
-        stream0 = get_raw_stream(0)
-        triton_tem_fused_mm_0.run(arg0_1, arg1_1, buf0, 4096, 1, 1, stream=stream0)
-        del arg0_1
-        del arg1_1
-    return (buf0, )
-"""
+def test_the_recording_is_the_gpu_tests_task():
+    assert REFERENCE == SKINNY_GEMM and ARGS == ["a", "b"]  # one owner: re-record when it changes
 
 
 def test_a_gemm_template_becomes_a_plain_triton_kernel_launched_on_its_fixed_grid():
-    gen = write_model_new(REFERENCE, MODULE, ["a", "b"], mode="max-autotune")
+    gen = write_model_new(REFERENCE, MODULE, ARGS, mode="max-autotune")
     (k,) = gen.kernels
     assert k.kind == "template" and k.params == ["arg_A", "arg_B", "out_ptr0"] and k.constexprs == []
-    assert gen.configs == {"triton_tem_fused_mm_0": {"num_warps": 4, "num_stages": 5}}  # its decorator's
+    assert gen.configs == {"triton_tem_fused_mm_0": {"num_warps": 4, "num_stages": 2}}  # its decorator's
     src = gen.source
     ast.parse(src)
     assert "@triton.jit\ndef triton_tem_fused_mm_0(arg_A, arg_B, out_ptr0):" in src
@@ -123,10 +47,10 @@ def test_a_gemm_template_becomes_a_plain_triton_kernel_launched_on_its_fixed_gri
 
 
 def test_the_sweep_moves_a_templates_warps_and_pipeline_stages_only():
-    gen = write_model_new(REFERENCE, MODULE, ["a", "b"], mode="max-autotune")
+    gen = write_model_new(REFERENCE, MODULE, ARGS, mode="max-autotune")
     notes = sorted(note for _, note in sweep.variants(gen.source))
-    assert notes == ["triton_tem_fused_mm_0: num_stages 5 -> 4", "triton_tem_fused_mm_0: num_warps 4 -> 2",
-                     "triton_tem_fused_mm_0: num_warps 4 -> 8"], notes
+    assert notes == ["triton_tem_fused_mm_0: num_stages 2 -> 1", "triton_tem_fused_mm_0: num_stages 2 -> 3",
+                     "triton_tem_fused_mm_0: num_warps 4 -> 2", "triton_tem_fused_mm_0: num_warps 4 -> 8"], notes
     for new, _ in sweep.variants(gen.source):
         ast.parse(new)
 
@@ -146,5 +70,5 @@ def test_a_template_the_writer_cannot_launch_is_refused_in_one_sentence(change, 
             "def triton_tem_fused_mm_0(arg_A, arg_B, out_ptr0, XBLOCK : tl.constexpr):",
     }[change]
     with pytest.raises(NotConvertible) as e:
-        write_model_new(REFERENCE, MODULE.replace(change, broken), ["a", "b"], mode="max-autotune")
+        write_model_new(REFERENCE, MODULE.replace(change, broken), ARGS, mode="max-autotune")
     assert words in str(e.value) and "\n" not in str(e.value)
