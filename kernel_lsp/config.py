@@ -180,7 +180,9 @@ _ARCH: list[str | None] = []
 
 
 def detect_arch() -> str | None:
-    """The first visible GPU's sm_XY through nvidia-smi, without importing torch."""
+    """The build target of the first visible GPU through nvidia-smi, without importing torch:
+    the one the GPU Worker builds for (toolchain.nvcc.device_arch: sm_90a on an H100 or H200
+    where nvcc compiles it), so that a build made ahead in the CPU pool is the Worker's."""
     if _ARCH:
         return _ARCH[0]
     import shutil
@@ -195,7 +197,9 @@ def detect_arch() -> str | None:
                 capture_output=True, text=True, timeout=5,
             ).stdout.split()
             if out and re.fullmatch(r"\d+\.\d+", out[0]):
-                arch = "sm_" + out[0].replace(".", "")
+                from kernel_lsp.toolchain.nvcc import capability_arch
+
+                arch = capability_arch(out[0])
         except (OSError, subprocess.SubprocessError):
             arch = None
     _ARCH.append(arch)

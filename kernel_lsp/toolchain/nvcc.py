@@ -190,3 +190,24 @@ def device_arch(major: int, minor: int, nvcc: str | None = None) -> str:
     except (ToolchainError, ValueError):
         return base
     return base + "a" if release >= since else base
+
+
+def capability_arch(capability: object, nvcc: str | None = None) -> str | None:
+    """device_arch for a compute capability as nvidia-smi ("9.0") or the Worker's device_info
+    ([9, 0]) give it; None when it does not read as one. Every process that keys a build by arch
+    (the CPU pool building ahead, the GPU Worker loading) must name the same target: a pool build
+    keyed sm_90 is not the Worker's sm_90a, which then builds the device code again."""
+    if isinstance(capability, str):
+        m = re.fullmatch(r"\s*(\d+)\.(\d+)\s*", capability)
+        parts = (m.group(1), m.group(2)) if m else ()
+    elif isinstance(capability, (list, tuple)):
+        parts = tuple(capability)
+    else:
+        parts = ()
+    if len(parts) != 2:
+        return None
+    try:
+        major, minor = int(parts[0]), int(parts[1])
+    except (TypeError, ValueError):
+        return None
+    return device_arch(major, minor, nvcc)

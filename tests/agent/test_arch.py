@@ -47,3 +47,37 @@ def test_wgmma_and_setmaxnreg_compile_for_sm_90a_only(tmp_path):
     assert ok.returncode == 0, ok.stderr
     base = cubin("sm_90")
     assert base.returncode != 0 and "not supported on .target 'sm_90'" in base.stderr  # why sm_90a matters
+
+
+@needs_nvcc
+def test_a_build_made_ahead_is_keyed_by_the_workers_own_arch(tmp_path, monkeypatch):
+    """The CPU pool builds ahead under the arch the caller names (nvidia-smi's compute_cap, or the
+    Worker's device_info capability); the GPU Worker loads under build.device_arch. They must be
+    one target: under sm_90 against the Worker's sm_90a the Worker built the device code again,
+    about 1 s of every kernel-body edit on the H100 (benchmarks/results/gpu_runs/2026-12-06d)."""
+    from types import SimpleNamespace
+
+    from kernel_lsp import config
+    from kernel_lsp.engine.caller.client import Engine
+    from kernel_lsp.engine.caller.ray_executor import RayExecutor
+
+    worker = build.device_arch(9, 0)
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\necho 9.0\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}:{__import__('os').environ['PATH']}")
+    monkeypatch.setattr(config, "_ARCH", [])
+    assert config.detect_arch() == worker == "sm_90a"
+    engine = Engine(timeout=60, sandbox="off")
+    engine._device_info = {"capability": [9, 0], "name": "NVIDIA H200"}
+    assert engine._arch() == worker
+    assert RayExecutor._arch(SimpleNamespace(_device={"capability": [9, 0]}), {}) == worker
+    assert RayExecutor._arch(SimpleNamespace(_device={}), {"arch": "sm_80"}) == "sm_80"  # a configured one stays
+
+
+def test_a_capability_that_does_not_read_names_no_arch():
+    from kernel_lsp.toolchain.nvcc import capability_arch
+
+    assert [capability_arch(c) for c in ("", "9", "x.y", None, [9], (9, 0, 1), ["a", "b"])] == [None] * 7
+    assert capability_arch("8.0") == capability_arch((8, 0)) == "sm_80"

@@ -42,6 +42,7 @@ from kernel_lsp.engine.caller.process import (  # noqa: F401 - re-exported: call
     worker_environment,
 )
 from kernel_lsp.model import Candidate, CompileResult, Evaluation, Task
+from kernel_lsp.toolchain.nvcc import capability_arch
 
 if TYPE_CHECKING:
     from kernel_lsp.store import Store
@@ -653,12 +654,9 @@ class Engine:
         if self.options.get("arch"):
             return str(self.options["arch"])
         info = self._device_info or {}
-        cap = info.get("capability")
-        if isinstance(cap, (list, tuple)) and len(cap) == 2:
-            return f"sm_{cap[0]}{cap[1]}"
-        if isinstance(cap, str) and cap:
-            return "sm_" + cap.replace(".", "")
-        return info.get("arch") or os.environ.get("KERNEL_LSP_ARCH")
+        # The Worker's own target (sm_90a where nvcc compiles it), not the base sm_90: a pool
+        # build under another arch is another cache key, and the Worker would build again.
+        return capability_arch(info.get("capability")) or info.get("arch") or os.environ.get("KERNEL_LSP_ARCH")
 
     async def prebuild(self, task: Task, candidate: Candidate, options: dict[str, Any] | None = None,
                        timeout: float | None = None, ahead: bool = False) -> CompileResult:

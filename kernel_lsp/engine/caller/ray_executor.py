@@ -46,6 +46,7 @@ from kernel_lsp.engine.caller.client import (
 from kernel_lsp.engine.caller.cluster_build import build_in_cluster, unpack_artefact, warm_builder
 from kernel_lsp.engine.caller.executor_api import ExecutorUnavailable, StatusCallback
 from kernel_lsp.model import Candidate, CompileResult, Evaluation, Task, source_hash
+from kernel_lsp.toolchain.nvcc import capability_arch
 
 log = logging.getLogger(__name__)
 
@@ -578,12 +579,7 @@ class RayExecutor:
     def _arch(self, opts: dict[str, Any]) -> str | None:
         if opts.get("arch"):
             return str(opts["arch"])
-        cap = (self._device or {}).get("capability")
-        if isinstance(cap, (list, tuple)) and len(cap) == 2:
-            return f"sm_{cap[0]}{cap[1]}"
-        if isinstance(cap, str) and cap:
-            return "sm_" + cap.replace(".", "")
-        return None
+        return capability_arch((self._device or {}).get("capability"))  # the actors' own target
 
     async def _build(self, task: Task, candidate: Candidate, opts: dict[str, Any]) -> tuple[CompileResult, Any]:
         """(CompileResult, a reference to the built files in the object store); one build per
