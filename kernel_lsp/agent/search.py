@@ -1,6 +1,7 @@
 """The Search: one optimize run over a Task from a starting Candidate. It orchestrates; the
 tree policy (selection, backed-up values, near-duplicates) is tree.py, a lineage's turns are
-conversation.py, the model's tools are tools.py.
+conversation.py, the model's tools are tools.py, and what it ends with (the result, the ranking,
+why nothing won) is outcome.py.
 
 Best-first over a tree of Candidates, UCB on the values each subtree backed up. Failing
 children, and correct ones a repairable flag disqualifies, are repaired first (bounded turns
@@ -24,18 +25,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from collections import Counter
-
 from kernel_lsp import verdicts
-from kernel_lsp.model import (DISQUALIFYING_FLAGS, KERNELS_ONLY_FLAGS, Candidate, Evaluation, Task, Timing,
+from kernel_lsp.model import (DISQUALIFYING_FLAGS, KERNELS_ONLY_FLAGS, Candidate, Evaluation, Task,
                               disqualified_by)
 
 from .budget import Budget
+# SearchResult and noise_threshold: imported from here by the CLI, the server and the tests.
+from .outcome import SearchResult, no_winner, noise_threshold, rank_key, rank_rows, vs_baseline  # noqa: F401
 from .prompts import DIRECTIONS
 from .seed import Seed
 from .proposer import Proposal, ProposalRequest, Proposer
@@ -113,101 +113,6 @@ class SearchEvent:
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
-
-
-def _rank_key(n: Node) -> tuple[bool, float]:
-    """How the Search orders counted candidates: an accurate one before any `less_accurate` one
-    (docs/correctness.md), then the faster first."""
-    ev = n.evaluation
-    less = ev is not None and "less_accurate" in ev.flags
-    return (less, ev.time.median_ms if ev is not None and ev.time is not None else math.inf)
-
-
-@dataclass
-class SearchResult:
-    search_id: int | None
-    task: str
-    state: str                           # done | cancelled | failed
-    reason: str                          # why it stopped
-    improved: bool
-    start: Candidate
-    start_evaluation: Evaluation | None
-    best: Candidate | None               # the guard's winner; None without an improvement
-    best_evaluation: Evaluation | None
-    speedup: float | None                # confirmed, vs the start
-    confirmed: bool
-    candidates_evaluated: int
-    usage: dict[str, Any]
-    steps: list[dict[str, Any]]
-    ranking: list[dict[str, Any]]        # correct candidates: the winner first, then by speedup
-    # What happened, for front ends (kernel_lsp.verdicts turns it into text and exit codes):
-    outcome: str = "no_improvement"      # improved | no_improvement | cannot_run | cancelled | failed
-    # The best candidate (the winner; None without one):
-    speedup_eager: float | None = None   # vs the reference run eagerly
-    speedup_compile: float | None = None  # vs torch.compile of the reference
-    spread_pct: float | None = None      # the larger relative spread of best and start, percent
-    noisy: bool = False                  # spread above verdicts.NOISY_SPREAD_PCT: a warning
-    measurement: str | None = None       # "confirmation" | "first run": where `speedup` comes from
-    custom_kernel: bool | None = None    # False: a PyTorch rewrite (no custom kernel)
-    label: str | None = None             # "custom kernel" | "PyTorch rewrite (no custom kernel)"
-    compile_faster: bool | None = None   # torch.compile of the reference beats the best
-    shared_gpu: dict[str, Any] | None = None  # timed while other processes used the GPU
-    eager_ms: float | None = None        # the reference eagerly, timed with the start
-    compile_ms: float | None = None      # torch.compile of the reference, timed with the start
-    seed: dict[str, Any] | None = None   # agent/seed.py Seed.to_dict() plus "vs_seed"; None: no seed asked
-
-    @property
-    def failed_steps(self) -> list[dict[str, Any]]:
-        return [s for s in self.steps if s.get("failed")]
-
-    @property
-    def headline(self) -> str:
-        """One sentence for the user (verdicts.search_reason)."""
-        return verdicts.search_reason(self)
-
-    @property
-    def tokens(self) -> int:
-        return int(self.usage.get("tokens", 0))
-
-    @property
-    def cost(self) -> float:
-        return float(self.usage.get("cost", 0.0))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "search": self.search_id, "task": self.task, "state": self.state, "reason": self.reason,
-            "improved": self.improved, "speedup": self.speedup, "confirmed": self.confirmed,
-            "best": self.best.id if self.best else None,
-            "best_note": self.best.note if self.best else None,
-            "start": self.start.id,
-            "start_ms": _ms(self.start_evaluation), "best_ms": _ms(self.best_evaluation),
-            "candidates_evaluated": self.candidates_evaluated,
-            "tokens": self.tokens, "cost": round(self.cost, 6), "usage": self.usage,
-            "ranking": self.ranking, "failed_steps": self.failed_steps,
-            "outcome": self.outcome, "headline": self.headline,
-            "speedup_eager": self.speedup_eager, "speedup_compile": self.speedup_compile,
-            "spread_pct": self.spread_pct, "noisy": self.noisy, "measurement": self.measurement,
-            "custom_kernel": self.custom_kernel, "label": self.label,
-            "compile_faster": self.compile_faster, "shared_gpu": self.shared_gpu,
-            "eager_ms": self.eager_ms, "compile_ms": self.compile_ms, "seed": self.seed,
-            "sandboxed": _sandboxed(self.start_evaluation, self.best_evaluation),
-        }
-
-
-def _sandboxed(*evs: Evaluation | None) -> bool | None:
-    """Whether the start and the best ran in the sandbox (engine/caller/sandbox.py); None: nothing ran."""
-    ran = [ev for ev in evs if ev is not None]
-    return all(ev.sandboxed for ev in ran) if ran else None
-
-
-def _ms(ev: Evaluation | None) -> float | None:
-    return ev.time.median_ms if ev is not None and ev.time is not None else None
-
-
-def noise_threshold(a: Evaluation, b: Evaluation, min_gain: float = 0.02, factor: float = 2.0) -> float:
-    """The speedup b must beat over a to count: 1 + max(min_gain, factor * the larger spread)."""
-    spread = max(a.time.spread_pct if a.time else 0.0, b.time.spread_pct if b.time else 0.0) / 100
-    return 1.0 + max(min_gain, factor * spread)
 
 
 Progress = Callable[[SearchEvent], Any]
@@ -363,7 +268,7 @@ class Search:
         """Accurate before less accurate (when the setting counts those at all), then faster."""
         if b is None:
             return True
-        return _rank_key(a) < _rank_key(b)
+        return rank_key(a) < rank_key(b)
 
     # -- the loop --------------------------------------------------------------
 
@@ -526,8 +431,8 @@ class Search:
                         candidate=cand, evaluation=ev)
         first = root.evaluation
         return Seed("used", candidate=cand, evaluation=ev, speedup=node.speedup,
-                    speedup_eager=_vs(first, "eager", node.speedup, ev),
-                    speedup_compile=_vs(first, "compiled", node.speedup, ev))
+                    speedup_eager=vs_baseline(first, "eager", node.speedup, ev),
+                    speedup_compile=vs_baseline(first, "compiled", node.speedup, ev))
 
     def _seed_node(self) -> Node | None:
         return self.nodes.get(self.seed.id) if self.seed is not None and self.seed.used and self.seed.id else None
@@ -753,36 +658,12 @@ class Search:
     # -- the guard -------------------------------------------------------------
 
     def _rank_rows(self, winner: Node | None, first: Evaluation | None) -> list[dict[str, Any]]:
-        """Counted candidates, each with ONE speedup: the confirmation's where it was re-timed,
-        else the first run's (and which it is); the winner first, then by that speedup."""
-        rows = []
-        for n in self.nodes.values():
-            if not self._qualifies(n.evaluation):
-                continue
-            confirmed = n.confirmed_speedup is not None and n.confirmed_evaluation is not None
-            ev = n.confirmed_evaluation if confirmed else n.evaluation
-            speedup = n.confirmed_speedup if confirmed else n.speedup
-            assert ev is not None
-            spread = ev.time.spread_pct if ev.time else None
-            rows.append({"candidate": n.id, "note": n.candidate.note, "origin": n.candidate.origin,
-                         "depth": n.depth, "time_ms": _ms(ev), "speedup": speedup,
-                         "measurement": "confirmation" if confirmed else "first run",
-                         "speedup_eager": _vs(first, "eager", speedup, ev),
-                         "speedup_compile": _vs(first, "compiled", speedup, ev),
-                         "spread_pct": spread, "noisy": verdicts.is_noisy(spread),
-                         "custom_kernel": ev.custom_kernel, "label": verdicts.label(ev.custom_kernel),
-                         "less_accurate": "less_accurate" in ev.flags,
-                         "accuracy": verdicts.accuracy_phrase(ev.accuracy),
-                         "winner": winner is not None and n.id == winner.id,
-                         "seed": self.seed is not None and n.id == self.seed.id})
-        rows.sort(key=lambda r: (not r["winner"], r["less_accurate"],
-                                 -(r["speedup"] if r["speedup"] is not None else -math.inf),
-                                 r["time_ms"] if r["time_ms"] is not None else math.inf))
-        return rows
+        return rank_rows(self.nodes.values(), self._qualifies, winner, first,
+                         self.seed.id if self.seed is not None else None)
 
     def _ranking(self) -> list[Node]:
         nodes = [n for n in self.nodes.values() if n.id != self.start.id and self._beats_start(n)]
-        return sorted(nodes, key=_rank_key)
+        return sorted(nodes, key=rank_key)
 
     async def _finish(self, state: str, reason: str) -> SearchResult:
         root = self.nodes[self.start.id]
@@ -882,35 +763,9 @@ class Search:
         return f"{stop}; {self._no_winner()}"
 
     def _no_winner(self) -> str:
-        if self._confirm_note:
-            return self._confirm_note
-        tried = [n for n in self.nodes.values() if n.id != self.start.id and n.evaluation is not None]
-        if not tried:
-            failed = [st for st in self.steps if st["kind"] == "proposal" and st["failed"]]
-            if failed:
-                return f"no proposal gave a candidate ({len(failed)} failed; last: {failed[-1]['reason'][:160]})"
-            return "no candidate was proposed"
-        correct = [n for n in tried if self._runs(n.evaluation)]
-        if not correct:
-            counts = Counter(n.evaluation.verdict for n in tried if n.evaluation is not None)
-            what = ", ".join(f"{k} {v}" for k, v in counts.most_common())
-            return f"no candidate was correct ({what})"
-        counted = [n for n in correct if self._qualifies(n.evaluation)]
-        if not counted:
-            if self.options.kernels_only and any(
-                    n.evaluation is not None and n.evaluation.custom_kernel is False for n in correct):
-                return "the correct candidates were PyTorch rewrites, which kernels_only does not count"
-            flags = sorted({f for n in correct if n.evaluation is not None for f in n.evaluation.flags}
-                           & (self.options.bad_flags | KERNELS_ONLY_FLAGS))
-            hint = ("; less accurate ones count with accept_less_accurate = true"
-                    if "less_accurate" in flags and not self.options.accept_less_accurate else "")
-            return f"every correct candidate was disqualified ({', '.join(flags) or 'flags'}){hint}"
-        best = max((n.speedup for n in counted if n.speedup is not None), default=None)
-        if best is None:
-            return "the start could not be compared with the candidates"
-        if best <= 1.0:
-            return f"{verdicts.ALL_SLOWER} than the start (best {best:.2f}x)"
-        return f"no candidate was faster than the start by more than the measured noise (best {best:.2f}x)"
+        return self._confirm_note or no_winner(
+            [n for n in self.nodes.values() if n.id != self.start.id and n.evaluation is not None],
+            self.steps, self._runs, self._qualifies, self.options)
 
     def _final(self, state: str, reason: str, *, confirmed: bool, winner: Node | None = None,
                win_ev: Evaluation | None = None, speedup: float | None = None,
@@ -944,8 +799,8 @@ class Search:
                            "offered": winner is not None and winner.id == self.seed.id}
         if winner is not None and win_ev is not None:
             result.measurement = "confirmation" if confirmed else "first run"
-            result.speedup_eager = _vs(first, "eager", speedup, win_ev)
-            result.speedup_compile = _vs(first, "compiled", speedup, win_ev)
+            result.speedup_eager = vs_baseline(first, "eager", speedup, win_ev)
+            result.speedup_compile = vs_baseline(first, "compiled", speedup, win_ev)
             spreads = [e.time.spread_pct for e in (win_ev, start_ev) if e is not None and e.time is not None]
             result.spread_pct = max(spreads) if spreads else None
             result.noisy = verdicts.is_noisy(result.spread_pct)
@@ -966,21 +821,6 @@ class Search:
                         best=best_so_far.id if best_so_far else None, message=reason)
         self.result = result
         return result
-
-
-def _vs(first: Evaluation | None, baseline: str, speedup: float | None, ev: Evaluation) -> float | None:
-    """A candidate's speedup over a baseline of the reference. The baselines are timed once, with
-    the start: baseline/start from that run times the candidate's speedup over the start (from the
-    measurement `speedup` comes from), so both speedups describe the same measurement; without
-    a timed start, baseline / candidate time directly."""
-    base: Timing | None = getattr(first, baseline, None) if first is not None else None
-    if base is None or base.median_ms <= 0:
-        return None
-    if speedup is not None and first is not None and first.time is not None and first.time.median_ms > 0:
-        return base.median_ms / first.time.median_ms * speedup
-    if ev.time is not None and ev.time.median_ms > 0:
-        return base.median_ms / ev.time.median_ms
-    return None
 
 
 def _transport(reason: str) -> bool:
