@@ -119,8 +119,8 @@ async def _replay(st: dict[str, float], scale: float) -> dict[str, Any]:
 
 def one(args: argparse.Namespace) -> None:
     st = json.loads(args.one)
-    start_at = float(args.start_at)
-    time.sleep(max(0.0, start_at - time.time()))  # every process starts together
+    print("ready", flush=True)  # imported: every process starts together, when the parent says go
+    sys.stdin.readline()
     print(json.dumps(asyncio.run(_replay(st, args.scale))), flush=True)
 
 
@@ -130,10 +130,15 @@ def replay(rows: list[dict[str, Any]], quantum: float, scale: float, compile_gpu
     with tempfile.TemporaryDirectory(prefix="turn-policy-") as locks:
         env = {**os.environ, "KERNEL_LSP_GPU_LOCK_DIR": locks, "KERNEL_LSP_GPU_MIN_TURN_S": str(quantum),
                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-        start_at = time.time() + 1.5  # time for every process to import
         procs = [subprocess.Popen([sys.executable, __file__, "--one", json.dumps(stages(r, compile_gpu_s)),
-                                   "--start-at", str(start_at), "--scale", str(scale)],
-                                  env=env, stdout=subprocess.PIPE, text=True) for r in rows]
+                                   "--scale", str(scale)],
+                                  env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for r in rows]
+        for p in procs:  # a start barrier: a slow import (a loaded machine) must not shift a bench's stages
+            if p.stdout is None or p.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"a replay process did not start (exit {p.poll()})")
+        for p in procs:
+            p.stdin.write("go\n")  # type: ignore[union-attr]
+            p.stdin.flush()  # type: ignore[union-attr]
         outs = [json.loads((p.communicate(timeout=600)[0] or "{}").strip().splitlines()[-1]) for p in procs]
     spans = sorted(s for o in outs for s in o.get("gpu", []))
     overlap = sum(max(0.0, a_end - b_start) for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
@@ -180,7 +185,6 @@ def main() -> int:
     ap.add_argument("--mode", default="warm", help="the profile's scenario")
     ap.add_argument("--out-dir", default=str(ROOT / "benchmarks/results"))
     ap.add_argument("--one", help=argparse.SUPPRESS)
-    ap.add_argument("--start-at", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
         one(args)
@@ -205,7 +209,12 @@ def main() -> int:
         sections.append(table(path, profile, rows, alone, results))
         runs.append({"profile": path, "stages": {r["task"]: stages(r, args.compile_gpu_s) for r in rows},
                      "alone_wall_s": alone, "results": results})
-    command = ("python benchmarks/turn_policy.py " + " ".join(a for a in sys.argv[1:] if not a.startswith("--out-dir"))).strip()
+    shown, skip = [], False  # the command without where it wrote (--out-dir DIR or --out-dir=DIR)
+    for a in sys.argv[1:]:
+        if not skip and not a.startswith("--out-dir"):
+            shown.append(a)
+        skip = a == "--out-dir"
+    command = " ".join(["python benchmarks/turn_policy.py", *shown])
     md = "\n".join([
         f"# The GPU turn's policy, replayed ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", "",
         f"Command: `{command}` (scale {args.scale}, {args.compile_gpu_s} s of each torch.compile on the GPU)", "",

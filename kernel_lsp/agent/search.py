@@ -657,10 +657,6 @@ class Search:
 
     # -- the guard -------------------------------------------------------------
 
-    def _rank_rows(self, winner: Node | None, first: Evaluation | None) -> list[dict[str, Any]]:
-        return rank_rows(self.nodes.values(), self._qualifies, winner, first,
-                         self.seed.id if self.seed is not None else None)
-
     def _ranking(self) -> list[Node]:
         nodes = [n for n in self.nodes.values() if n.id != self.start.id and self._beats_start(n)]
         return sorted(nodes, key=rank_key)
@@ -760,12 +756,9 @@ class Search:
 
     def _why_not(self, stop: str) -> str:
         """Why the Search stopped, then why no candidate won, in the user's words."""
-        return f"{stop}; {self._no_winner()}"
-
-    def _no_winner(self) -> str:
-        return self._confirm_note or no_winner(
-            [n for n in self.nodes.values() if n.id != self.start.id and n.evaluation is not None],
-            self.steps, self._runs, self._qualifies, self.options)
+        tried = [n for n in self.nodes.values() if n.id != self.start.id and n.evaluation is not None]
+        why = self._confirm_note or no_winner(tried, self.steps, self._runs, self._qualifies, self.options)
+        return f"{stop}; {why}"
 
     def _final(self, state: str, reason: str, *, confirmed: bool, winner: Node | None = None,
                win_ev: Evaluation | None = None, speedup: float | None = None,
@@ -779,7 +772,8 @@ class Search:
         else:
             best_so_far = winner
         first = root.evaluation if root is not None else None
-        ranking = self._rank_rows(winner, first)
+        ranking = rank_rows(self.nodes.values(), self._qualifies, winner, first,
+                            self.seed.id if self.seed is not None else None)
         if state == "cancelled":
             outcome = "cancelled"
         elif state == "failed":

@@ -122,8 +122,8 @@ def _kernel(name: str, body: str) -> Kernel:
         raise NotConvertible(f"kernel {name} has no Inductor heuristics decorator the writer knows")
     kind = _KINDS.get(deco.group(1))
     if kind is None:
-        raise NotConvertible(f"kernel {name} is an Inductor {deco.group(1)} kernel (for example a "
-                             "max-autotune GEMM template), which the writer does not convert yet")
+        raise NotConvertible(f"kernel {name} is an Inductor {deco.group(1)} kernel (a foreach or split-scan "
+                             "kernel, for example), which the writer does not convert yet")
     grid = _GRID_TYPE.search(body)
     grid_type = grid.group(1) if grid else "Grid1D"
     if kind == "template" and grid_type not in _TEMPLATE_GRIDS:

@@ -48,6 +48,7 @@ def test_the_replay_hands_over_between_verify_sets_only_past_the_quantum(tmp_pat
     assert by_q[0.0]["a"]["handovers"] > by_q[3.0]["a"]["handovers"] >= 1  # (a lend counts: the compile)
     md = (tmp_path / "out" / "turn_policy.md").read_text()
     assert "| measured |" in md and "| 3 |" in md and "--quanta 0,3" in md
+    assert "--out-dir" not in out["command"] and str(tmp_path / "out") not in out["command"], out["command"]
 
 
 def test_an_unreadable_profile_is_one_line_and_exit_2(tmp_path):

@@ -172,6 +172,9 @@ def test_a_template_without_its_fixed_grid_and_other_backends_are_refused():
         write_model_new(ref, code.replace("@triton_heuristics.pointwise(", "@triton_heuristics.template("), args)
     assert "template triton_poi_fused_relu_0 uses Inductor's Grid1D launch grid" in _one_line(e.value)
     with pytest.raises(NotConvertible) as e:
+        write_model_new(ref, code.replace("@triton_heuristics.pointwise(", "@triton_heuristics.foreach("), args)
+    assert "is an Inductor foreach kernel" in _one_line(e.value)
+    with pytest.raises(NotConvertible) as e:
         write_model_new(ref, code.replace("async_compile.wait(globals())",
                                           "cpp_fused_0 = async_compile.cpp_pybinding(['x'], '''x''')\n"
                                           "async_compile.wait(globals())"), args)
