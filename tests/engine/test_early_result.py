@@ -146,6 +146,40 @@ def test_the_worker_sends_the_partial_before_its_answer_only_when_asked(tmp_path
 
 
 @pytest.mark.slow
+def test_a_reference_compiled_ahead_in_this_worker_gets_no_early_timing(tmp_path):
+    """prepare_reference compiled this Task's baselines in the Worker: the evaluation's own
+    torch.compile is a cache hit, so it sends no partial and times once (no early timing): the
+    complete answer sooner. Another Task in the same Worker, not prepared, still gets its partial."""
+    task, cand = _task(tmp_path)
+    other_text = TASK.replace("torch.randn(384, 256)", "torch.randn(256, 256)")  # other inputs: another key
+    assert other_text != TASK
+    other, other_cand = _task(tmp_path, other_text)
+
+    async def go():
+        w = WorkerProcess(default_python(), worker_environment(), sandbox="off")
+        await w.start(120)
+        try:
+            opts = {**QUICK, protocol.EARLY_RESULT: True}
+            prepared, _ = await w.call("prepare_reference", {"task": task.to_dict(), "options": dict(QUICK)})
+            seen: list[str] = []
+            params = {"task": task.to_dict(), "candidate": cand.to_dict(), "checks": list(CHECKS), "options": opts}
+            final, _ = await w.call("evaluate", params, on_partial=lambda k, d: seen.append(k))
+            unseen: list[str] = []
+            params = {"task": other.to_dict(), "candidate": other_cand.to_dict(), "checks": list(CHECKS),
+                      "options": opts}
+            fresh, _ = await w.call("evaluate", params, on_partial=lambda k, d: unseen.append(k))
+            return prepared, seen, final, unseen, fresh
+        finally:
+            await w.close()
+
+    prepared, seen, final, unseen, fresh = asyncio.run(go())
+    assert prepared["state"] == "compiled", prepared
+    assert seen == [] and final["verdict"] == "correct" and final["compiled"] is not None
+    assert "early_timing_s" not in final["evidence"]["phases"] and "early_result" not in final["evidence"]
+    assert unseen == [protocol.PARTIAL_EVALUATION] and fresh["evidence"]["early_result"]["sent"] is True
+
+
+@pytest.mark.slow
 def test_engine_evaluate_gives_the_partial_then_the_final_and_nothing_when_baselines_are_kept(tmp_path):
     """Engine.evaluate's `early` (sync and async callbacks): the partial comes before the
     complete Evaluation with the same verdict; once the baselines are kept nothing is pending,
