@@ -188,7 +188,10 @@ def test_a_stale_socket_is_replaced(keeper_dir):
     assert again["pid"] != first["pid"] and again["answers"][0]["pid"]
 
 
-async def test_two_engines_at_once_never_share_a_worker(keeper_dir):
+async def test_two_engines_at_once_never_share_a_worker(keeper_dir, monkeypatch):
+    """One kept Worker allowed ($KERNEL_LSP_KEPT_WORKERS=1): the second command at once gets a
+    fresh Worker that is not kept, and says why."""
+    monkeypatch.setenv(keeping.KEPT_ENV, "1")
     async with Engine(timeout=20, warm=False, env=FAKE, keep_worker=30) as a:
         await a.ping()
         assert a.worker_keeping["kept"] is True
@@ -204,6 +207,44 @@ async def test_two_engines_at_once_never_share_a_worker(keeper_dir):
     async with Engine(timeout=20, warm=False, env=FAKE, keep_worker=30) as c:
         await c.ping()
         assert c.worker_keeping["reused"] is True
+
+
+async def test_commands_at_once_each_keep_a_worker_and_the_next_ones_reuse_them(keeper_dir, monkeypatch):
+    """Three kept Workers allowed: three commands at once each start one (three keepers, three
+    Workers), a fourth at once gets a fresh Worker that is not kept (all in use), and the next
+    three at once reuse the three kept ones, each its own."""
+    monkeypatch.setenv(keeping.KEPT_ENV, "3")
+
+    async def together(n: int) -> list[dict]:
+        engines = [Engine(timeout=20, warm=False, env=FAKE, keep_worker=30) for _ in range(n)]
+        try:
+            for e in engines:  # one after another, so that which one found what is fixed
+                await e.ping()
+            return [dict(e.worker_keeping or {}, pid=e.worker_pid) for e in engines]
+        finally:
+            for e in engines:
+                await e.aclose()
+
+    first = await together(4)
+    assert [k["kept"] for k in first] == [True, True, True, False], first
+    assert "all 3 kept Workers are in use" in first[3]["why"] and keeping.KEPT_ENV in first[3]["why"]
+    assert not any(k["reused"] for k in first) and len({k["pid"] for k in first}) == 4
+    assert len(ours(keeper_dir)) == 3 and len(list(Path(keeper_dir).glob("*.sock"))) == 3
+    assert gone_soon(first[3]["pid"])
+    again = await together(3)
+    assert all(k["kept"] and k["reused"] for k in again), again
+    assert {k["pid"] for k in again} == {k["pid"] for k in first[:3]}
+
+
+def test_kept_workers_reads_the_environment(monkeypatch, caplog):
+    monkeypatch.delenv(keeping.KEPT_ENV, raising=False)
+    assert keeping.kept_workers() == keeping.DEFAULT_KEPT
+    monkeypatch.setenv(keeping.KEPT_ENV, "2")
+    assert keeping.kept_workers() == 2
+    monkeypatch.setenv(keeping.KEPT_ENV, "0")
+    assert keeping.kept_workers() == 1
+    monkeypatch.setenv(keeping.KEPT_ENV, "many")
+    assert keeping.kept_workers() == keeping.DEFAULT_KEPT and "not a whole number" in caplog.text
 
 
 def test_keep_setting_reads_the_flag_then_the_environment(monkeypatch):

@@ -7,7 +7,9 @@ Two halves, both caller side (standard library only, no torch):
 - the keeper (``python -m kernel_lsp.engine.caller.keeper CONFIG``): a small detached process
   (its own session, stdin/stdout on /dev/null, stderr to its log file) that owns ONE
   ``WorkerProcess`` (the same command line, sandbox, environment and pid fence as any Worker)
-  and serves it on a Unix socket to one client connection at a time. It relays each request to
+  and serves it on a Unix socket to one client connection at a time. Up to kept_workers() keepers
+  of one configuration live at once, one per slot (its socket named by ``slot_key``), so commands
+  started together each keep a Worker. It relays each request to
   ``WorkerProcess.call`` and the answer back; it exits, ending its Worker, after IDLE seconds
   without a client, when the Worker dies or answers ``fatal``, when a client leaves in the
   middle of a request, and on SIGTERM.
@@ -72,6 +74,13 @@ log = logging.getLogger(__name__)
 KEEP_ENV = "KERNEL_LSP_KEEP_WORKER"      # seconds a CLI's GPU Worker stays; 0 turns keeping off
 DIR_ENV = "KERNEL_LSP_KEEPER_DIR"        # where sockets and logs go (default below)
 DEFAULT_IDLE_S = 120.0
+KEPT_ENV = "KERNEL_LSP_KEPT_WORKERS"     # how many of one configuration may be kept at once
+# Six: the commands started at once in the issue's measure (benchmarks/first_bench.py --parallel 6),
+# each finding a kept Worker of its own instead of starting one (2.7 s each on an H100 at six at
+# once, 2026-12-06). An idle kept Worker holds its CUDA context on the GPU: 633 MiB on an H100
+# (nvidia-smi, one kept Worker after benchmarks/editor_loop.py), so six hold under 4 GiB, for
+# their idle time only.
+DEFAULT_KEPT = 6
 SPAWN_WAIT_S = 20.0                      # how long a new keeper may take to listen
 LOG_LIMIT = 1024 * 1024
 _SUN_PATH_MAX = 104                      # a Unix socket's path must fit sockaddr_un
@@ -94,6 +103,27 @@ def keep_setting(flag: float | None) -> float:
         except ValueError:
             log.warning("%s=%r is not a number of seconds; using %g", KEEP_ENV, raw, DEFAULT_IDLE_S)
     return DEFAULT_IDLE_S
+
+
+def kept_workers() -> int:
+    """How many kept Workers of one configuration may live at once: $KERNEL_LSP_KEPT_WORKERS
+    (at least 1), else DEFAULT_KEPT. A command finds an idle one, else starts one in a free slot,
+    else (all in use) starts a Worker that is not kept."""
+    raw = os.environ.get(KEPT_ENV, "").strip()
+    if raw:
+        try:
+            return max(1, int(raw))
+        except ValueError:
+            log.warning("%s=%r is not a whole number; using %d", KEPT_ENV, raw, DEFAULT_KEPT)
+    return DEFAULT_KEPT
+
+
+class KeeperBusy(KeeperUnavailable):
+    """That kept Worker serves another command now."""
+
+
+class _NoKeeper(Exception):
+    """Nobody listens on a slot's socket (and this client was not to start one there)."""
 
 
 # -- where and under which name ---------------------------------------------------------------
@@ -164,6 +194,11 @@ def worker_key(python: str, env: dict[str, str], cwd: str | None, sandbox: "sand
     doc = {"python": python, "keeper_python": sys.executable, "argv": argv, "env": sorted(launch_env.items()),
            "cwd": os.path.abspath(cwd) if cwd else os.getcwd(), "uid": os.getuid(), "source": source_stamp()}
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def slot_key(key: str, slot: int) -> str:
+    """The name of the `slot`th kept Worker of a configuration (slot 0: the configuration's key)."""
+    return key if slot == 0 else f"{key}-{slot}"
 
 
 def paths_for(key: str, folder: Path | None = None) -> dict[str, Path]:
@@ -264,13 +299,38 @@ class KeptWorker:
         return await self.finish_start(timeout)
 
     async def attach(self, timeout: float) -> dict[str, Any]:
-        """Connect to this configuration's keeper (starting one if none listens) and take it.
-        Raises KeeperUnavailable (busy, or it could not start), SandboxUnavailable."""
+        """Take an idle kept Worker of this configuration, else start a keeper in the first free
+        slot (kept_workers() of them). Raises KeeperUnavailable (all in use, or it could not
+        start), SandboxUnavailable."""
         self.sandbox = sandboxing.resolve(self.sandbox_mode)
-        self.key = worker_key(self.python, self.env, self.cwd, self.sandbox)
+        base = worker_key(self.python, self.env, self.cwd, self.sandbox)
+        slots = kept_workers()
+        busy: KeeperBusy | None = None
+        free: list[int] = []
+        for slot in range(slots):  # an idle one first: it is warm
+            try:
+                return await self._take(slot_key(base, slot), timeout, spawn=False)
+            except _NoKeeper:
+                free.append(slot)
+            except KeeperBusy as exc:
+                busy = exc
+        for slot in free:  # else a new one (a keeper that cannot start ends the search)
+            try:
+                return await self._take(slot_key(base, slot), timeout, spawn=True)
+            except KeeperBusy as exc:  # another command started one there first
+                busy = exc
+        if slots > 1:
+            raise KeeperBusy(f"all {slots} kept Workers are in use by other kernel-lsp commands "
+                             f"(${KEPT_ENV} sets how many)")
+        raise busy or KeeperBusy("the kept Worker is in use by another kernel-lsp command")
+
+    async def _take(self, key: str, timeout: float, spawn: bool) -> dict[str, Any]:
+        """Connect to the keeper named `key` (starting it when `spawn` and nobody listens) and
+        take its Worker. Raises _NoKeeper (nobody listens, `spawn` False), KeeperUnavailable."""
+        self.key = key
         try:
             self.paths = paths_for(self.key)
-            reader, writer = await asyncio.wait_for(self._connect_or_spawn(timeout), timeout)
+            reader, writer = await asyncio.wait_for(self._connect_or_spawn(timeout, spawn), timeout)
         except asyncio.TimeoutError:
             raise KeeperUnavailable(f"the keeper did not answer within {timeout:.0f} s") from None
         except OSError as exc:
@@ -285,7 +345,7 @@ class KeptWorker:
             raise KeeperUnavailable(f"the keeper did not answer ({type(exc).__name__})") from None
         if "busy" in first:
             self._detach()
-            raise KeeperUnavailable(str(first["busy"]))
+            raise KeeperBusy(str(first["busy"]))
         info = first.get("keeper") or {}
         self.keeper_pid = info.get("pid")
         self.worker_pid = info.get("worker_pid")
@@ -427,8 +487,11 @@ class KeptWorker:
             raise WorkerDied(self._returncode, self._tail + "\n(the kept Worker's keeper went away)")
         return protocol.decode(line)
 
-    async def _connect_or_spawn(self, timeout: float) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _connect_or_spawn(self, timeout: float,
+                                spawn: bool = True) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         sock = str(self.paths["socket"])
+        if not spawn and not os.path.exists(sock):
+            raise _NoKeeper(sock)  # no lock file made for a slot nobody uses
         lock_fd = os.open(self.paths["lock"], os.O_RDWR | os.O_CREAT, 0o600)
         try:
             await asyncio.to_thread(fcntl.flock, lock_fd, fcntl.LOCK_EX)
@@ -437,6 +500,8 @@ class KeptWorker:
             except (FileNotFoundError, ConnectionRefusedError):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(sock)  # a stale socket: nobody listens on it
+            if not spawn:
+                raise _NoKeeper(sock)
             self._spawn(timeout)
             self.spawned = True
             deadline = time.monotonic() + min(SPAWN_WAIT_S, timeout)
