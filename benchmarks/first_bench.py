@@ -18,7 +18,8 @@ then all at once, ``--parallel`` processes at a time ("parallel"). Two machine s
 - ``fresh``: an empty build cache (``KERNEL_LSP_CACHE``), an empty torch.compile cache
   (``TORCHINDUCTOR_CACHE_DIR``), no kept Worker (``KERNEL_LSP_KEEP_WORKER=0``), as on a new machine;
 - ``warm``: a build cache, inductor cache and kept Worker that one warm-up bench of another Task
-  (``benchmarks/tasks/elu_new.py``) made first, as on a machine in use.
+  (``benchmarks/tasks/elu_new.py``) made first, as on a machine in use; before the parallel part,
+  ``--parallel`` warm-up benches at once, so as many Workers are kept as such a user has.
 
 For every bench: wall seconds, the phases ``--timings`` reports, when the verdict and eager
 ratio came (the CLI's "early result" mark in ``timings.marks``; without one, the complete result,
@@ -333,11 +334,17 @@ def run_scenario(mode: str, tasks: list[tuple[str, list[tuple[Path, str]]]], arg
             checkpoint(out)
             continue
         if mode == "warm":
+            # As on a machine in use the same way: before the parallel part, `parallel` warm-up
+            # benches at once, which leave as many kept Workers (keeper.kept_workers) as a user
+            # who runs that many at once has; before the alone part, one.
             warm_files = [(p, p.name) for p in pair_of(args.warmup)]
-            log(f"{mode}/{how}: warm-up bench of {args.warmup.name}")
-            out[f"{how}_warmup"] = run_bench(stage(warm_files, folder / "workspace", "warmup_"), env, args.python,
-                                             args.timeout, args.verdict_pattern)
-            log(progress_line({**out[f"{how}_warmup"], "label": f"warm-up {args.warmup.name}"}))
+            log(f"{mode}/{how}: warm-up bench of {args.warmup.name}" + (f", {parallel} at once" if parallel > 1 else ""))
+            warm_paths = [stage(warm_files, folder / "workspace", f"warmup{k}_" if k else "warmup_")
+                          for k in range(parallel)]
+            warm_rows, _ = run_many(warm_paths, env, args.python, args.timeout, args.verdict_pattern, parallel)
+            out[f"{how}_warmup"] = warm_rows[0] if parallel == 1 else {"rows": warm_rows}
+            for row in warm_rows:
+                log(progress_line({**row, "label": f"warm-up {args.warmup.name}"}))
         # One workspace, as a user's project: a new Task there finds the kept Worker (warm);
         # each Task's baselines are its own (kept per reference), so each is measured anew.
         paths = [stage(tasks[i][1], folder / "workspace", f"t{i}_") for i in todo]
