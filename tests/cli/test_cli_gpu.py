@@ -71,8 +71,10 @@ def test_bench_timings_say_what_the_build_was_made_of(tmp_path, monkeypatch, cap
 
 def test_bench_of_several_files_builds_the_next_while_one_is_evaluated(tmp_path, monkeypatch, capsys):
     """Three new load_inline kernels in one run: while the first is evaluated the CPU pool builds the
-    next two (cli/bench.py _BuildAhead), so the third's "compiling" span is a wait for a build long
-    done, not a build."""
+    next two (cli/bench.py _BuildAhead), so the third's "compiling" span is the rest of a build
+    mostly done, not a build. On an H100 (2026-12-06) these builds take 4-5 s each; the third
+    waited 0.0 s at ba98854 and 1.8 s once the evaluations dropped their early timing (shorter
+    evaluations cover less of the builds); built in turn it would wait a whole build."""
     from kernel_lsp.engine.worker.build.fastbuild import pch_root
 
     monkeypatch.setenv("KERNEL_LSP_PCH_CACHE", str(pch_root()))
@@ -88,4 +90,5 @@ def test_bench_of_several_files_builds_the_next_while_one_is_evaluated(tmp_path,
     assert [t["verdict"] for t in doc["targets"]] == ["correct"] * 3
     spans = {p["phase"]: p["seconds"] for p in doc["timings"]["phases"] if not p["inside"]}
     print("\n" + "\n".join(f"  {k:<50} {v:7.3f}" for k, v in spans.items()))
-    assert spans.get("gelu_tanh_new.py: compiling", 0.0) < 1.0, spans
+    second, third = spans.get("elu_new.py: compiling", 0.0), spans.get("gelu_tanh_new.py: compiling", 0.0)
+    assert third < 2.5 and third <= second, spans
