@@ -96,26 +96,25 @@ def keep_setting(flag: float | None) -> float:
     $KERNEL_LSP_KEEP_WORKER, else the default; 0 (or less) for no kept Worker."""
     if flag is not None:
         return max(0.0, float(flag))
-    raw = os.environ.get(KEEP_ENV, "").strip()
-    if raw:
-        try:
-            return max(0.0, float(raw))
-        except ValueError:
-            log.warning("%s=%r is not a number of seconds; using %g", KEEP_ENV, raw, DEFAULT_IDLE_S)
-    return DEFAULT_IDLE_S
+    return max(0.0, _env_number(KEEP_ENV, float, DEFAULT_IDLE_S, "a number of seconds"))
 
 
 def kept_workers() -> int:
     """How many kept Workers of one configuration may live at once: $KERNEL_LSP_KEPT_WORKERS
     (at least 1), else DEFAULT_KEPT. A command finds an idle one, else starts one in a free slot,
     else (all in use) starts a Worker that is not kept."""
-    raw = os.environ.get(KEPT_ENV, "").strip()
+    return max(1, _env_number(KEPT_ENV, int, DEFAULT_KEPT, "a whole number"))
+
+
+def _env_number(name: str, parse: Any, default: Any, what: str) -> Any:
+    """$name read by `parse`; the default when unset or unreadable (with a warning saying so)."""
+    raw = os.environ.get(name, "").strip()
     if raw:
         try:
-            return max(1, int(raw))
+            return parse(raw)
         except ValueError:
-            log.warning("%s=%r is not a whole number; using %d", KEPT_ENV, raw, DEFAULT_KEPT)
-    return DEFAULT_KEPT
+            log.warning("%s=%r is not %s; using %s", name, raw, what, default)
+    return default
 
 
 class KeeperBusy(KeeperUnavailable):
