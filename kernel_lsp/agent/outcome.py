@@ -110,9 +110,8 @@ def noise_threshold(a: Evaluation, b: Evaluation, min_gain: float = 0.02, factor
     return 1.0 + max(min_gain, factor * spread)
 
 
-
 def rank_rows(nodes: Iterable[Node], qualifies: Callable[[Evaluation | None], bool], winner: Node | None,
-          first: Evaluation | None, seed_id: str | None) -> list[dict[str, Any]]:
+              first: Evaluation | None, seed_id: str | None) -> list[dict[str, Any]]:
     """Counted candidates, each with ONE speedup: the confirmation's where it was re-timed,
     else the first run's (and which it is); the winner first, then by that speedup."""
     rows = []

@@ -304,7 +304,8 @@ class KeptWorker:
         self.sandbox = sandboxing.resolve(self.sandbox_mode)
         base = worker_key(self.python, self.env, self.cwd, self.sandbox)
         slots = kept_workers()
-        busy: KeeperBusy | None = None
+        busy = KeeperBusy(f"all {slots} kept Workers are in use by other kernel-lsp commands "
+                          f"(${KEPT_ENV} sets how many)")
         free: list[int] = []
         for slot in range(slots):  # an idle one first: it is warm
             try:
@@ -312,16 +313,13 @@ class KeptWorker:
             except _NoKeeper:
                 free.append(slot)
             except KeeperBusy as exc:
-                busy = exc
+                busy = exc if slots == 1 else busy  # one slot: the keeper's own words
         for slot in free:  # else a new one (a keeper that cannot start ends the search)
             try:
                 return await self._take(slot_key(base, slot), timeout, spawn=True)
             except KeeperBusy as exc:  # another command started one there first
-                busy = exc
-        if slots > 1:
-            raise KeeperBusy(f"all {slots} kept Workers are in use by other kernel-lsp commands "
-                             f"(${KEPT_ENV} sets how many)")
-        raise busy or KeeperBusy("the kept Worker is in use by another kernel-lsp command")
+                busy = exc if slots == 1 else busy
+        raise busy
 
     async def _take(self, key: str, timeout: float, spawn: bool) -> dict[str, Any]:
         """Connect to the keeper named `key` (starting it when `spawn` and nobody listens) and
