@@ -1,5 +1,6 @@
-"""Where get_inputs() draws: on the host as written, except a large set on a GPU, drawn there
-(harness.DEVICE_INPUTS_BYTES). The choice is sized on the meta device, which draws nothing.
+"""Where get_inputs() draws: on the host as written, except a set of at least 1 MiB on a GPU, drawn
+there (harness.DEVICE_INPUTS_BYTES), with a note from 256 MiB (harness.NOTE_INPUTS_BYTES). The
+choice is sized on the meta device, which draws nothing.
 
 No GPU here: the choice is exercised with the meta device standing in for the GPU (the same
 `with torch.device(...)` path), a threshold lowered, and get_inputs variants that cannot run
@@ -16,7 +17,7 @@ from kernel_lsp.engine.worker import harness as hmod
 from kernel_lsp.model import Task
 
 
-def _harness(body: str, monkeypatch, threshold: int = 1024) -> hmod.Harness:
+def _harness(body: str, monkeypatch, threshold: int = 1024, note_from: int = 1024) -> hmod.Harness:
     src = "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n" + body + \
           "\ndef get_init_inputs():\n    return []\n"
     h = hmod.Harness.__new__(hmod.Harness)
@@ -27,6 +28,7 @@ def _harness(body: str, monkeypatch, threshold: int = 1024) -> hmod.Harness:
     exec(compile(src, "/tmp/t.py", "exec"), mod.__dict__)
     h.ref_module = mod
     monkeypatch.setattr(hmod, "DEVICE_INPUTS_BYTES", threshold)
+    monkeypatch.setattr(hmod, "NOTE_INPUTS_BYTES", note_from)
     # meta plays the GPU here: the real check is `device.type == "cuda"`
     monkeypatch.setattr(hmod.Harness, "_is_gpu", lambda self: True)
     return h
@@ -39,6 +41,12 @@ def test_a_large_set_is_drawn_on_the_device_with_a_note(monkeypatch) -> None:
     assert values[0].shape == (64, 64)
     assert h.inputs_on_device is True
     assert "input sets drawn on the GPU" in (h.inputs_note or "")
+
+
+def test_a_set_below_the_note_size_is_drawn_on_the_device_without_a_note(monkeypatch) -> None:
+    h = _harness("def get_inputs():\n    return [torch.rand(64, 64)]\n", monkeypatch, note_from=1 << 20)
+    assert h._draw(1)[0].device.type == "meta"
+    assert h.inputs_on_device is True and h.inputs_note is None
 
 
 def test_a_small_set_is_drawn_on_the_host(monkeypatch) -> None:

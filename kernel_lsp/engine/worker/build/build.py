@@ -610,6 +610,8 @@ def _try_fast(a: dict[str, Any], name: str, build_dir: Path, is_module: bool, no
         note["full_header"] = list(fb.full_header)
     if fb.full_prelude:
         note["full_prelude"] = list(fb.full_prelude)
+    if fb.binding:
+        note["binding"] = fb.binding
     if fb.so:
         t0 = time.perf_counter()
         try:

@@ -35,11 +35,13 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from kernel_lsp.engine.worker.build import binding as bindings
 from kernel_lsp.engine.worker.build import inline_split, unit_cache
 from kernel_lsp.engine.worker.build.cache import cache_root, file_lock, tool_id
 
@@ -101,6 +103,8 @@ class FastBuild:
     linker: str = ""                       # what linked it: "gold", "lld", "default" (+ why not the faster one)
     lean: bool = False                     # linked against libtorch_python alone (lean_ldflags); relink_full undoes it
     full_link: list[str] = field(default_factory=list)  # the link command with torch's whole list
+    binding: str = ""                      # main.cpp: "by signature", else why it kept load_inline's text
+    binding_failed: bool = False           # the failure is the signature binding's: built again without it
 
 
 def pch_root() -> Path:
@@ -407,10 +411,20 @@ def _read_bytes(path: Path) -> bytes:
         return b""
 
 
+def _unit_cmd(flags: TorchFlags, u: Unit, pch: Path, full: bool, build_dir: Path, includes: list[str]) -> list[str]:
+    """The g++ command of a host or main unit (its text written into build_dir)."""
+    src = f"fast_{u.step}{'_full' if full else ''}.cpp"
+    (build_dir / src).write_text(u.text if full else light_text(u.text))
+    return [flags.cxx, "-c", "-Winvalid-pch", "-include", str(pch), *_host_base(flags), *includes,
+            *u.flags, src, "-o", f"fast_{u.step}.o"]
+
+
 def _build_units(units: list[Unit], args: dict[str, Any], nvcc: str, res: FastBuild, done: Callable[..., FastBuild],
-                 link: bool, timeout: float) -> FastBuild:
+                 link: bool, timeout: float, binding: bindings.Binding | None = None) -> FastBuild:
     """Compile ``units`` at once (a host unit that the light header does not serve: again against
-    the full one), then link them into ``<build_directory>/<name>.so``."""
+    the full one), then link them into ``<build_directory>/<name>.so``. ``binding``: the "main"
+    unit binds by signature (binding.py); its names object and the placeholders' aliases join
+    the link, and a failure of its own sets ``binding_failed``."""
     name = str(args["name"])
     build_dir = Path(str(args["build_directory"]))
     flags, light, why = _prepare(args, nvcc, {u.kind for u in units}, res, timeout)
@@ -430,10 +444,7 @@ def _build_units(units: list[Unit], args: dict[str, Any], nvcc: str, res: FastBu
         return [x for d in u.quote_dirs for x in ("-iquote", d)]
 
     def unit_cmd(u: Unit, pch: Path, full: bool) -> list[str]:
-        src = f"fast_{u.step}{'_full' if full else ''}.cpp"
-        (build_dir / src).write_text(u.text if full else light_text(u.text))
-        return [flags.cxx, "-c", "-Winvalid-pch", "-include", str(pch), *_host_base(flags), *quote(u), *user_inc,
-                *u.flags, src, "-o", f"fast_{u.step}.o"]
+        return _unit_cmd(flags, u, pch, full, build_dir, [*quote(u), *user_inc])
 
     def device_cmd(u: Unit) -> list[str]:
         (build_dir / f"fast_{u.step}.cu").write_text(u.text)
@@ -510,6 +521,7 @@ def _build_units(units: list[Unit], args: dict[str, Any], nvcc: str, res: FastBu
         rc, text, _ = results.get(u.step, (1, "not run", 0.0))
         if rc != 0:
             res.log += f"[{u.step}]\n{text}\n"
+            res.binding_failed = binding is not None and u.step == "main"
             return done(f"fast {u.what()} failed to compile: {_in_folder(_first_error(text), build_dir)}")
     if not link:
         return done()
@@ -517,6 +529,18 @@ def _build_units(units: list[Unit], args: dict[str, Any], nvcc: str, res: FastBu
     tmp = build_dir / f"{name}.so.{os.getpid()}.tmp"
     objects = [f"fast_{u.step}.o" for u in reversed(units)]
     extra = _as_list(args.get("extra_ldflags"))
+    if binding is not None:
+        t1 = time.perf_counter()
+        aliases = bindings.placeholders(build_dir / "fast_main.o")
+        if isinstance(aliases, dict):
+            aliases = bindings.link_flags(binding, aliases)
+        why = aliases if isinstance(aliases, str) else bindings.names_object(binding, flags.cxx, build_dir)
+        if why:
+            res.binding_failed = True
+            return done(f"the signature binding: {why}")
+        objects.append("fast_bind_names.o")
+        extra = [*aliases, *extra]
+        res.steps["binding"] = time.perf_counter() - t1
     full = [flags.cxx, "-shared", *objects, *flags.ldflags, *extra, "-o", str(tmp)]
     lean = lean_ldflags(flags.ldflags)
     base = [flags.cxx, "-shared", *objects, *lean, *extra, "-o", str(tmp)] if lean is not None else full
@@ -529,6 +553,14 @@ def _build_units(units: list[Unit], args: dict[str, Any], nvcc: str, res: FastBu
     t1 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, cwd=build_dir, capture_output=True, text=True, timeout=timeout)
+        if proc.returncode != 0 and binding is not None:
+            # Most likely an alias to a function the host code does not define with the declared
+            # types: not the linker's fault (it stays trusted); load_inline's main.cpp decides.
+            said = (proc.stdout + proc.stderr).strip()
+            res.log += f"[link]\n{said}\n"
+            res.binding_failed = True
+            first = next((ln.strip() for ln in said.splitlines() if "undefined" in ln or "error" in ln), said[:200])
+            return done(f"fast link failed: {first[:300]}")
         if proc.returncode != 0 and linker:
             # The faster linker refused what the default one may take: the default decides.
             said = (proc.stdout + proc.stderr).strip()
@@ -675,8 +707,8 @@ def _full_if_light(parts: inline_split.Split) -> str:
     return parts.device_full if parts.device_full != parts.device else ""
 
 
-def _start() -> tuple[FastBuild, Callable[..., FastBuild]]:
-    t0 = time.perf_counter()
+def _start(t0: float | None = None) -> tuple[FastBuild, Callable[..., FastBuild]]:
+    t0 = time.perf_counter() if t0 is None else t0
     res = FastBuild()
 
     def done(reason: str = "") -> FastBuild:
@@ -722,7 +754,28 @@ def build_inline(args: dict[str, Any], nvcc: str, link: bool = True, timeout: fl
              Unit("host", "host", name_def + parts.host, _pch_safe(host_flags_from_cuda(extra_cuda))),
              Unit("main", "main", name_def + '#line 1 "main.cpp"\n' + main_cpp(args),
                   _pch_safe(_as_list(args.get("extra_cflags"))))]
+    bind, why = bindings.of(args) if bindings.enabled() else (None, f"${bindings.OFF_ENV}=0")
+    if bind is None:
+        res.binding = why
+        return _build_units(units, args, nvcc, res, done, link, timeout)
+    by_signature = Unit("main", "main", name_def + '#line 1 "main.cpp"\n' + bind.text(), binding_flags(units[2].flags))
+    got = _build_units([*units[:2], by_signature], args, nvcc, res, done, link, timeout, bind)
+    if not got.binding_failed:
+        got.binding = "by signature"
+        return got
+    # load_inline's own main.cpp: its errors are the user's (the other units come from the cache)
+    failed, log, began = got.reason, got.log, time.perf_counter() - got.seconds
+    res, done = _start(began)
+    res.steps["binding_attempt"] = got.seconds
+    res.binding = f"load_inline's text: the signature binding failed ({failed[:200]})"
+    res.log = f"[signature binding]\n{log[-2000:]}\n"
     return _build_units(units, args, nvcc, res, done, link, timeout)
+
+
+def binding_flags(flags: list[str]) -> list[str]:
+    """The user's extra_cflags that reach a main.cpp bound by signature: not -g or -W levels
+    (declarations and pybind glue behave the same without them), so most files share an object."""
+    return [f for f in flags if not re.fullmatch(r"-g\w*|-W[\w=-]*|-w", f)]
 
 
 # -- load(): source files ------------------------------------------------------------------------------
@@ -868,6 +921,8 @@ def prepare(nvcc: str, check_only: bool = False, timeout: float = STEP_TIMEOUT) 
     out: dict[str, Any] = {"torch": torch.__version__, "pch_root": str(pch_root()), "pid": os.getpid()}
     missing = [k for k, text in LIGHT_HEADERS.items() if not (pch_dir(flags, text) / "klsp_torch.h.gch").exists()]
     if not missing:
+        if not check_only:
+            start_prebuild(flags, timeout)
         return {**out, "state": "ready"}
     if check_only:
         return {**out, "state": "needed", "missing": missing}
@@ -878,7 +933,55 @@ def prepare(nvcc: str, check_only: bool = False, timeout: float = STEP_TIMEOUT) 
     out.update(seconds=round(time.perf_counter() - t0, 2), made=[k for k, (_, _, secs) in made.items() if secs])
     if errors:
         return {**out, "state": "failed", "reason": "; ".join(errors)[:500]}
+    start_prebuild(flags, timeout)
     return {**out, "state": "made"}
+
+
+_PREBUILD: list[threading.Thread] = []
+PREBUILT = "prebuilt.json"
+
+
+def start_prebuild(flags: TorchFlags, timeout: float = STEP_TIMEOUT) -> threading.Thread | None:
+    """Build the common signature bindings (binding.COMMON) ahead, in a thread of this process,
+    once: a later build of one of them takes its object from the unit cache (or waits on its
+    lock while it compiles) instead of compiling main.cpp for 5 s. Nobody waits for it."""
+    count = bindings.prebuild_count()
+    if count == 0 or _PREBUILD:
+        return None
+    t = threading.Thread(target=prebuild_bindings, args=(flags, count, timeout), name="klsp-prebuild-bindings",
+                         daemon=True)
+    _PREBUILD.append(t)
+    t.start()
+    return t
+
+
+def prebuild_bindings(flags: TorchFlags, count: int, timeout: float = STEP_TIMEOUT) -> dict[str, Any]:
+    """Compile the first ``count`` of binding.COMMON into the unit cache (the command a build
+    would run: the same text, flags and precompiled header), a few at a time; what each took
+    goes to <build cache>/prebuild/prebuilt.json. {signature: seconds compiling, 0 if cached}."""
+    pch, why, _ = ensure_pch(flags, timeout, (LIGHT_MAIN,))
+    root = cache_root() / "prebuild"
+    if pch is None:
+        return {"error": why}
+    name = "klsp_prebuilt"
+    parallel = max(1, min(4, (os.cpu_count() or 1) // 4))
+
+    def one(item: tuple[int, bindings.Binding]) -> tuple[str, Any]:
+        i, b = item
+        d = root / f"signature_{i}"
+        d.mkdir(parents=True, exist_ok=True)
+        u = Unit("main", "main", f"#define TORCH_EXTENSION_NAME {name}\n" + '#line 1 "main.cpp"\n' + b.text())
+        res = FastBuild()
+        cmd = _unit_cmd(flags, u, pch, False, d, [])
+        rc, log, secs = unit_cache.compile_all({"main": cmd}, d, timeout, res, flags.identity,
+                                               {"main": unit_cache.UnitContext(name)}, flags.includes)["main"]
+        _, _, ret, params = b.functions[0]
+        return f"{ret}({', '.join(params)})", round(secs, 2) if rc == 0 else f"failed: {_first_error(log)}"
+
+    with concurrent.futures.ThreadPoolExecutor(parallel) as pool:
+        done = dict(pool.map(one, enumerate(bindings.common(count))))
+    _write_if_changed(root / PREBUILT, json.dumps({"at": time.time(), "pid": os.getpid(), "signatures": done}))
+    return done
 
 
 def prepare_op(params: dict[str, Any], build: Any) -> dict[str, Any]:
