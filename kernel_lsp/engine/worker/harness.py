@@ -38,9 +38,10 @@ class CandidateError(Exception):
 # every number: torch.rand made 256 MiB in 0.38 s here (about 0.7 GB/s), so a 6 GiB softmax set
 # took ~9 s, and a bench draws 5-8 sets (verify, the early and the final timing). A small set
 # costs little, but an evaluation draws about 18 of them (verify's, the timing's four and the
-# cache probe's eight): 16 MiB sets (the editor loop's GELU) took 0.3 s of a 0.8 s evaluation on
-# the H100. From this size of a set on, on a GPU, the sets are drawn on the GPU (microseconds
-# a set): the same distributions and a fixed seed, so verdicts and timings are unchanged.
+# cache probe's eight): the editor loop's 16 MiB GELU evaluated in 0.63 s with its sets drawn on
+# the GPU against 1.09 s on the host (H100, benchmarks/eval_profile.py). From this size of a set
+# on, on a GPU, the sets are drawn on the GPU (microseconds a set): the same distributions and a
+# fixed seed, so verdicts and timings are unchanged.
 DEVICE_INPUTS_BYTES = 1 << 20
 # ... and from this size on, a note says so (where a host draw would have cost seconds).
 NOTE_INPUTS_BYTES = 256 << 20

@@ -25,6 +25,7 @@ load_inline writes; so does any build whose binding fails to compile, to read or
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import subprocess
@@ -211,8 +212,17 @@ def _joined(toks: list[inline_split.Tok]) -> str:
 # -- the link ------------------------------------------------------------------------------------
 
 
+_MANGLED: dict[str, dict[int, str]] = {}  # by the object's sha256: a body edit reuses main.cpp's object
+
+
 def placeholders(obj: Path, timeout: float = 60.0) -> dict[int, str] | str:
     """{i: the mangled name of placeholder i} that the binding object refers to, or why not."""
+    try:
+        digest = hashlib.sha256(obj.read_bytes()).hexdigest()
+    except OSError as exc:
+        return f"the binding object: {exc}"
+    if digest in _MANGLED:
+        return dict(_MANGLED[digest])
     try:
         proc = subprocess.run(["nm", "-u", "--format=posix", str(obj)], capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.SubprocessError) as exc:
@@ -225,6 +235,9 @@ def placeholders(obj: Path, timeout: float = 60.0) -> dict[int, str] | str:
         m = re.match(rf"_Z(\d+){PLACEHOLDER}(\d+)", sym)
         if m and int(m.group(1)) == len(PLACEHOLDER) + len(m.group(2)):
             found[int(m.group(2))] = sym
+    if len(_MANGLED) > 64:
+        _MANGLED.clear()
+    _MANGLED[digest] = dict(found)
     return found
 
 
@@ -241,15 +254,28 @@ def link_flags(b: Binding, mangled: dict[int, str]) -> list[str] | str:
     return flags
 
 
-def names_object(b: Binding, cc: str, build_dir: Path, timeout: float = 60.0) -> str:
-    """Compile the names' C source into build_dir; "" when done, else why not."""
+def start_names_object(b: Binding, cc: str, build_dir: Path) -> subprocess.Popen[str] | str:
+    """Start compiling the names' C source in build_dir (milliseconds, beside the units' compiles);
+    finish_names_object says how it went. A string: why it could not start."""
     (build_dir / "fast_bind_names.c").write_text(b.names_c())
     try:
-        proc = subprocess.run([cc, "-x", "c", "-c", "-fPIC", "fast_bind_names.c", "-o", "fast_bind_names.o"],
-                              cwd=build_dir, capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.SubprocessError) as exc:
+        return subprocess.Popen([cc, "-x", "c", "-c", "-fPIC", "fast_bind_names.c", "-o", "fast_bind_names.o"],
+                                cwd=build_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    except OSError as exc:
         return f"{cc}: {exc}"
-    return "" if proc.returncode == 0 else f"names: {(proc.stdout + proc.stderr).strip()[:200]}"
+
+
+def finish_names_object(started: subprocess.Popen[str] | str, timeout: float = 60.0) -> str:
+    """"" when the names object is made, else why not."""
+    if isinstance(started, str):
+        return started
+    try:
+        out, _ = started.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        started.kill()
+        started.communicate()
+        return f"names: ran past {timeout:g} s"
+    return "" if started.returncode == 0 else f"names: {(out or '').strip()[:200]}"
 
 
 # -- built ahead -----------------------------------------------------------------------------------

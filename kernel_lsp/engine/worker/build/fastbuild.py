@@ -472,6 +472,13 @@ def _build_units(units: list[Unit], args: dict[str, Any], nvcc: str, res: FastBu
         return unit_cache.UnitContext(name, tuple(heads), uses_name)
 
     unit_ctx = {u.step: context(u) for u in units}
+    names = bindings.start_names_object(binding, flags.cxx, build_dir) if binding is not None else ""
+    if not isinstance(names, str):
+        finished = done
+
+        def done(reason: str = "") -> FastBuild:  # the names' cc is waited for on every way out
+            bindings.finish_names_object(names, timeout)
+            return finished(reason)
 
     def compile_units(jobs: dict[str, list[str]]) -> dict[str, tuple[int, str, float]]:
         return unit_cache.compile_all(jobs, build_dir, timeout, res, flags.identity, unit_ctx, flags.includes)
@@ -534,7 +541,7 @@ def _build_units(units: list[Unit], args: dict[str, Any], nvcc: str, res: FastBu
         aliases = bindings.placeholders(build_dir / "fast_main.o")
         if isinstance(aliases, dict):
             aliases = bindings.link_flags(binding, aliases)
-        why = aliases if isinstance(aliases, str) else bindings.names_object(binding, flags.cxx, build_dir)
+        why = aliases if isinstance(aliases, str) else bindings.finish_names_object(names, timeout)
         if why:
             res.binding_failed = True
             return done(f"the signature binding: {why}")
