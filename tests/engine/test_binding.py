@@ -225,3 +225,22 @@ def test_the_binding_can_be_turned_off(cpu_link, monkeypatch) -> None:
     fb = fastbuild.build_inline(args, NVCC, link=False)
     assert fb.reason == "" and fb.binding == f"${binding.OFF_ENV}=0", fb.log[-2000:]
     assert 'm.def("answer", torch::wrap_pybind_function(answer), "answer");' in (tmp_path / "off" / "fast_main.cpp").read_text()
+
+
+@needs_nvcc
+def test_preparing_the_headers_starts_the_ahead_builds_once_not_when_only_checking(cpu_link, monkeypatch) -> None:
+    started = []
+    monkeypatch.setattr(fastbuild, "_PREBUILD", [])
+    monkeypatch.setattr(fastbuild, "prebuild_bindings", lambda flags, count, timeout=0: started.append(count))
+    monkeypatch.setenv(binding.PREBUILD_ENV, "2")
+    assert fastbuild.prepare(NVCC, check_only=True)["state"] in ("ready", "needed")
+    assert started == [] and fastbuild._PREBUILD == []
+    assert fastbuild.prepare(NVCC)["state"] in ("ready", "made")  # the session's headers, or made now
+    fastbuild._PREBUILD[0].join(10)
+    assert started == [2]
+    fastbuild.prepare(NVCC)
+    assert len(fastbuild._PREBUILD) == 1 and started == [2]  # one per process
+    monkeypatch.setenv(binding.PREBUILD_ENV, "0")
+    monkeypatch.setattr(fastbuild, "_PREBUILD", [])
+    fastbuild.prepare(NVCC)
+    assert fastbuild._PREBUILD == [] and started == [2]
