@@ -1,7 +1,8 @@
 """The no-LLM path over the project's module Tasks, on a GPU.
 
     python benchmarks/no_llm.py [--only relu,softmax] [--limit N] [--budget 24] [--no-max-autotune]
-                                [--stop-after SECONDS] [--out benchmarks/results/no_llm] [--resume] [PATH ...]
+                                [--stop-after SECONDS] [--out benchmarks/results/no_llm] [--resume]
+                                [--redo] [--max-autotune-only] [PATH ...]
 
 Per Task (each reference alone in a fresh folder, no ModelNew of its own): `kernel-lsp optimize
 TASK --proposer tuner --json` (the Worker records torch.compile's code, the writer makes the
@@ -22,7 +23,10 @@ benchmarks/corpus/inline_build/*/reference.py (KernelBench level-1/2 references;
 reference). Runs under a time limit: `--stop-after` starts no Task past that many seconds, and the
 max-autotune stage gets only what is left of it (too little: skipped, the reason in each row's
 `max_autotune_skipped`); `--resume` continues where the last run stopped: the Tasks not run yet, and
-max-autotune for every kept row still without a number.
+max-autotune for every kept row still without a number. `--only` runs the named Tasks in the order
+given; with `--resume`, `--redo` runs them again (their rows replaced in place, their max-autotune
+numbers kept: they depend on the reference alone) and `--max-autotune-only` measures only the
+max-autotune numbers still missing (of the `--only` Tasks, in that order, when given).
 """
 
 from __future__ import annotations
@@ -158,7 +162,12 @@ def max_autotune_pending(rows: list[dict]) -> list[dict]:
     """The rows still without a max-autotune number or a reason it has none: those killed or cut by
     the time limit (no key, or ``max_autotune_skipped``) included, kept rows of a --resume too."""
     return [r for r in rows if "skipped" not in r and "max_autotune_vs_eager" not in r
-            and "max_autotune_error" not in r and r.get("path")]
+            and ("max_autotune_error" not in r or r["max_autotune_error"] == NO_REFERENCE) and r.get("path")]
+
+
+# Written by runs before 2026-12-06 where the corpus was not on the machine: a fact about that
+# machine, not the Task, so such a row is measured again (now it is marked skipped instead).
+NO_REFERENCE = "the Task's reference could not be read"
 
 
 def skip_max_autotune(rows: list[dict], why: str) -> None:
@@ -189,9 +198,9 @@ def measure_max_autotune(rows: list[dict], timeout: float, time_left: float | No
         for r in todo:
             path = Path(r["path"]) if Path(r["path"]).is_absolute() else ROOT / r["path"]
             ref = reference_only(path) if path.exists() else None
-            if ref is None:
-                r["max_autotune_error"] = "the Task's reference could not be read"
-                r.pop("max_autotune_skipped", None)
+            if ref is None:  # not on this machine (the corpus is fetched separately): a later run may have it
+                r.pop("max_autotune_error", None)
+                r["max_autotune_skipped"] = f"the Task's reference is not readable here ({r['path']})"
                 continue
             f = Path(d) / f"{r['task']}.py"
             f.write_text(ref)
@@ -246,6 +255,7 @@ def take_max_autotune(files: dict[str, dict], line: str, on_row) -> None:
     if r is None:
         return
     r.pop("max_autotune_skipped", None)
+    r.pop("max_autotune_error", None)  # an earlier run's (NO_REFERENCE): this one's answer stands
     if got.get("max_autotune_ms"):
         r["max_autotune_vs_eager"] = got["eager_ms"] / got["max_autotune_ms"]
     else:
@@ -470,11 +480,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-max-autotune", action="store_true")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "no_llm"))
     ap.add_argument("--resume", action="store_true", help="keep the rows already in --out and skip their Tasks")
+    ap.add_argument("--redo", action="store_true",
+                    help="with --resume and --only: run those Tasks again, their rows replaced in place")
+    ap.add_argument("--max-autotune-only", action="store_true",
+                    help="with --resume: no optimize, only the max-autotune numbers still missing")
     a = ap.parse_args(argv)
+    if (a.redo or a.max_autotune_only) and not a.resume:
+        print("no_llm: --redo and --max-autotune-only work on the rows of --out: add --resume", file=sys.stderr)
+        return 2
+    if a.redo and not a.only:
+        print("no_llm: --redo needs --only (the Tasks to run again)", file=sys.stderr)
+        return 2
     paths = [Path(p).resolve() for p in a.paths] or default_paths()
-    if a.only:
-        wanted = set(a.only.split(","))
-        paths = [p for p in paths if task_name(p) in wanted]
+    order: list[str] = [n for n in a.only.split(",") if n] if a.only else []
+    if order:
+        names = {task_name(p) for p in paths}
+        unknown = [n for n in order if n not in names]
+        if unknown and not a.max_autotune_only:
+            print(f"no_llm: no such Task: {', '.join(unknown)} (names are the table's first column)", file=sys.stderr)
+            return 2
+        paths = sorted((p for p in paths if task_name(p) in order), key=lambda p: order.index(task_name(p)))
     given = sys.argv[1:] if argv is None else argv
     command = "python benchmarks/no_llm.py " + " ".join(shlex.quote(x) for x in given)
     try:
@@ -489,13 +514,15 @@ def main(argv: list[str] | None = None) -> int:
         old = json.loads(out.with_suffix(".json").read_text())
         rows = list(old.get("rows") or [])
         command = old.get("command", command) + f" ; {command}"
-        done = {r["task"] for r in rows}
+        done = {r["task"] for r in rows if not (a.redo and r["task"] in order)}
         paths = [p for p in paths if task_name(p) not in done]
     if a.limit:  # after --resume: each run takes the next N
         paths = paths[: a.limit]
+    if a.max_autotune_only:
+        paths = []
     before = signal.signal(signal.SIGTERM, stop_on_sigterm)
     try:
-        run_all(paths, rows, a, lambda: write(rows, out, command, device))
+        run_all(paths, rows, a, lambda: write(rows, out, command, device), order)
     except Stopped:
         print("stopped by SIGTERM: the rows so far are written; rerun with --resume for the rest",
               file=sys.stderr, flush=True)
@@ -506,22 +533,31 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run_all(paths: list[Path], rows: list[dict], a: argparse.Namespace, save) -> None:
+def run_all(paths: list[Path], rows: list[dict], a: argparse.Namespace, save, order: list[str] = ()) -> None:
     """Each Task's optimize, then max-autotune for the rows still without it, all within --stop-after
     (no Task started past it, max-autotune only in what it leaves); ``save()`` after each row and
-    each max-autotune number, so a kill keeps them and --resume goes on from there."""
+    each max-autotune number, so a kill keeps them and --resume goes on from there. A row run
+    again (--redo) takes its old place and keeps its max-autotune numbers. ``order`` (--only's
+    names): max-autotune for those rows alone, in that order."""
     began = time.perf_counter()
     for p in paths:
         if a.stop_after and time.perf_counter() - began > a.stop_after:
             print(f"stopping: {a.stop_after:g} s spent; rerun with --resume for the rest", file=sys.stderr)
             break
         row = run_task(p, a.budget, a.timeout)
-        rows.append(row)
+        at = next((i for i, r in enumerate(rows) if r["task"] == row["task"]), None)
+        if at is None:
+            rows.append(row)
+        else:
+            old = rows[at]
+            row.update({k: v for k, v in old.items() if k.startswith("max_autotune") and k not in row})
+            rows[at] = row
         print(json.dumps(row), flush=True)
         save()
     if not a.no_max_autotune:
         left = a.stop_after - (time.perf_counter() - began) if a.stop_after else None
-        measure_max_autotune(rows, a.timeout, left, save)
+        chosen = sorted((r for r in rows if r["task"] in order), key=lambda r: order.index(r["task"])) if order else rows
+        measure_max_autotune(chosen, a.timeout, left, save)
 
 
 if __name__ == "__main__":

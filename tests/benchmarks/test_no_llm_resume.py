@@ -140,3 +140,57 @@ def test_a_sigterm_writes_the_rows_so_far_and_resume_goes_on(tmp_path):
     second = run("", "--resume")
     assert second.returncode == 0, second.stderr[-2000:]
     assert [r["task"] for r in json.loads(out.with_suffix(".json").read_text())["rows"]] == ["x", "y", "z"]
+
+
+def test_only_runs_the_named_tasks_in_the_order_given_and_names_an_unknown_one(tmp_path, monkeypatch, capsys):
+    no_llm = load_script("no_llm")
+    ran: list[str] = []
+    monkeypatch.setattr(no_llm, "run_task", lambda path, *_: ran.append(path.stem) or tasks(tmp_path, path.stem)[0])
+    tasks(tmp_path, "a", "b", "c")
+    paths = [str(tmp_path / f"{n}.py") for n in "abc"]
+    out = tmp_path / "out"
+    assert no_llm.main([*paths, "--only", "c,a", "--no-max-autotune", "--out", str(out)]) == 0
+    assert ran == ["c", "a"]  # the nearest misses first, as asked, not the table's order
+    assert no_llm.main([*paths, "--only", "c,zz", "--no-max-autotune", "--out", str(out)]) == 2
+    assert "no such Task: zz" in capsys.readouterr().err and ran == ["c", "a"]
+
+
+def test_redo_replaces_a_row_in_place_and_keeps_its_max_autotune(tmp_path, monkeypatch):
+    no_llm = load_script("no_llm")
+    a, b = tasks(tmp_path, "a", "b")
+    a.update(max_autotune_vs_eager=1.5, kept_vs_eager=1.1, budget=8)
+    out = tmp_path / "out"
+    out.with_suffix(".json").write_text(json.dumps({"command": "python benchmarks/no_llm.py", "rows": [a, b]}))
+    monkeypatch.setattr(no_llm, "run_task", lambda path, budget, timeout: {
+        "task": path.stem, "path": str(path), "kept_vs_eager": 1.3, "budget": budget})
+    args = [a["path"], b["path"], "--out", str(out), "--no-max-autotune"]
+    assert no_llm.main([*args, "--redo", "--only", "a"]) == 2  # --redo works on the rows of --out
+    assert no_llm.main([*args, "--resume", "--redo", "--only", "a", "--budget", "24"]) == 0
+    got = json.loads(out.with_suffix(".json").read_text())
+    assert [r["task"] for r in got["rows"]] == ["a", "b"] and got["rows"][1] == b
+    assert got["rows"][0] == {"task": "a", "path": a["path"], "kept_vs_eager": 1.3, "budget": 24,
+                              "max_autotune_vs_eager": 1.5}
+    assert got["command"].startswith("python benchmarks/no_llm.py ; python benchmarks/no_llm.py")
+
+
+def test_max_autotune_only_measures_the_missing_numbers_of_the_named_rows_in_order(tmp_path, monkeypatch):
+    no_llm = load_script("no_llm")
+    monkeypatch.setattr(no_llm, "MEASURE_MAX", "SLOW_AFTER_FIRST = False\n" + FAKE_MEASURE)
+    started: list[list[str]] = []
+    real = no_llm.subprocess.Popen
+    monkeypatch.setattr(no_llm.subprocess, "Popen", lambda cmd, **kw: started.append(cmd) or real(cmd, **kw))
+    monkeypatch.setattr(no_llm, "run_task", lambda *a: (_ for _ in ()).throw(AssertionError("an optimize ran")))
+    a, b, c, d = tasks(tmp_path, "a", "b", "c", "d")
+    b["max_autotune_error"] = no_llm.NO_REFERENCE  # an older run on a machine without the corpus: pending
+    d["max_autotune_vs_eager"] = 1.7
+    gone = dict(tasks(tmp_path, "e")[0], path=str(tmp_path / "elsewhere" / "e.py"))  # not on this machine
+    out = tmp_path / "out"
+    out.with_suffix(".json").write_text(json.dumps({"command": "x", "rows": [a, b, c, d, gone]}))
+    assert no_llm.main(["--resume", "--max-autotune-only", "--only", "d,c,b,e", "--out", str(out)]) == 0
+    assert [Path(x).name for x in started[0][-2:]] == ["c.py", "b.py"] and len(started) == 1, started
+    got = {r["task"]: r for r in json.loads(out.with_suffix(".json").read_text())["rows"]}
+    assert got["a"] == a and got["d"] == d  # not named / already measured
+    assert got["b"]["max_autotune_vs_eager"] == 2.0 and "max_autotune_error" not in got["b"]
+    assert got["c"]["max_autotune_vs_eager"] == 2.0
+    # a reference not on this machine is a later run's to measure, not an error of the Task
+    assert "not readable here" in got["e"]["max_autotune_skipped"] and "max_autotune_error" not in got["e"]

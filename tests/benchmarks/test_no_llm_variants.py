@@ -84,6 +84,8 @@ def test_max_autotune_is_measured_for_every_task_in_one_process(tmp_path, monkey
     else:
         assert a["max_autotune_vs_eager"] > 0 and b["max_autotune_vs_eager"] > 0, (a, b)
     assert c == {"task": "c", "path": str(tmp_path / "c.py"), "max_autotune_vs_eager": 1.5}
-    assert "max_autotune_error" not in d and "could not be read" in e["max_autotune_error"]
-    no_llm.measure_max_autotune(rows, timeout=120)  # nothing left to measure: no process
+    assert "max_autotune_error" not in d
+    # a reference not on this machine: left for a run that has it, not an error of the Task
+    assert "not readable here" in e["max_autotune_skipped"] and "max_autotune_error" not in e
+    no_llm.measure_max_autotune(rows, timeout=120)  # nothing left to measure here: no process
     assert len(calls) == 1
