@@ -339,6 +339,7 @@ def test_a_faster_linker_that_fails_gives_way_to_the_default_and_is_not_tried_ag
     assert a.reason == "" and a.so and os.path.exists(a.so), a.log[-3000:]
     assert a.linker.startswith("default (klspbroken failed"), a.linker
     assert a.binding == "by signature"  # the linker's refusal is not blamed on main.cpp's binding
+    assert len(entries()) == 3  # main.cpp compiled once (test_inline_split_gpu.py counts the same on a GPU)
     assert "-fuse-ld=klspbroken" in a.commands[-2] and "-fuse-ld=klspbroken" not in a.commands[-1]
     monkeypatch.setattr(fastbuild, "_linker_refused", set())  # a new process: the note in the cache says it
     b = fastbuild.build_inline(inline_args(tmp_path, "link_b", RELU.replace(BODY, "y[i] = fmaxf(v, 0.0f);")), nvcc)
