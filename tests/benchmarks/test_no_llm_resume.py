@@ -80,13 +80,20 @@ def test_the_max_autotune_stage_gets_only_what_stop_after_leaves(tmp_path, monke
     assert "0 s of --stop-after left" in rows[0]["max_autotune_skipped"] and saved == [1]
 
 
-def test_a_resume_measures_max_autotune_for_the_kept_rows_without_it(tmp_path, monkeypatch):
+def max_autotune_only(monkeypatch, never: str):
+    """no_llm with the fake MEASURE_MAX (its processes recorded in ``started``) and no optimize
+    allowed (``never`` says why)."""
     no_llm = load_script("no_llm")
     monkeypatch.setattr(no_llm, "MEASURE_MAX", "SLOW_AFTER_FIRST = False\n" + FAKE_MEASURE)
     started: list[list[str]] = []
     real = no_llm.subprocess.Popen
     monkeypatch.setattr(no_llm.subprocess, "Popen", lambda cmd, **kw: started.append(cmd) or real(cmd, **kw))
-    monkeypatch.setattr(no_llm, "run_task", lambda *a: (_ for _ in ()).throw(AssertionError("a kept Task ran again")))
+    monkeypatch.setattr(no_llm, "run_task", lambda *a: (_ for _ in ()).throw(AssertionError(never)))
+    return no_llm, started
+
+
+def test_a_resume_measures_max_autotune_for_the_kept_rows_without_it(tmp_path, monkeypatch):
+    no_llm, started = max_autotune_only(monkeypatch, "a kept Task ran again")
     a, b, c, d = tasks(tmp_path, "a", "b", "c", "d")
     a["max_autotune_vs_eager"] = 1.5  # measured before
     b["variant_tuned"] = {"verdict": "correct", "vs_eager": 1.2}  # killed before its max-autotune
@@ -174,12 +181,7 @@ def test_redo_replaces_a_row_in_place_and_keeps_its_max_autotune(tmp_path, monke
 
 
 def test_max_autotune_only_measures_the_missing_numbers_of_the_named_rows_in_order(tmp_path, monkeypatch):
-    no_llm = load_script("no_llm")
-    monkeypatch.setattr(no_llm, "MEASURE_MAX", "SLOW_AFTER_FIRST = False\n" + FAKE_MEASURE)
-    started: list[list[str]] = []
-    real = no_llm.subprocess.Popen
-    monkeypatch.setattr(no_llm.subprocess, "Popen", lambda cmd, **kw: started.append(cmd) or real(cmd, **kw))
-    monkeypatch.setattr(no_llm, "run_task", lambda *a: (_ for _ in ()).throw(AssertionError("an optimize ran")))
+    no_llm, started = max_autotune_only(monkeypatch, "an optimize ran")
     a, b, c, d = tasks(tmp_path, "a", "b", "c", "d")
     b["max_autotune_error"] = no_llm.NO_REFERENCE  # an older run on a machine without the corpus: pending
     d["max_autotune_vs_eager"] = 1.7
