@@ -14,14 +14,11 @@ Prints a table and writes benchmarks/results/binding_coverage.{json,md} (--out-d
 from __future__ import annotations
 
 import argparse
-import ast
 import collections
 import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -38,34 +35,6 @@ def sources(where: Path) -> list[tuple[str, str]]:
     return [(str(p), p.read_text(errors="replace")) for p in sorted(where.rglob("*.py"))]
 
 
-def calls(text: str) -> list[dict[str, Any] | None]:
-    """Each load_inline call's keyword arguments (None: cpp_sources or functions not a literal)."""
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
-        return []
-    consts: dict[str, Any] = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign):
-            try:
-                value = ast.literal_eval(node.value)
-            except (ValueError, SyntaxError, TypeError):
-                continue
-            consts.update({t.id: value for t in node.targets if isinstance(t, ast.Name)})
-    out: list[dict[str, Any] | None] = []
-    for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "load_inline"):
-            continue
-        kw: dict[str, Any] = {}
-        for k in node.keywords:
-            try:
-                kw[str(k.arg)] = ast.literal_eval(k.value)
-            except (ValueError, SyntaxError, TypeError):
-                kw[str(k.arg)] = consts.get(k.value.id, ...) if isinstance(k.value, ast.Name) else ...
-        out.append(None if kw.get("cpp_sources", "") is ... or kw.get("functions") is ... else kw)
-    return out
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("where", nargs="+")
@@ -78,7 +47,7 @@ def main() -> int:
     for where in a.where:
         for _, text in sources(Path(where)):
             files += 1
-            for kw in calls(text):
+            for kw in binding.literal_calls(text):
                 if kw is None:
                     unresolved += 1
                     continue

@@ -79,12 +79,15 @@ def gpu_seconds(st: dict[str, float]) -> float:
 
 async def _replay(st: dict[str, float], scale: float) -> dict[str, Any]:
     t0 = time.monotonic()
-    held_log: list[tuple[float, float]] = []  # (from, to) while it ran "GPU work"
+    # (from, to) while it ran "GPU work", on the machine's monotonic clock (one for every process:
+    # each process's own t0 is when it read "go", a few ms apart on a loaded machine, so spans
+    # from t0 made two benches seem to hold the turn at once)
+    held_log: list[tuple[float, float]] = []
 
     async def gpu(seconds: float) -> None:
         a = time.monotonic()
         await asyncio.sleep(seconds * scale)
-        held_log.append((a - t0, time.monotonic() - t0))
+        held_log.append((a, time.monotonic()))
 
     async def point(turn: gpu_lock.Turn, stage: str) -> None:
         if turn.to_hand_over(stage, None, None):
@@ -114,7 +117,7 @@ async def _replay(st: dict[str, float], scale: float) -> dict[str, Any]:
     end = time.monotonic() - t0
     return {"queued_s": queued / scale, "first_turn_s": got / scale, "wall_s": end / scale,
             "handovers": turn.handovers, "handed_s": turn.handed_s / scale,
-            "gpu": [(a / scale, b / scale) for a, b in held_log]}
+            "gpu": held_log}
 
 
 def one(args: argparse.Namespace) -> None:
@@ -141,7 +144,7 @@ def replay(rows: list[dict[str, Any]], quantum: float, scale: float, compile_gpu
             p.stdin.flush()  # type: ignore[union-attr]
         outs = [json.loads((p.communicate(timeout=600)[0] or "{}").strip().splitlines()[-1]) for p in procs]
     spans = sorted(s for o in outs for s in o.get("gpu", []))
-    overlap = sum(max(0.0, a_end - b_start) for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
+    overlap = sum(max(0.0, a_end - b_start) for (_, a_end), (b_start, _) in zip(spans, spans[1:])) / scale
     return {"quantum_s": quantum, "makespan_s": round(max(o["wall_s"] for o in outs), 2),
             "gpu_overlap_s": round(overlap, 3),  # > 0 would mean two held the turn at once
             "benches": [{"task": r["task"], **{k: (round(v, 2) if isinstance(v, float) else v)

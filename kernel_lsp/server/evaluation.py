@@ -71,6 +71,7 @@ class EvaluationFeature(LanguageFeature):
     def did_open(self, state: DocumentState) -> None:
         had = state.measurement
         self._load(state)
+        self.ahead.binding(state)  # a new load_inline file: its main.cpp before its first save
         m = state.measurement
         if m is not None and m is not had and m.fresh_for(state.text):
             self.publish(state)  # the stored measurement of this very text: its diagnostics (hints too)
@@ -81,6 +82,7 @@ class EvaluationFeature(LanguageFeature):
             self.schedule(state, ("compile", "verify", "bench"), visible=True, why="Re-measure")
             return
         self.ahead.changed(state)
+        self.ahead.binding(state)
         m = state.measurement
         if m is None:
             return

@@ -244,3 +244,51 @@ def test_preparing_the_headers_starts_the_ahead_builds_once_not_when_only_checki
     monkeypatch.setattr(fastbuild, "_PREBUILD", [])
     fastbuild.prepare(NVCC)
     assert fastbuild._PREBUILD == [] and started == [2]
+
+
+NEW_FILE = '''
+import torch
+from torch.utils.cpp_extension import load_inline
+
+open(MARKER, "w").write("ran")  # the module's code: never run by a binding ahead
+
+cpp = "torch::Tensor fused_op(torch::Tensor a, torch::Tensor b, double scale, int64_t k);"
+ext = load_inline(name="fused", cpp_sources=cpp, cuda_sources=CUDA_TEXT, functions=["fused_op"],
+                  extra_cflags=["-O3", "-g"])
+other = load_inline(name="o", cpp_sources=make_decls(), cuda_sources="", functions=["f"])
+'''
+
+
+def test_a_source_s_bindings_are_read_without_running_it() -> None:
+    assert binding.literal_calls("def broken(:") == []
+    calls = binding.literal_calls(NEW_FILE)
+    assert calls[1] is None  # cpp_sources computed at run time: not known
+    assert calls[0]["cpp_sources"].startswith("torch::Tensor fused_op") and calls[0]["cuda_sources"] is ...
+    found, why = fastbuild.source_bindings(NEW_FILE)
+    assert why == "" and len(found) == 1
+    b, flags = found[0]
+    assert b.functions == (("fused_op", "fused_op", "torch::Tensor",
+                            ("torch::Tensor", "torch::Tensor", "double", "int64_t")),)
+    assert flags == []  # -O and -g do not reach a binding's command: the object is shared
+    assert fastbuild.source_bindings("x = 1\n") == ([], "no load_inline call with literal cpp_sources and functions")
+    with_paths = NEW_FILE.replace('extra_cflags=["-O3", "-g"]', 'extra_include_paths=["inc"]')
+    assert fastbuild.source_bindings(with_paths) == ([], "its load_inline names extra_include_paths")
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_a_file_s_binding_built_ahead_serves_its_first_build(cpu_link) -> None:
+    tmp_path, _ = cpu_link
+    got = fastbuild.prebuild_source(NEW_FILE, NVCC)
+    sig = "torch::Tensor(torch::Tensor, torch::Tensor, double, int64_t)"
+    assert got["state"] == "made" and isinstance(got["signatures"][sig], float), got
+    assert fastbuild.prebuild_source(NEW_FILE, NVCC) == {"state": "cached", "signatures": {sig: 0.0}}
+    assert not list((fastbuild.cache_root() / "prebuild").glob("ahead_*"))  # its scratch folders gone
+    cuda = CUDA.replace("NAME", "unused") + ("torch::Tensor fused_op(torch::Tensor a, torch::Tensor b, double scale, "
+                                             "int64_t k) { return a * scale + b * (double)k; }\n")
+    args = {"name": "klsp_fused_first", "cpp_sources": "torch::Tensor fused_op(torch::Tensor a, torch::Tensor b, "
+            "double scale, int64_t k);", "cuda_sources": cuda, "functions": ["fused_op"],
+            "extra_cflags": ["-O3", "-g"], "build_directory": str(tmp_path / "first")}
+    fb = fastbuild.build_inline(args, NVCC, link=False)
+    assert fb.reason == "" and fb.binding == "by signature", fb.log[-2000:]
+    assert "main" in fb.reused and "main" not in fb.compiled

@@ -102,3 +102,65 @@ async def test_the_server_prepares_the_headers_with_progress_and_a_build_meanwhi
     assert len({m["pid"] for m in markers}) == 1          # both made by the one preparing Worker
     assert all(m["at"] >= started - 120 for m in markers)  # during this test, not earlier
     assert meanwhile["end"] >= max(m["at"] for m in markers)
+
+
+# A new KernelBench-style file: its module code leaves a mark if it ever runs.
+NEW_FILE = textwrap.dedent('''
+    import torch
+    from torch.utils.cpp_extension import load_inline
+
+    open(__file__ + ".ran", "w").write("ran")
+
+    cuda = r"""
+    #include <torch/extension.h>
+    torch::Tensor blend(torch::Tensor a, torch::Tensor b, double w, int64_t k, bool flip) { return a * w + b; }
+    """
+    ext = load_inline(name="blend", cpp_sources="torch::Tensor blend(torch::Tensor a, torch::Tensor b, double w, "
+                      "int64_t k, bool flip);", cuda_sources=cuda, functions=["blend"])
+''')
+
+
+def prebuilt_objects(cache: Path) -> list[dict]:
+    return [m for m in (json.loads(p.read_text()) for p in cache.glob("units/*/meta.json"))
+            if m.get("name") == "klsp_prebuilt"]
+
+
+async def test_a_new_load_inline_file_gets_its_main_cpp_compiled_when_opened_without_running_it(tmp_path, pch_cache):
+    """Opened, never saved: the server has the build pool compile the file's main.cpp by signature
+    (read from its syntax tree), and the file's first build then takes that object."""
+    cache = tmp_path / "cache"
+    env = {**os.environ, "KERNEL_LSP_CACHE": str(cache), "KERNEL_LSP_PCH_CACHE": str(pch_cache),
+           "KERNEL_LSP_PREPARE_BUILDS": "0", "TORCH_CUDA_ARCH_LIST": "9.0",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    lsp: EditorClient = await config(env=env).start()
+    path = tmp_path / "blend.py"
+    try:
+        await lsp.initialize_session(types.InitializeParams(
+            capabilities=client_capabilities("neovim"), root_uri=tmp_path.as_uri(),
+            workspace_folders=[types.WorkspaceFolder(uri=tmp_path.as_uri(), name="ws")],
+            initialization_options={"onSave": ["compile", "verify", "bench"]}))
+        path.write_text(NEW_FILE)
+        lsp.text_document_did_open(types.DidOpenTextDocumentParams(text_document=types.TextDocumentItem(
+            uri=path.as_uri(), language_id="python", version=1, text=NEW_FILE)))
+        made = await wait_for(lambda: prebuilt_objects(cache), timeout=300, interval=0.5,
+                              what="the opened file's main.cpp compiled ahead")
+    finally:
+        await lsp.shutdown_session()
+        await lsp.stop()
+    assert len(made) == 1 and made[0]["seconds"] > 0
+    assert not Path(str(path) + ".ran").exists()  # read, not run
+    # The file's first build (what a save's Worker runs): main.cpp from the cache.
+    args = {"name": "blend_first", "cpp_sources": "torch::Tensor blend(torch::Tensor a, torch::Tensor b, double w, "
+            "int64_t k, bool flip);", "cuda_sources": "torch::Tensor blend(torch::Tensor a, torch::Tensor b, double w, "
+            "int64_t k, bool flip) { return a * w + b; }\n__global__ void k() {}\n", "functions": ["blend"],
+            "build_directory": str(tmp_path / "first")}
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import json, sys
+        from kernel_lsp.engine.worker.build import fastbuild
+        fb = fastbuild.build_inline(json.loads(sys.argv[1]), sys.argv[2], link=False)
+        print(json.dumps({"reason": fb.reason, "binding": fb.binding, "reused": fb.reused, "compiled": fb.compiled}))
+        """), json.dumps(args), NVCC], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    first = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert first["reason"] == "" and first["binding"] == "by signature", first
+    assert "main" in first["reused"] and "main" not in first["compiled"], first

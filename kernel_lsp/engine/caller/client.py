@@ -724,6 +724,11 @@ class Engine:
         return await self._build_pool().prepare(announce, {k: v for k, v in self.options.items() if k == "nvcc"},
                                                 **kw)
 
+    async def prebuild_binding(self, source: str) -> dict[str, Any]:
+        """A Python file's load_inline main.cpp compiled by signature in a free build-pool slot,
+        before its first build (``BuildPool.prebuild_binding``; nothing of the file runs)."""
+        return await self._build_pool().prebuild_binding(source, {k: v for k, v in self.options.items() if k == "nvcc"})
+
     def _build_pool(self) -> BuildPool:
         """The CPU build pool (made at first need, with the Workers' sandbox)."""
         if self._pool is None:

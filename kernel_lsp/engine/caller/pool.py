@@ -174,14 +174,26 @@ class BuildPool:
         finally:
             prepare_lock.release(fd)
 
-    async def _prepare_call(self, params: dict[str, Any], timeout: float) -> dict[str, Any]:
-        """One ``prepare_build`` request in a slot (released after: a waiter holds no slot)."""
+    async def prebuild_binding(self, source: str, options: dict[str, Any] | None = None,
+                               timeout: float = 300.0) -> dict[str, Any]:
+        """A Python file's main.cpp compiled by signature ahead of its first build (the Worker's
+        ``prebuild_binding``: its load_inline calls read from the syntax tree, nothing run). Only
+        in a free slot: a build never waits behind it ({"state": "busy"} then)."""
+        if self._closed:
+            return {"state": "unavailable", "reason": "the build pool is closed"}
+        if self._slots.locked():
+            return {"state": "busy", "reason": "every build slot is in use"}
+        return await self._prepare_call({"source": source, "options": options or {}, "timeout": timeout},
+                                        timeout, op="prebuild_binding")
+
+    async def _prepare_call(self, params: dict[str, Any], timeout: float, op: str = "prepare_build") -> dict[str, Any]:
+        """One ``prepare_build`` (or ``op``) request in a slot (released after: a waiter holds no slot)."""
         async with self._slots:
             w: WorkerProcess | None = None
             try:
                 w = await self._acquire([])
                 self._busy.add(w)
-                result, _ = await asyncio.wait_for(w.call("prepare_build", params), timeout)
+                result, _ = await asyncio.wait_for(w.call(op, params), timeout)
                 return result if isinstance(result, dict) else {"state": "failed", "reason": repr(result)[:200]}
             except asyncio.TimeoutError:
                 self._drop(w)

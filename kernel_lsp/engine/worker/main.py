@@ -67,6 +67,9 @@ class Worker:
                 "kernel_lsp.engine.worker.inductor_code").worker_op(params),
             "prepare_build": lambda params: importlib.import_module(
                 "kernel_lsp.engine.worker.build.fastbuild").prepare_op(params, build),
+            # a file's main.cpp by signature, before its first build (its calls read, not run)
+            "prebuild_binding": lambda params: importlib.import_module(
+                "kernel_lsp.engine.worker.build.fastbuild").prebuild_source_op(params, build),
         }
         self.pid = os.getpid()  # a candidate's forked child must never answer on the protocol
         self.sandbox = sandbox.inside()

@@ -26,6 +26,7 @@ load_inline writes; so does any build whose binding fails to compile, to read or
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import os
 import re
@@ -207,6 +208,36 @@ def _joined(toks: list[inline_split.Tok]) -> str:
         if out and (out[-1].isalnum() or out[-1] == "_") and (t.text[0].isalnum() or t.text[0] == "_"):
             out += " "
         out += t.text
+    return out
+
+
+def literal_calls(text: str) -> list[dict[str, Any] | None]:
+    """Each ``load_inline(...)`` call of a Python source, read without running it: its keyword
+    arguments that are literals or module-level names bound to literals (anything else ``...``);
+    None for a call whose ``cpp_sources`` or ``functions`` is not known so. [] when it does not parse."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return []
+    consts: dict[str, Any] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            try:
+                value = ast.literal_eval(node.value)
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                continue
+            consts.update({t.id: value for t in node.targets if isinstance(t, ast.Name)})
+    out: list[dict[str, Any] | None] = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "load_inline"):
+            continue
+        kw: dict[str, Any] = {}
+        for k in node.keywords:
+            try:
+                kw[str(k.arg)] = ast.literal_eval(k.value)
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                kw[str(k.arg)] = consts.get(k.value.id, ...) if isinstance(k.value, ast.Name) else ...
+        out.append(None if kw.get("cpp_sources", "") is ... or kw.get("functions") is ... else kw)
     return out
 
 

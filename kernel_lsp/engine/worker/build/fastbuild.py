@@ -35,6 +35,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -963,35 +964,101 @@ def start_prebuild(flags: TorchFlags, timeout: float = STEP_TIMEOUT) -> threadin
     return t
 
 
+PREBUILT_NAME = "klsp_prebuilt"  # the extension name of an object built ahead (renamed on reuse)
+
+
+def _compile_binding(flags: TorchFlags, pch: Path, b: bindings.Binding, unit_flags: list[str], folder: Path,
+                     timeout: float) -> tuple[str, Any]:
+    """One binding's main.cpp into the unit cache, by the command a build would run (the same
+    text but for the extension's name, the same flags and precompiled header): (its signature,
+    seconds compiling, 0.0 when the cache had it, or "failed: ...")."""
+    folder.mkdir(parents=True, exist_ok=True)
+    u = Unit("main", "main", f"#define TORCH_EXTENSION_NAME {PREBUILT_NAME}\n" + '#line 1 "main.cpp"\n' + b.text(),
+             unit_flags)
+    cmd = _unit_cmd(flags, u, pch, False, folder, [])
+    rc, log, secs = unit_cache.compile_all({"main": cmd}, folder, timeout, FastBuild(), flags.identity,
+                                           {"main": unit_cache.UnitContext(PREBUILT_NAME)}, flags.includes)["main"]
+    sig = " ; ".join(f"{ret}({', '.join(params)})" for _, _, ret, params in b.functions)
+    return sig, round(secs, 2) if rc == 0 else f"failed: {_first_error(log)}"
+
+
 def prebuild_bindings(flags: TorchFlags, count: int, timeout: float = STEP_TIMEOUT) -> dict[str, Any]:
-    """Compile the first ``count`` of binding.COMMON into the unit cache (the command a build
-    would run: the same text, flags and precompiled header), a few at a time; what each took
-    goes to <build cache>/prebuild/prebuilt.json. {signature: seconds compiling, 0 if cached}."""
+    """Compile the first ``count`` of binding.COMMON into the unit cache, a few at a time; what
+    each took goes to <build cache>/prebuild/prebuilt.json. {signature: seconds compiling, 0 if
+    cached}."""
     pch, why, _ = ensure_pch(flags, timeout, (LIGHT_MAIN,))
     root = cache_root() / "prebuild"
     if pch is None:
         return {"error": why}
-    name = "klsp_prebuilt"
     # Two at a time on 16 cores: a user's build of the same signature waits on its lock, so these
     # run at the normal priority (a niced one could starve behind six benches' compiles), and few.
     parallel = max(1, min(2, (os.cpu_count() or 1) // 8))
 
     def one(item: tuple[int, bindings.Binding]) -> tuple[str, Any]:
         i, b = item
-        d = root / f"signature_{i}"
-        d.mkdir(parents=True, exist_ok=True)
-        u = Unit("main", "main", f"#define TORCH_EXTENSION_NAME {name}\n" + '#line 1 "main.cpp"\n' + b.text())
-        res = FastBuild()
-        cmd = _unit_cmd(flags, u, pch, False, d, [])
-        rc, log, secs = unit_cache.compile_all({"main": cmd}, d, timeout, res, flags.identity,
-                                               {"main": unit_cache.UnitContext(name)}, flags.includes)["main"]
-        _, _, ret, params = b.functions[0]
-        return f"{ret}({', '.join(params)})", round(secs, 2) if rc == 0 else f"failed: {_first_error(log)}"
+        return _compile_binding(flags, pch, b, [], root / f"signature_{i}", timeout)
 
     with concurrent.futures.ThreadPoolExecutor(parallel) as pool:
         done = dict(pool.map(one, enumerate(bindings.common(count))))
     _write_if_changed(root / PREBUILT, json.dumps({"at": time.time(), "pid": os.getpid(), "signatures": done}))
     return done
+
+
+def source_bindings(source: str) -> tuple[list[tuple[bindings.Binding, list[str]]], str]:
+    """The bindings a Python source's load_inline calls would build (read, never run), each with
+    the flags of its main.cpp; ([], why) when there are none."""
+    found: list[tuple[bindings.Binding, list[str]]] = []
+    why = "no load_inline call with literal cpp_sources and functions"
+    for kw in bindings.literal_calls(source):
+        if kw is None:
+            continue
+        if kw.get("extra_include_paths"):  # they reach the unit's command: a build's own business
+            why = "its load_inline names extra_include_paths"
+            continue
+        b, said = bindings.of(kw)
+        flags = kw.get("extra_cflags")
+        if b is None or flags is ...:
+            why = said or "its extra_cflags are not literals"
+            continue
+        found.append((b, binding_flags(_pch_safe(_as_list(flags)))))
+    return found, "" if found else why
+
+
+def prebuild_source(source: str, nvcc: str, timeout: float = STEP_TIMEOUT) -> dict[str, Any]:
+    """main.cpp of each load_inline call in ``source`` compiled by signature into the unit cache
+    (no module code runs: the calls are read from the syntax tree), so that the file's first
+    build finds it. {"state": "made" | "cached" | "none" | "unavailable", "signatures": {...}}."""
+    found, why = source_bindings(source)
+    if not found:
+        return {"state": "none", "reason": why}
+    try:
+        flags = torch_flags(nvcc)
+    except Exception as exc:  # noqa: BLE001 - the build then takes its own way
+        return {"state": "unavailable", "reason": f"torch's build flags: {exc}"[:300]}
+    pch, why, _ = ensure_pch(flags, timeout, (LIGHT_MAIN,))
+    if pch is None:
+        return {"state": "unavailable", "reason": why}
+    root = cache_root() / "prebuild"
+    root.mkdir(parents=True, exist_ok=True)
+    done: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="ahead_", dir=root) as d:
+        for i, (b, unit_flags) in enumerate(found):
+            sig, got = _compile_binding(flags, pch, b, unit_flags, Path(d) / str(i), timeout)
+            done[sig] = got
+    made = any(isinstance(v, float) and v > 0 for v in done.values())
+    failed = [v for v in done.values() if isinstance(v, str)]
+    state = "failed" if failed and not made else "made" if made else "cached"
+    return {"state": state, "signatures": done}
+
+
+def prebuild_source_op(params: dict[str, Any], build: Any) -> dict[str, Any]:
+    """The Worker's ``prebuild_binding`` op: ``params["source"]``, a Python file's text."""
+    if not build.fast_inline_enabled():
+        return {"state": "unavailable", "reason": "the fast build is off (fast_inline)"}
+    if not bindings.enabled():
+        return {"state": "unavailable", "reason": f"${bindings.OFF_ENV}=0"}
+    return prebuild_source(str(params.get("source") or ""), build._find_nvcc(params.get("options")),
+                           float(params.get("timeout") or STEP_TIMEOUT))
 
 
 def prepare_op(params: dict[str, Any], build: Any) -> dict[str, Any]:
