@@ -71,13 +71,8 @@ class BuildAhead:
 
     def changed(self, state: "DocumentState") -> None:
         """The buffer changed: (re)start the pause's timer."""
-        if self.why_not(state) is not None:
-            return
-        old = self._timers.pop(state.uri, None)
-        if old is not None:
-            old.cancel()
-        loop = asyncio.get_running_loop()
-        self._timers[state.uri] = loop.call_later(DELAY_S, self._start, state)
+        if self.why_not(state) is None:
+            _rearm(self._timers, state, DELAY_S, self._start)
 
     def closed(self, uri: str) -> None:
         for timers in (self._timers, self._binding_timers):
@@ -107,13 +102,8 @@ class BuildAhead:
 
     def binding(self, state: "DocumentState") -> None:
         """Opened or changed: (re)start the pause's timer of its binding ahead."""
-        if self.binding_why_not(state) is not None:
-            return
-        old = self._binding_timers.pop(state.uri, None)
-        if old is not None:
-            old.cancel()
-        loop = asyncio.get_running_loop()
-        self._binding_timers[state.uri] = loop.call_later(BINDING_DELAY_S, self._start_binding, state)
+        if self.binding_why_not(state) is None:
+            _rearm(self._binding_timers, state, BINDING_DELAY_S, self._start_binding)
 
     def _start_binding(self, state: "DocumentState") -> None:
         self._binding_timers.pop(state.uri, None)
@@ -196,3 +186,11 @@ class BuildAhead:
         log.info("built ahead %s (version %s) in %.2f s: %s%s", name, version, secs,
                  "ok" if result.ok else "failed", " (cached)" if result.cached else "")
         self.server.send_status()
+
+
+def _rearm(timers: dict[str, asyncio.TimerHandle], state: "DocumentState", delay: float, fire: Any) -> None:
+    """(Re)start a document's pause timer: ``fire(state)`` once ``delay`` s pass without another."""
+    old = timers.pop(state.uri, None)
+    if old is not None:
+        old.cancel()
+    timers[state.uri] = asyncio.get_running_loop().call_later(delay, fire, state)
