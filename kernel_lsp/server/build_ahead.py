@@ -113,15 +113,8 @@ class BuildAhead:
             return
         if self.binding_why_not(state) is not None or self._binding_done.get(state.uri) == hash(state.text):
             return
-        task = asyncio.get_running_loop().create_task(self._bind(state, state.text))
-        self._binding_running[state.uri] = task
-        task.add_done_callback(lambda t, s=state: self._binding_ended(s, t))
-
-    def _binding_ended(self, state: "DocumentState", task: asyncio.Task[Any]) -> None:
-        if self._binding_running.get(state.uri) is task:
-            del self._binding_running[state.uri]
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("binding ahead of %s failed: %s", os.path.basename(state.path), task.exception())
+        _spawn(self._binding_running, state, self._bind(state, state.text),
+               lambda s, t: _finished(self._binding_running, s, t, "binding ahead"))
 
     async def _bind(self, state: "DocumentState", text: str) -> None:
         from kernel_lsp.server.engine_host import ExecutionDisabled
@@ -143,15 +136,10 @@ class BuildAhead:
         if running is not None and not running.done():
             self._again.add(state.uri)  # the newest text is built when this build ends
             return
-        task = asyncio.get_running_loop().create_task(self._build(state, state.text, state.version))
-        self._running[state.uri] = task
-        task.add_done_callback(lambda t, s=state: self._done(s, t))
+        _spawn(self._running, state, self._build(state, state.text, state.version), self._done)
 
     def _done(self, state: "DocumentState", task: asyncio.Task[Any]) -> None:
-        if self._running.get(state.uri) is task:
-            del self._running[state.uri]
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("build ahead of %s failed: %s", os.path.basename(state.path), task.exception())
+        _finished(self._running, state, task, "build ahead")
         if state.uri in self._again:
             self._again.discard(state.uri)
             if self.why_not(state) is None:
@@ -194,3 +182,18 @@ def _rearm(timers: dict[str, asyncio.TimerHandle], state: "DocumentState", delay
     if old is not None:
         old.cancel()
     timers[state.uri] = asyncio.get_running_loop().call_later(delay, fire, state)
+
+
+def _spawn(running: dict[str, asyncio.Task[Any]], state: "DocumentState", work: Any, ended: Any) -> None:
+    """Run ``work`` as the document's task in ``running``; ``ended(state, task)`` when it ends."""
+    task = asyncio.get_running_loop().create_task(work)
+    running[state.uri] = task
+    task.add_done_callback(lambda t, s=state: ended(s, t))
+
+
+def _finished(running: dict[str, asyncio.Task[Any]], state: "DocumentState", task: asyncio.Task[Any], what: str) -> None:
+    """The document's task ended: out of ``running``; its failure logged."""
+    if running.get(state.uri) is task:
+        del running[state.uri]
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("%s of %s failed: %s", what, os.path.basename(state.path), task.exception())
