@@ -179,6 +179,7 @@ def test_test_only_ops_are_not_in_the_production_table():
     ops = set(Worker().ops)
     assert ops == {"ping", "warm", "device_info", "evaluate", "profile", "build", "extract", "shutdown",
                    "prepare_build", "prepare_reference", "prepare_compile",
+                   "prebuild_binding",  # a new file's main.cpp by signature, its load_inline calls read, not run
                    "inductor_code",  # the no-LLM path: torch.compile's code for a Task, in the Worker
                    "task_need"}  # a Task's GPU need, sized on meta before its turn (caller/gpu_lock)
 
