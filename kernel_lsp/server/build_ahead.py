@@ -55,12 +55,20 @@ class BuildAhead:
         self._binding_running: dict[str, asyncio.Task[Any]] = {}
         self._binding_done: dict[str, int] = {}  # uri -> hash of the text last compiled ahead
 
-    def why_not(self, state: "DocumentState") -> str | None:
+    def _off(self) -> str | None:
+        """What keeps both kinds of work ahead off, whatever the file."""
         settings = self.server.settings
         if not settings.build_while_typing:
             return "build_while_typing is off"
         if not settings.execution_enabled:
             return "running code is off"
+        return None
+
+    def why_not(self, state: "DocumentState") -> str | None:
+        settings = self.server.settings
+        off = self._off()
+        if off is not None:
+            return off
         if not {"verify", "bench"} & set(settings.on_save):
             return "saves are not measured (on_save)"
         if settings.executor != "local":
@@ -86,10 +94,9 @@ class BuildAhead:
 
     def binding_why_not(self, state: "DocumentState") -> str | None:
         settings = self.server.settings
-        if not settings.build_while_typing:
-            return "build_while_typing is off"
-        if not settings.execution_enabled:
-            return "running code is off"
+        off = self._off()
+        if off is not None:
+            return off
         if not {"compile", "verify", "bench"} & set(settings.on_save):
             return "saves build nothing (on_save)"
         if settings.executor != "local":
