@@ -160,13 +160,29 @@ class Store:
             )
             conn.row_factory = sqlite3.Row
             conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
-            conn.execute("PRAGMA journal_mode = WAL")
+            self._set_wal(conn)
             conn.execute("PRAGMA foreign_keys = ON")
             conn.execute("PRAGMA synchronous = NORMAL")
             self._local.conn = conn
             with self._conns_lock:
                 self._conns.append(conn)
         return conn
+
+    def _set_wal(self, conn: sqlite3.Connection) -> None:
+        # Switching a new file to WAL needs an exclusive lock and SQLite answers
+        # "database is locked" at once, without the busy handler, while another
+        # process does the same: retry until the store's own timeout.
+        deadline = time.monotonic() + self._timeout
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) and "busy" not in str(e):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.01)
 
     class _Txn:
         def __init__(self, conn: sqlite3.Connection) -> None:
