@@ -1,5 +1,6 @@
 """benchmarks/binding_coverage.py over a folder of solutions: calls with literal arguments are
-counted, bound by signature or not (with the reason), and the signatures built ahead are found."""
+counted, bound by signature or not (with the reason), and the signatures built ahead and those the
+table binding serves are found."""
 
 from __future__ import annotations
 
@@ -36,6 +37,8 @@ def test_the_coverage_of_a_folder_of_solutions(tmp_path) -> None:
     doc = json.loads((out / "binding_coverage.json").read_text())
     assert (doc["files"], doc["calls"], doc["unresolved"], doc["bound"], doc["distinct"]) == (4, 3, 1, 2, 1)
     assert doc["served_ahead"] == 2  # relu and gelu: one tensor in and out, the first built ahead
-    assert doc["signatures"] == [{"signature": "torch::Tensor(torch::Tensor)", "calls": 2, "ahead": True}]
+    assert doc["signatures"] == [{"signature": "torch::Tensor(torch::Tensor)", "calls": 2, "ahead": True,
+                                  "table": "yes"}]
+    assert doc["by_table"] == 2  # the table binding's one main.cpp serves both
     assert list(doc["kept_text"].values()) == [1] and "has a body" in next(iter(doc["kept_text"]))
     assert "**2 bound by signature**" in (out / "binding_coverage.md").read_text()

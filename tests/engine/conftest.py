@@ -1,9 +1,15 @@
-"""Fixtures shared by the engine tests: the fast-build ones (test_inline_split.py,
+"""Fixtures shared by the engine tests: the fast-build ones (test_inline_split.py, test_binding.py,
 test_fastbuild_load.py) and the GPU turn's (test_gpu_lock.py, test_gpu_turns.py, test_turn_need.py)."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import shutil
+
 import pytest
+
+NVCC = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
 
 
 @pytest.fixture(scope="session")
@@ -38,3 +44,23 @@ def lock_dir(request, tmp_path, monkeypatch):
     if request.node.get_closest_marker("gpu") is None:
         monkeypatch.setenv("KERNEL_LSP_GPU_MIN_TURN_S", "0")
     return tmp_path / "locks"
+
+
+@pytest.fixture
+def cpu_link(tmp_path, monkeypatch, pch_cache):
+    """A fresh build cache, the session's precompiled headers, and torch's link list for this CPU
+    build (its CUDA libraries are not there; the CUDA runtime comes from the toolkit)."""
+    import torch
+
+    monkeypatch.setenv("KERNEL_LSP_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("KERNEL_LSP_PCH_CACHE", str(pch_cache))
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
+    monkeypatch.setenv("KERNEL_LSP_LEAN_LINK", "0")
+    from kernel_lsp.engine.worker.build import fastbuild
+
+    lib = os.path.join(os.path.dirname(torch.__file__), "lib")
+    cudart = os.path.join(fastbuild._cuda_home(NVCC), "lib64")
+    cpu = dataclasses.replace(fastbuild.torch_flags(NVCC), ldflags=(
+        f"-L{lib}", "-lc10", "-ltorch_cpu", "-ltorch", "-ltorch_python", f"-L{cudart}", "-lcudart"))
+    monkeypatch.setattr(fastbuild, "torch_flags", lambda nvcc: cpu)
+    return tmp_path, {**os.environ, "LD_LIBRARY_PATH": f"{lib}:{cudart}"}

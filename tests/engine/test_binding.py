@@ -3,11 +3,11 @@ cpp_sources and what keeps load_inline's text; then, with the real nvcc and g++ 
 CPU torch, that two files with the same types and other names share one main.cpp object and
 import with their own names, docstrings and error handling, that a declaration the host code
 does not define falls back to load_inline's text (the linker stays trusted), and that a signature
-built ahead serves a new file's build."""
+built ahead serves a new file's build. The real builds use conftest's cpu_link, over the session's
+pch_cache (xdist keeps the files that name it on one worker)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -17,7 +17,7 @@ import textwrap
 
 import pytest
 
-from kernel_lsp.engine.worker.build import binding, fastbuild
+from kernel_lsp.engine.worker.build import binding, fastbuild, table_binding
 
 NVCC = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
 from tests.needs import needs_nvcc  # noqa: E402  (fails, not skips, where nvcc is required)
@@ -120,22 +120,11 @@ IMPORT = textwrap.dedent("""
 """)
 
 
-@pytest.fixture
-def cpu_link(tmp_path, monkeypatch, pch_cache):
-    """A fresh build cache, the session's precompiled headers, and torch's link list for this CPU
-    build (its CUDA libraries are not there; the CUDA runtime comes from the toolkit)."""
-    import torch
-
-    monkeypatch.setenv("KERNEL_LSP_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("KERNEL_LSP_PCH_CACHE", str(pch_cache))
-    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
-    monkeypatch.setenv("KERNEL_LSP_LEAN_LINK", "0")
-    lib = os.path.join(os.path.dirname(torch.__file__), "lib")
-    cudart = os.path.join(fastbuild._cuda_home(NVCC), "lib64")
-    cpu = dataclasses.replace(fastbuild.torch_flags(NVCC), ldflags=(
-        f"-L{lib}", "-lc10", "-ltorch_cpu", "-ltorch", "-ltorch_python", f"-L{cudart}", "-lcudart"))
-    monkeypatch.setattr(fastbuild, "torch_flags", lambda nvcc: cpu)
-    return tmp_path, {**os.environ, "LD_LIBRARY_PATH": f"{lib}:{cudart}"}
+@pytest.fixture(autouse=True)
+def by_signature(monkeypatch):
+    """These tests are of the binding by signature: the table binding (test_table_binding.py),
+    which serves these signatures first, is off."""
+    monkeypatch.setenv(table_binding.OFF_ENV, "0")
 
 
 def build(tmp_path, name: str, fn: str, cpp: str | None = None) -> fastbuild.FastBuild:

@@ -126,8 +126,9 @@ def prebuilt_objects(cache: Path) -> list[dict]:
 
 
 async def test_a_new_load_inline_file_gets_its_main_cpp_compiled_when_opened_without_running_it(tmp_path, pch_cache):
-    """Opened, never saved: the server has the build pool compile the file's main.cpp by signature
-    (read from its syntax tree), and the file's first build then takes that object."""
+    """Opened, never saved: the server has the build pool compile the main.cpp the file's build
+    needs (the table binding's: the calls are read from its syntax tree), and the file's first
+    build then takes that object."""
     cache = tmp_path / "cache"
     env = {**os.environ, "KERNEL_LSP_CACHE": str(cache), "KERNEL_LSP_PCH_CACHE": str(pch_cache),
            "KERNEL_LSP_PREPARE_BUILDS": "0", "TORCH_CUDA_ARCH_LIST": "9.0",
@@ -162,5 +163,5 @@ async def test_a_new_load_inline_file_gets_its_main_cpp_compiled_when_opened_wit
         """), json.dumps(args), NVCC], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     first = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert first["reason"] == "" and first["binding"] == "by signature", first
+    assert first["reason"] == "" and first["binding"] == "by table", first
     assert "main" in first["reused"] and "main" not in first["compiled"], first

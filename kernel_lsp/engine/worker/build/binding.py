@@ -286,10 +286,11 @@ def link_flags(b: Binding, mangled: dict[int, str]) -> list[str] | str:
     return flags
 
 
-def start_names_object(b: Binding, cc: str, build_dir: Path) -> subprocess.Popen[str] | str:
-    """Start compiling the names' C source in build_dir (milliseconds, beside the units' compiles);
-    finish_names_object says how it went. A string: why it could not start."""
-    (build_dir / "fast_bind_names.c").write_text(b.names_c())
+def start_names_object(c_text: str, cc: str, build_dir: Path) -> subprocess.Popen[str] | str:
+    """Start compiling a binding's C source (``Binding.names_c``, table_binding.table_c) in
+    build_dir (milliseconds, beside the units' compiles); finish_names_object says how it went.
+    A string: why it could not start."""
+    (build_dir / "fast_bind_names.c").write_text(c_text)
     try:
         return subprocess.Popen([cc, "-x", "c", "-c", "-fPIC", "fast_bind_names.c", "-o", "fast_bind_names.o"],
                                 cwd=build_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -331,3 +332,4 @@ def prebuild_count() -> int:
 def common(count: int) -> list[Binding]:
     """The first ``count`` COMMON signatures, each as the binding of one function."""
     return [Binding(functions=(("f", "f", ret, params),)) for ret, params in COMMON[:count]]
+

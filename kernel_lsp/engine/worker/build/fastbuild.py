@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kernel_lsp.engine.worker.build import binding as bindings
-from kernel_lsp.engine.worker.build import inline_split, unit_cache
+from kernel_lsp.engine.worker.build import inline_split, table_binding, unit_cache
 from kernel_lsp.engine.worker.build.cache import cache_root, file_lock, tool_id
 
 PCH_HEADER = """#include <torch/extension.h>
@@ -421,11 +421,13 @@ def _unit_cmd(flags: TorchFlags, u: Unit, pch: Path, full: bool, build_dir: Path
 
 
 def _build_units(units: list[Unit], args: dict[str, Any], nvcc: str, res: FastBuild, done: Callable[..., FastBuild],
-                 link: bool, timeout: float, binding: bindings.Binding | None = None) -> FastBuild:
+                 link: bool, timeout: float, binding: bindings.Binding | None = None,
+                 table: list[tuple[str, str]] | None = None) -> FastBuild:
     """Compile ``units`` at once (a host unit that the light header does not serve: again against
     the full one), then link them into ``<build_directory>/<name>.so``. ``binding``: the "main"
-    unit binds by signature (binding.py); its names object and the placeholders' aliases join
-    the link, and a failure of its own sets ``binding_failed``."""
+    unit binds by signature (binding.py), or by table with ``table``'s codes (table_binding.py);
+    its C object (and by signature, the placeholders' aliases) join the link, and a failure of
+    its own sets ``binding_failed``."""
     name = str(args["name"])
     build_dir = Path(str(args["build_directory"]))
     flags, light, why = _prepare(args, nvcc, {u.kind for u in units}, res, timeout)
@@ -473,7 +475,10 @@ def _build_units(units: list[Unit], args: dict[str, Any], nvcc: str, res: FastBu
         return unit_cache.UnitContext(name, tuple(heads), uses_name)
 
     unit_ctx = {u.step: context(u) for u in units}
-    names = bindings.start_names_object(binding, flags.cxx, build_dir) if binding is not None else ""
+    names: Any = ""
+    if binding is not None:
+        c_text = table_binding.table_c(binding, table) if table else binding.names_c()
+        names = bindings.start_names_object(c_text, flags.cxx, build_dir)
     if not isinstance(names, str):
         finished = done
 
@@ -539,13 +544,17 @@ def _build_units(units: list[Unit], args: dict[str, Any], nvcc: str, res: FastBu
     extra = _as_list(args.get("extra_ldflags"))
     if binding is not None:
         t1 = time.perf_counter()
-        aliases = bindings.placeholders(build_dir / "fast_main.o")
+        # By table, the C object names the functions itself: no aliases.
+        if table:
+            aliases = table_binding.not_defined(binding, table, [build_dir / o for o in objects]) or []
+        else:
+            aliases = bindings.placeholders(build_dir / "fast_main.o")
         if isinstance(aliases, dict):
             aliases = bindings.link_flags(binding, aliases)
         why = aliases if isinstance(aliases, str) else bindings.finish_names_object(names, timeout)
         if why:
             res.binding_failed = True
-            return done(f"the signature binding: {why}")
+            return done(f"the {'table' if table else 'signature'} binding: {why}")
         objects.append("fast_bind_names.o")
         extra = [*aliases, *extra]
         res.steps["binding"] = time.perf_counter() - t1
@@ -767,18 +776,29 @@ def build_inline(args: dict[str, Any], nvcc: str, link: bool = True, timeout: fl
     if bind is None:
         res.binding = why
         return _build_units(units, args, nvcc, res, done, link, timeout)
-    by_signature = Unit("main", "main", name_def + '#line 1 "main.cpp"\n' + bind.text(), binding_flags(units[2].flags))
-    got = _build_units([*units[:2], by_signature], args, nvcc, res, done, link, timeout, bind)
+    table, no_table = table_binding.codes_of(bind) if table_binding.enabled() else ([], "off")
+    if table:  # one main.cpp for every such signature: compiled once per machine, ahead
+        main = Unit("main", "main", name_def + table_main_text(), binding_flags(units[2].flags))
+        how = "by table"
+    else:
+        main = Unit("main", "main", name_def + '#line 1 "main.cpp"\n' + bind.text(), binding_flags(units[2].flags))
+        how = "by signature"
+    got = _build_units([*units[:2], main], args, nvcc, res, done, link, timeout, bind, table)
     if not got.binding_failed:
-        got.binding = "by signature"
+        got.binding = how
         return got
     # load_inline's own main.cpp: its errors are the user's (the other units come from the cache)
     failed, log, began = got.reason, got.log, time.perf_counter() - got.seconds
     res, done = _start(began)
     res.steps["binding_attempt"] = got.seconds
-    res.binding = f"load_inline's text: the signature binding failed ({failed[:200]})"
+    res.binding = f"load_inline's text: the {'table' if table else 'signature'} binding failed ({failed[:200]})"
     res.log = f"[signature binding]\n{log[-2000:]}\n"
     return _build_units(units, args, nvcc, res, done, link, timeout)
+
+
+def table_main_text() -> str:
+    """The table binding's main.cpp as a unit's text (after the extension's name)."""
+    return '#line 1 "klsp_table_main.cpp"\n' + table_binding.MAIN
 
 
 def binding_flags(flags: list[str]) -> list[str]:
@@ -951,11 +971,12 @@ PREBUILT = "prebuilt.json"
 
 
 def start_prebuild(flags: TorchFlags, timeout: float = STEP_TIMEOUT) -> threading.Thread | None:
-    """Build the common signature bindings (binding.COMMON) ahead, in a thread of this process,
-    once: a later build of one of them takes its object from the unit cache (or waits on its
-    lock while it compiles) instead of compiling main.cpp for 5 s. Nobody waits for it."""
+    """Build the table binding's main.cpp (on every machine where builds bind by table: one g++)
+    or the common signature bindings (binding.COMMON, on machines with the cores) ahead, in a
+    thread of this process, once: a later build takes its object from the unit cache (or waits
+    on its lock while it compiles) instead of compiling main.cpp for 5 s. Nobody waits for it."""
     count = bindings.prebuild_count()
-    if count == 0 or _PREBUILD:
+    if (count == 0 and not table_here()) or _PREBUILD:
         return None
     t = threading.Thread(target=prebuild_bindings, args=(flags, count, timeout), name="klsp-prebuild-bindings",
                          daemon=True)
@@ -967,29 +988,50 @@ def start_prebuild(flags: TorchFlags, timeout: float = STEP_TIMEOUT) -> threadin
 PREBUILT_NAME = "klsp_prebuilt"  # the extension name of an object built ahead (renamed on reuse)
 
 
-def _compile_binding(flags: TorchFlags, pch: Path, b: bindings.Binding, unit_flags: list[str], folder: Path,
-                     timeout: float) -> tuple[str, Any]:
-    """One binding's main.cpp into the unit cache, by the command a build would run (the same
-    text but for the extension's name, the same flags and precompiled header): (its signature,
-    seconds compiling, 0.0 when the cache had it, or "failed: ...")."""
+def table_here() -> bool:
+    """Whether builds here bind by table (table_binding.py): on, and this machine's convention."""
+    return bindings.enabled() and table_binding.enabled() and bool(table_binding.codes_of(bindings.common(1)[0])[0])
+
+
+def _compile_main(flags: TorchFlags, pch: Path, text: str, unit_flags: list[str], folder: Path,
+                  timeout: float) -> float | str:
+    """A main.cpp (``text`` after the extension's name) into the unit cache, by the command a
+    build would run (the same text but for the name, the same flags and precompiled header):
+    seconds compiling, 0.0 when the cache had it, or "failed: ..."."""
     folder.mkdir(parents=True, exist_ok=True)
-    u = Unit("main", "main", f"#define TORCH_EXTENSION_NAME {PREBUILT_NAME}\n" + '#line 1 "main.cpp"\n' + b.text(),
-             unit_flags)
+    u = Unit("main", "main", f"#define TORCH_EXTENSION_NAME {PREBUILT_NAME}\n" + text, unit_flags)
     cmd = _unit_cmd(flags, u, pch, False, folder, [])
     rc, log, secs = unit_cache.compile_all({"main": cmd}, folder, timeout, FastBuild(), flags.identity,
                                            {"main": unit_cache.UnitContext(PREBUILT_NAME)}, flags.includes)["main"]
+    return round(secs, 2) if rc == 0 else f"failed: {_first_error(log)}"
+
+
+TABLE_KEY = "table binding (every signature of its types)"
+
+
+def _compile_binding(flags: TorchFlags, pch: Path, b: bindings.Binding, unit_flags: list[str], folder: Path,
+                     timeout: float) -> tuple[str, Any]:
+    """The main.cpp a build of ``b`` would compile, into the unit cache: the table binding's
+    when it serves ``b``, else ``b``'s by signature. (what it is, _compile_main's answer)."""
+    if table_here() and table_binding.codes_of(b)[0]:
+        return TABLE_KEY, _compile_main(flags, pch, table_main_text(), unit_flags, folder, timeout)
     sig = " ; ".join(f"{ret}({', '.join(params)})" for _, _, ret, params in b.functions)
-    return sig, round(secs, 2) if rc == 0 else f"failed: {_first_error(log)}"
+    return sig, _compile_main(flags, pch, '#line 1 "main.cpp"\n' + b.text(), unit_flags, folder, timeout)
 
 
 def prebuild_bindings(flags: TorchFlags, count: int, timeout: float = STEP_TIMEOUT) -> dict[str, Any]:
-    """Compile the first ``count`` of binding.COMMON into the unit cache, a few at a time; what
-    each took goes to <build cache>/prebuild/prebuilt.json. {signature: seconds compiling, 0 if
-    cached}."""
+    """Compile the table binding's main.cpp (one object serves every signature of its types) or,
+    where builds do not bind by table, the first ``count`` of binding.COMMON into the unit cache,
+    a few at a time; what each took goes to <build cache>/prebuild/prebuilt.json. {what:
+    seconds compiling, 0 if cached}."""
     pch, why, _ = ensure_pch(flags, timeout, (LIGHT_MAIN,))
     root = cache_root() / "prebuild"
     if pch is None:
         return {"error": why}
+    if table_here():
+        done = {TABLE_KEY: _compile_main(flags, pch, table_main_text(), [], root / "table", timeout)}
+        _write_if_changed(root / PREBUILT, json.dumps({"at": time.time(), "pid": os.getpid(), "signatures": done}))
+        return done
     # Two at a time on 16 cores: a user's build of the same signature waits on its lock, so these
     # run at the normal priority (a niced one could starve behind six benches' compiles), and few.
     parallel = max(1, min(2, (os.cpu_count() or 1) // 8))
