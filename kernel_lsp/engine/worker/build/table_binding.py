@@ -19,8 +19,10 @@ the code does not define is an undefined symbol, and the build falls back to loa
 whose errors are the user's.
 
 Differences from load_inline's module that a caller can see: ``f.__doc__`` starts with
-``f(*args, **kwargs) -> object`` instead of the typed signature (the docstring itself is the
-same), and a wrong call's TypeError lists the one signature in the same words.
+``f(arg0: object, ...) -> object`` instead of the typed signature (the docstring itself is the
+same), and a wrong call's TypeError has the same first line but lists the signature typed when
+a type is refused, untyped when the count or a keyword is. A call costs 40-65 ns more on 2 cores
+(benchmarks/binding_overhead.py; docs/fast-builds.md).
 """
 
 from __future__ import annotations
@@ -144,6 +146,7 @@ MAIN = r"""// kernel-lsp's table binding (kernel_lsp/engine/worker/build/table_b
 #include <cstdint>
 #include <cstring>
 #include <new>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -165,6 +168,16 @@ using D = double;
 
 struct Slots { U i[16] = {}; D x[8] = {}; int ni = 0, nx = 0; };
 
+// Tensors made only for the arguments there are (no allocation, no 16 constructors per call).
+struct Held {
+  alignas(at::Tensor) unsigned char buf[16 * sizeof(at::Tensor)];
+  size_t n = 0;
+  at::Tensor *add(at::Tensor &&t) { return new (buf + n++ * sizeof(at::Tensor)) at::Tensor(std::move(t)); }
+  ~Held() {
+    for (size_t k = 0; k < n; ++k) std::launder(reinterpret_cast<at::Tensor *>(buf + k * sizeof(at::Tensor)))->~Tensor();
+  }
+};
+
 const char *py_type(char c) {
   switch (c) {
     case 'T': case 'R': return "torch.Tensor";
@@ -177,21 +190,13 @@ const char *py_type(char c) {
   return "object";
 }
 
-[[noreturn]] void incompatible(const klsp_entry &e, const py::args &args, const py::kwargs &kw) {
+[[noreturn]] void incompatible(const klsp_entry &e, const py::handle *args, size_t n) {
   std::string msg = std::string(e.name) +
       "(): incompatible function arguments. The following argument types are supported:\n    1. (";
   for (size_t k = 0; e.params[k]; ++k)
     msg += (k ? ", arg" : "arg") + std::to_string(k) + ": " + py_type(e.params[k]);
   msg += std::string(") -> ") + py_type(e.ret[0]) + "\n\nInvoked with: ";
-  bool first = true;
-  for (auto a : args) {
-    msg += (first ? "" : ", ") + py::repr(a).cast<std::string>();
-    first = false;
-  }
-  for (auto kv : kw) {
-    msg += (first ? "" : ", ") + py::str(kv.first).cast<std::string>() + "=" + py::repr(kv.second).cast<std::string>();
-    first = false;
-  }
+  for (size_t k = 0; k < n; ++k) msg += (k ? ", " : "") + py::repr(args[k]).cast<std::string>();
   throw py::type_error(msg);
 }
 
@@ -211,13 +216,12 @@ D float_bits(float f) {  // a float argument: its bits in the low half of the xm
   return d;
 }
 
-py::object call(const klsp_entry *e, const py::args &args, const py::kwargs &kw) {
-  const size_t n = std::strlen(e->params);
-  if (args.size() != n || kw.size() != 0) incompatible(*e, args, kw);
+// A call: the arguments' handles, as many as the function takes (pybind's dispatcher has checked
+// the count and refused keywords, as it does for load_inline's binding).
+py::object call(const klsp_entry *e, const py::handle *args, size_t n) {
   const char r = e->ret[0];
   Slots a;
-  std::vector<at::Tensor> held;  // the caller's copies of tensor arguments, destroyed by the caller
-  held.reserve(n);               // (no reallocation: their addresses are the arguments)
+  Held held;  // the caller's copies of tensor arguments, destroyed by the caller
   alignas(std::vector<at::Tensor>) alignas(at::Tensor)
       unsigned char ret[sizeof(std::vector<at::Tensor>) > sizeof(at::Tensor) ? sizeof(std::vector<at::Tensor>)
                                                                              : sizeof(at::Tensor)];
@@ -227,11 +231,8 @@ py::object call(const klsp_entry *e, const py::args &args, const py::kwargs &kw)
     bool ok = false;
     switch (e->params[k]) {
       case 'T': case 'R': {
-        at::Tensor t;
-        if ((ok = load(h, t))) {
-          held.push_back(std::move(t));
-          a.i[a.ni++] = reinterpret_cast<U>(&held.back());
-        }
+        py::detail::make_caster<at::Tensor> c;
+        if ((ok = c.load(h, true))) a.i[a.ni++] = reinterpret_cast<U>(held.add(py::detail::cast_op<at::Tensor>(std::move(c))));
         break;
       }
       case 'f': { float v = 0; ok = load(h, v); a.x[a.nx++] = float_bits(v); break; }
@@ -240,7 +241,7 @@ py::object call(const klsp_entry *e, const py::args &args, const py::kwargs &kw)
       case 'l': { std::int64_t v = 0; ok = load(h, v); a.i[a.ni++] = static_cast<U>(v); break; }
       case 'b': { bool v = false; ok = load(h, v); a.i[a.ni++] = v ? 1 : 0; break; }
     }
-    if (!ok) incompatible(*e, args, kw);
+    if (!ok) incompatible(*e, args, n);
   }
   union { float f; double d; int i; std::int64_t l; bool b; } out{};
   void *fn = e->fn;
@@ -279,12 +280,27 @@ py::object call(const klsp_entry *e, const py::args &args, const py::kwargs &kw)
   }
   return py::none();
 }
+
+// One m.def of N py::handle parameters: pybind's own dispatch, as for a function of N arguments
+// (no tuple or dict made per call, which *args/**kwargs would cost: 400 ns a call on 2 cores).
+template <size_t... I>
+void def_n(py::module_ &m, const klsp_entry *e, std::index_sequence<I...>) {
+  m.def(e->name, [e](decltype((void)I, py::handle())... h) -> py::object {
+    const py::handle args[] = {h..., py::handle()};
+    return call(e, args, sizeof...(I));
+  }, e->doc);
+}
+
+template <size_t... N>
+void def_any(py::module_ &m, const klsp_entry *e, size_t n, std::index_sequence<N...>) {
+  ((n == N ? def_n(m, e, std::make_index_sequence<N>{}) : void()), ...);
+}
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   for (int k = 0; k < klsp_table_len; ++k) {
     const klsp_entry *e = &klsp_table[k];
-    m.def(e->name, [e](const py::args &args, const py::kwargs &kw) { return call(e, args, kw); }, e->doc);
+    def_any(m, e, std::strlen(e->params), std::make_index_sequence<17>{});
   }
 }
 """
