@@ -18,9 +18,10 @@ When it does nothing, and why (`why_not`):
 - the text names no Task (a `.py` that does not parse names none), or builds nothing.
 
 A `.py` not measured yet that calls `load_inline` gets less, on open and after a pause in typing:
-its `main.cpp` compiled by signature (`BuildPool.prebuild_binding`; the calls are read from the
-syntax tree, nothing of the file runs, so no sandbox is needed), 5-7 s of g++ its first save then
-skips when its bound functions' types are new to the machine. Only in a free build slot (a build
+its `main.cpp` compiled as its build will need it (by table or by signature;
+`BuildPool.prebuild_binding`; the calls are read from the syntax tree, nothing of the file runs,
+so no sandbox is needed), 5-7 s of g++ its first save then skips when the machine has not built
+that main.cpp yet. Only in a free build slot (a build
 never waits behind it), only when saves build (on_save), and once per text.
 """
 

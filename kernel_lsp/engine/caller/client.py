@@ -725,7 +725,7 @@ class Engine:
                                                 **kw)
 
     async def prebuild_binding(self, source: str) -> dict[str, Any]:
-        """A Python file's load_inline main.cpp compiled by signature in a free build-pool slot,
+        """A Python file's load_inline main.cpp compiled (by table or signature) in a free build-pool slot,
         before its first build (``BuildPool.prebuild_binding``; nothing of the file runs)."""
         return await self._build_pool().prebuild_binding(source, {k: v for k, v in self.options.items() if k == "nvcc"})
 

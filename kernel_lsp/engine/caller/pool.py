@@ -176,7 +176,7 @@ class BuildPool:
 
     async def prebuild_binding(self, source: str, options: dict[str, Any] | None = None,
                                timeout: float = 300.0) -> dict[str, Any]:
-        """A Python file's main.cpp compiled by signature ahead of its first build (the Worker's
+        """A Python file's main.cpp compiled (by table or signature) ahead of its first build (the Worker's
         ``prebuild_binding``: its load_inline calls read from the syntax tree, nothing run). Only
         in a free slot: a build never waits behind it ({"state": "busy"} then)."""
         if self._closed:

@@ -67,7 +67,7 @@ class Worker:
                 "kernel_lsp.engine.worker.inductor_code").worker_op(params),
             "prepare_build": lambda params: importlib.import_module(
                 "kernel_lsp.engine.worker.build.fastbuild").prepare_op(params, build),
-            # a file's main.cpp by signature, before its first build (its calls read, not run)
+            # a file's main.cpp (by table or signature), before its first build (its calls read, not run)
             "prebuild_binding": lambda params: importlib.import_module(
                 "kernel_lsp.engine.worker.build.fastbuild").prebuild_source_op(params, build),
         }

@@ -104,7 +104,7 @@ class FastBuild:
     linker: str = ""                       # what linked it: "gold", "lld", "default" (+ why not the faster one)
     lean: bool = False                     # linked against libtorch_python alone (lean_ldflags); relink_full undoes it
     full_link: list[str] = field(default_factory=list)  # the link command with torch's whole list
-    binding: str = ""                      # main.cpp: "by signature", else why it kept load_inline's text
+    binding: str = ""                      # main.cpp: "by table", "by signature (...)", else why load_inline's text
     binding_failed: bool = False           # the failure is the signature binding's: built again without it
 
 
@@ -780,9 +780,9 @@ def build_inline(args: dict[str, Any], nvcc: str, link: bool = True, timeout: fl
     if table:  # one main.cpp for every such signature: compiled once per machine, ahead
         main = Unit("main", "main", name_def + table_main_text(), binding_flags(units[2].flags))
         how = "by table"
-    else:
+    else:  # a type the table has not (std::tuple, a non-const reference): this signature's own text
         main = Unit("main", "main", name_def + '#line 1 "main.cpp"\n' + bind.text(), binding_flags(units[2].flags))
-        how = "by signature"
+        how = "by signature" if no_table == "off" else f"by signature ({no_table})"
     got = _build_units([*units[:2], main], args, nvcc, res, done, link, timeout, bind, table)
     if not got.binding_failed:
         got.binding = how
@@ -792,7 +792,7 @@ def build_inline(args: dict[str, Any], nvcc: str, link: bool = True, timeout: fl
     res, done = _start(began)
     res.steps["binding_attempt"] = got.seconds
     res.binding = f"load_inline's text: the {'table' if table else 'signature'} binding failed ({failed[:200]})"
-    res.log = f"[signature binding]\n{log[-2000:]}\n"
+    res.log = f"[{'table' if table else 'signature'} binding]\n{log[-2000:]}\n"
     return _build_units(units, args, nvcc, res, done, link, timeout)
 
 
