@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kernel_lsp.engine.worker.build import binding, table_binding  # noqa: E402  (no torch needed)
+from benchmarks.results_out import write_results  # noqa: E402
 
 
 def sources(where: Path) -> list[tuple[str, str]]:
@@ -81,12 +81,7 @@ def main() -> int:
               for s in doc["signatures"]]
     if kept:
         lines += ["", "Kept load_inline's text:", ""] + [f"- {c}: {w}" for w, c in kept.most_common()]
-    md = "\n".join(lines) + "\n"
-    print(md)
-    out = Path(a.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "binding_coverage.json").write_text(json.dumps(doc, indent=1))
-    (out / "binding_coverage.md").write_text(md)
+    write_results(a.out_dir, "binding_coverage", doc, "\n".join(lines) + "\n")
     return 0
 
 

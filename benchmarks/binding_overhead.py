@@ -34,6 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.results_out import write_results  # noqa: E402
+
 CUDA = r'''
 #include <torch/extension.h>
 __global__ void unused_kernel(float* x) { x[threadIdx.x] = 0.f; }
@@ -140,12 +142,7 @@ def main() -> int:
     for label, per in calls.items():
         lines.append(f"| `{label}` | " + " | ".join(
             f"{per[w]['median_ns']} ({per[w]['min_ns']}-{per[w]['max_ns']})" for w in WAYS) + " |")
-    md = "\n".join(lines) + "\n"
-    print(md)
-    out = Path(a.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "binding_overhead.json").write_text(json.dumps(doc, indent=1))
-    (out / "binding_overhead.md").write_text(md)
+    write_results(a.out_dir, "binding_overhead", doc, "\n".join(lines) + "\n")
     shutil.rmtree(work, ignore_errors=True)
     return 0
 

@@ -64,3 +64,17 @@ def cpu_link(tmp_path, monkeypatch, pch_cache):
         f"-L{lib}", "-lc10", "-ltorch_cpu", "-ltorch", "-ltorch_python", f"-L{cudart}", "-lcudart"))
     monkeypatch.setattr(fastbuild, "torch_flags", lambda nvcc: cpu)
     return tmp_path, {**os.environ, "LD_LIBRARY_PATH": f"{lib}:{cudart}"}
+
+
+def run_in_extension(env: dict, name: str, so: str, body: str) -> str:
+    """``body`` run in a fresh Python with the extension at ``so`` imported as ``m`` (its stdout)."""
+    import subprocess
+    import sys
+
+    code = ("import importlib.machinery, importlib.util, sys, torch\n"
+            "spec = importlib.util.spec_from_loader(sys.argv[1], importlib.machinery.ExtensionFileLoader(*sys.argv[1:3]))\n"
+            "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n" + body)
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", code, name, so], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout

@@ -18,6 +18,7 @@ import textwrap
 import pytest
 
 from kernel_lsp.engine.worker.build import binding, fastbuild, table_binding
+from tests.engine.conftest import run_in_extension
 
 NVCC = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
 from tests.needs import needs_nvcc  # noqa: E402  (fails, not skips, where nvcc is required)
@@ -193,14 +194,9 @@ def test_a_signature_built_ahead_serves_a_new_file(cpu_link, monkeypatch) -> Non
     fb = fastbuild.build_inline(args, NVCC)
     assert fb.reason == "" and fb.binding == "by signature", fb.log[-3000:]
     assert "main" in fb.reused and "main" not in fb.compiled
-    check = ("import importlib.machinery, importlib.util, sys, torch\n"
-             "spec = importlib.util.spec_from_loader(sys.argv[1], importlib.machinery.ExtensionFileLoader(*sys.argv[1:3]))\n"
-             "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
-             "print(m.twice(torch.ones(2)).tolist(), m.twice.__doc__.strip().splitlines()[-1])\n")
-    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", check, "klsp_bind_ahead", fb.so], capture_output=True,
-                          text=True, env=env, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.split() == ["[2.0,", "2.0]", "twice"]
+    out = run_in_extension(env, "klsp_bind_ahead", fb.so,
+                           "print(m.twice(torch.ones(2)).tolist(), m.twice.__doc__.strip().splitlines()[-1])\n")
+    assert out.split() == ["[2.0,", "2.0]", "twice"]
 
 
 @needs_nvcc

@@ -19,7 +19,7 @@ import textwrap
 import pytest
 
 from kernel_lsp.engine.worker.build import binding, fastbuild, table_binding
-from tests.engine.conftest import NVCC
+from tests.engine.conftest import NVCC, run_in_extension
 from tests.needs import needs_nvcc
 
 
@@ -227,15 +227,9 @@ def test_a_second_file_of_other_signatures_compiles_no_main_cpp(cpu_link) -> Non
                with_pytorch_error_handling=False)
     assert fb.reason == "" and fb.binding == "by table", fb.log[-3000:]
     assert "main" in fb.reused and "main" not in fb.compiled
-    check = ("import importlib.machinery, importlib.util, sys, torch\n"
-             "spec = importlib.util.spec_from_loader(sys.argv[1], importlib.machinery.ExtensionFileLoader(*sys.argv[1:3]))\n"
-             "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
-             "x = torch.tensor([1.0, 3.0])\n"
-             "print(m.layer(x, torch.full((2,), 2.0), torch.ones(2), 0.0).tolist(), m.twice(4), m.layer.__doc__.split()[-1])\n")
-    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", check, "klsp_table_b", fb.so], capture_output=True,
-                          text=True, env=env, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.split() == ["[-1.0,", "3.0]", "8", "layer"]
+    out = run_in_extension(env, "klsp_table_b", fb.so, "x = torch.tensor([1.0, 3.0])\nprint(m.layer(x, torch.full("
+                           "(2,), 2.0), torch.ones(2), 0.0).tolist(), m.twice(4), m.layer.__doc__.split()[-1])\n")
+    assert out.split() == ["[-1.0,", "3.0]", "8", "layer"]
 
 
 @needs_nvcc
