@@ -242,3 +242,18 @@ def test_a_declaration_the_code_does_not_define_falls_back_to_load_inline_s_text
     assert 'm.def("twice", torch::wrap_pybind_function(twice), "twice");' in (
         tmp_path / "klsp_table_wrong" / "fast_main.cpp").read_text()
     assert "main" in fb.compiled and fb.reason == ""  # links (a shared object may leave it undefined)
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_a_table_main_cpp_that_does_not_build_here_leaves_the_binding_by_signature(cpu_link, monkeypatch) -> None:
+    # A torch whose headers the table's main.cpp does not build against: not the user's error,
+    # so the build goes on by signature (not with load_inline's text, which costs a compile more).
+    tmp_path, env = cpu_link
+    monkeypatch.setattr(table_binding, "MAIN", "#error this torch has no table binding\n" + table_binding.MAIN)
+    fb = build(tmp_path, "klsp_table_broken", cpp="int twice(const int k);", functions=["twice"])
+    assert fb.reason == "", fb.log[-3000:]
+    assert fb.binding.startswith("by signature (after the table binding failed (fast main unit failed to compile"), \
+        fb.binding
+    assert "this torch has no table binding" in fb.binding and fb.steps["binding_attempt"] > 0
+    assert run_in_extension(env, "klsp_table_broken", fb.so, "print(m.twice(21))\n").split() == ["42"]

@@ -777,22 +777,35 @@ def build_inline(args: dict[str, Any], nvcc: str, link: bool = True, timeout: fl
         res.binding = why
         return _build_units(units, args, nvcc, res, done, link, timeout)
     table, no_table = table_binding.codes_of(bind) if table_binding.enabled() else ([], "off")
-    if table:  # one main.cpp for every such signature: compiled once per machine, ahead
-        main = Unit("main", "main", name_def + table_main_text(), binding_flags(units[2].flags))
-        how = "by table"
-    else:  # a type the table has not (std::tuple, a non-const reference): this signature's own text
-        main = Unit("main", "main", name_def + '#line 1 "main.cpp"\n' + bind.text(), binding_flags(units[2].flags))
-        how = "by signature" if no_table == "off" else f"by signature ({no_table})"
-    got = _build_units([*units[:2], main], args, nvcc, res, done, link, timeout, bind, table)
-    if not got.binding_failed:
-        got.binding = how
-        return got
+    by_signature = Unit("main", "main", name_def + '#line 1 "main.cpp"\n' + bind.text(), binding_flags(units[2].flags))
+    # The table first (one main.cpp for every such signature: compiled once per machine, ahead);
+    # a type it has not (std::tuple, a non-const reference), or its main.cpp failing to build
+    # here, leaves this signature's own text; a failure of that, load_inline's.
+    attempts = [(f"by signature ({no_table})" if no_table not in ("", "off") else "by signature", by_signature, None)]
+    if table:
+        attempts.insert(0, ("by table", Unit("main", "main", name_def + table_main_text(),
+                                             binding_flags(units[2].flags)), table))
+    failures: list[str] = []
+    logs: list[str] = []
+    tried = 0.0
+    for how, main, codes in attempts:
+        got = _build_units([*units[:2], main], args, nvcc, res, done, link, timeout, bind, codes)
+        if not got.binding_failed:
+            got.binding = how if not failures else f"{how} (after {'; '.join(failures)})"
+            if tried:
+                got.steps["binding_attempt"] = round(tried, 3)
+            return got
+        kind = "table" if codes else "signature"
+        failures.append(f"the {kind} binding failed ({got.reason[:200]})")
+        logs.append(f"[{kind} binding]\n{got.log[-2000:]}\n")
+        tried = got.seconds  # from the build's start to this attempt's end
+        res, done = _start(time.perf_counter() - got.seconds)
+        if codes and "undefined reference" in got.reason:
+            break  # a declaration the code does not define: by signature it fails the same way
     # load_inline's own main.cpp: its errors are the user's (the other units come from the cache)
-    failed, log, began = got.reason, got.log, time.perf_counter() - got.seconds
-    res, done = _start(began)
-    res.steps["binding_attempt"] = got.seconds
-    res.binding = f"load_inline's text: the {'table' if table else 'signature'} binding failed ({failed[:200]})"
-    res.log = f"[{'table' if table else 'signature'} binding]\n{log[-2000:]}\n"
+    res.steps["binding_attempt"] = round(tried, 3)
+    res.binding = f"load_inline's text: {'; '.join(failures)}"
+    res.log = "".join(logs)
     return _build_units(units, args, nvcc, res, done, link, timeout)
 
 
