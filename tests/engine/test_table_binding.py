@@ -39,6 +39,8 @@ def test_declarations_become_codes_and_the_rest_is_refused() -> None:
         "f: the table binding has no 'std::tuple")
     seventeen = ", ".join(["int"] * 17)
     assert codes(f"int f({seventeen});", ["f"]) == ([], "f: more arguments than the table binding passes")
+    seventeen_mixed = ", ".join(["int"] * 9 + ["float"] * 8)  # slots enough, but MAIN defines up to 16
+    assert codes(f"int f({seventeen_mixed});", ["f"]) == ([], "f: more arguments than the table binding passes")
     nine = ", ".join(["float"] * 9)
     assert codes(f"int f({nine});", ["f"]) == ([], "f: more arguments than the table binding passes")
     # sixteen integer-class slots count the hidden return pointer: 15 tensors and a tensor back fit

@@ -45,6 +45,7 @@ RETURNS = {"torch::Tensor": "T", "at::Tensor": "T", "std::vector<torch::Tensor>"
            "int64_t": "l", "std::int64_t": "l", "long": "l", "bool": "b"}
 INT_SLOTS = 16   # integer-class arguments MAIN passes (6 in registers, the rest on the stack)
 SSE_SLOTS = 8    # floating-point arguments: registers only, so the stack holds integers alone
+MAX_PARAMS = 16  # MAIN defines functions of 0 to MAX_PARAMS parameters (def_any)
 _SRET = frozenset("TV")
 SYM = "klsp_table"
 
@@ -73,7 +74,7 @@ def codes_of(b: Binding) -> tuple[list[tuple[str, str]], str]:
             bad = ret if r is None else params[codes.index(None)]
             return [], f"{name}: the table binding has no {bad!r}"
         ints = sum(c in "TRilb" for c in codes) + (r in _SRET)
-        if ints > INT_SLOTS or sum(c in "fd" for c in codes) > SSE_SLOTS:
+        if ints > INT_SLOTS or sum(c in "fd" for c in codes) > SSE_SLOTS or len(codes) > MAX_PARAMS:
             return [], f"{name}: more arguments than the table binding passes"
         out.append((r, "".join(codes)))  # type: ignore[arg-type]
     return out, ""
@@ -142,6 +143,7 @@ def table_c(b: Binding, codes: list[tuple[str, str]]) -> str:
 # The one main.cpp. Its object is kept like any unit's (unit_cache: keyed by text and flags, its
 # PyInit renamed per extension), built ahead once per machine (fastbuild.start_prebuild).
 MAIN = r"""// kernel-lsp's table binding (kernel_lsp/engine/worker/build/table_binding.py)
+#define MAX_PARAMS @MAX_PARAMS@
 #include <torch/extension.h>
 #include <cstdint>
 #include <cstring>
@@ -300,10 +302,11 @@ void def_any(py::module_ &m, const klsp_entry *e, size_t n, std::index_sequence<
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   for (int k = 0; k < klsp_table_len; ++k) {
     const klsp_entry *e = &klsp_table[k];
-    def_any(m, e, std::strlen(e->params), std::make_index_sequence<17>{});
+    def_any(m, e, std::strlen(e->params), std::make_index_sequence<MAX_PARAMS + 1>{});
   }
 }
 """
+MAIN = MAIN.replace("@MAX_PARAMS@", str(MAX_PARAMS))
 
 
 def not_defined(b: Binding, codes: list[tuple[str, str]], objects: list[Path], timeout: float = 60.0) -> str:
