@@ -332,4 +332,3 @@ def prebuild_count() -> int:
 def common(count: int) -> list[Binding]:
     """The first ``count`` COMMON signatures, each as the binding of one function."""
     return [Binding(functions=(("f", "f", ret, params),)) for ret, params in COMMON[:count]]
-

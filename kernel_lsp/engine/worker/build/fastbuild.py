@@ -776,7 +776,7 @@ def build_inline(args: dict[str, Any], nvcc: str, link: bool = True, timeout: fl
     if bind is None:
         res.binding = why
         return _build_units(units, args, nvcc, res, done, link, timeout)
-    table, no_table = table_binding.codes_of(bind) if table_binding.enabled() else ([], "off")
+    table, no_table = _table_codes(bind)
     by_signature = Unit("main", "main", name_def + '#line 1 "main.cpp"\n' + bind.text(), binding_flags(units[2].flags))
     # The table first (one main.cpp for every such signature: compiled once per machine, ahead);
     # a type it has not (std::tuple, a non-const reference), or its main.cpp failing to build
@@ -1001,9 +1001,14 @@ def start_prebuild(flags: TorchFlags, timeout: float = STEP_TIMEOUT) -> threadin
 PREBUILT_NAME = "klsp_prebuilt"  # the extension name of an object built ahead (renamed on reuse)
 
 
+def _table_codes(b: bindings.Binding) -> tuple[list[tuple[str, str]], str]:
+    """How a build binds ``b`` by table: its codes, or ([], why not; "off" when turned off)."""
+    return table_binding.codes_of(b) if table_binding.enabled() else ([], "off")
+
+
 def table_here() -> bool:
     """Whether builds here bind by table (table_binding.py): on, and this machine's convention."""
-    return bindings.enabled() and table_binding.enabled() and bool(table_binding.codes_of(bindings.common(1)[0])[0])
+    return bindings.enabled() and bool(_table_codes(bindings.common(1)[0])[0])
 
 
 def _compile_main(flags: TorchFlags, pch: Path, text: str, unit_flags: list[str], folder: Path,
@@ -1026,7 +1031,7 @@ def _compile_binding(flags: TorchFlags, pch: Path, b: bindings.Binding, unit_fla
                      timeout: float) -> tuple[str, Any]:
     """The main.cpp a build of ``b`` would compile, into the unit cache: the table binding's
     when it serves ``b``, else ``b``'s by signature. (what it is, _compile_main's answer)."""
-    if table_here() and table_binding.codes_of(b)[0]:
+    if _table_codes(b)[0]:
         return TABLE_KEY, _compile_main(flags, pch, table_main_text(), unit_flags, folder, timeout)
     sig = " ; ".join(f"{ret}({', '.join(params)})" for _, _, ret, params in b.functions)
     return sig, _compile_main(flags, pch, '#line 1 "main.cpp"\n' + b.text(), unit_flags, folder, timeout)
@@ -1043,18 +1048,18 @@ def prebuild_bindings(flags: TorchFlags, count: int, timeout: float = STEP_TIMEO
         return {"error": why}
     if table_here():
         done = {TABLE_KEY: _compile_main(flags, pch, table_main_text(), [], root / "table", timeout)}
-        _write_if_changed(root / PREBUILT, json.dumps({"at": time.time(), "pid": os.getpid(), "signatures": done}))
-        return done
-    # Two at a time on 16 cores: a user's build of the same signature waits on its lock, so these
-    # run at the normal priority (a niced one could starve behind six benches' compiles), and few.
-    parallel = max(1, min(2, (os.cpu_count() or 1) // 8))
+    else:
+        # Two at a time on 16 cores: a user's build of the same signature waits on its lock, so
+        # these run at the normal priority (a niced one could starve behind six benches'
+        # compiles), and few.
+        parallel = max(1, min(2, (os.cpu_count() or 1) // 8))
 
-    def one(item: tuple[int, bindings.Binding]) -> tuple[str, Any]:
-        i, b = item
-        return _compile_binding(flags, pch, b, [], root / f"signature_{i}", timeout)
+        def one(item: tuple[int, bindings.Binding]) -> tuple[str, Any]:
+            i, b = item
+            return _compile_binding(flags, pch, b, [], root / f"signature_{i}", timeout)
 
-    with concurrent.futures.ThreadPoolExecutor(parallel) as pool:
-        done = dict(pool.map(one, enumerate(bindings.common(count))))
+        with concurrent.futures.ThreadPoolExecutor(parallel) as pool:
+            done = dict(pool.map(one, enumerate(bindings.common(count))))
     _write_if_changed(root / PREBUILT, json.dumps({"at": time.time(), "pid": os.getpid(), "signatures": done}))
     return done
 

@@ -48,6 +48,8 @@ SSE_SLOTS = 8    # floating-point arguments: registers only, so the stack holds 
 MAX_PARAMS = 16  # MAIN defines functions of 0 to MAX_PARAMS parameters (def_any)
 _SRET = frozenset("TV")
 SYM = "klsp_table"
+# One row of the table, as both the C object and MAIN declare it (the two must agree).
+ENTRY = "struct klsp_entry { const char *name, *doc; void *fn; const char *ret, *params; int wrapped; };"
 
 
 def enabled() -> bool:
@@ -110,7 +112,7 @@ def mangled(name: str, codes: str) -> str:
                 got = "RK" + inner
             out.append(got)
         else:
-            out.append({"f": "f", "d": "d", "i": "i", "l": "l", "b": "b"}[c])
+            out.append(c)  # a scalar's code is its mangled letter (f, d, i, l, b)
     return f"_Z{len(name)}{name}{''.join(out) or 'v'}"
 
 
@@ -127,7 +129,7 @@ def _base36(n: int) -> str:
 def table_c(b: Binding, codes: list[tuple[str, str]]) -> str:
     """The C source of the table MAIN reads: per function its Python name, docstring,
     address (by mangled name), codes and whether torch's error handling wraps it."""
-    lines = ["struct klsp_entry { const char *name, *doc; void *fn; const char *ret, *params; int wrapped; };"]
+    lines = [ENTRY]
     rows = []
     for (name, doc, _, _), (ret, params) in zip(b.functions, codes):
         sym = mangled(name, params)
@@ -153,7 +155,7 @@ MAIN = r"""// kernel-lsp's table binding (kernel_lsp/engine/worker/build/table_b
 #include <vector>
 
 extern "C" {
-struct klsp_entry { const char *name, *doc; void *fn; const char *ret, *params; int wrapped; };
+@ENTRY@
 __attribute__((visibility("hidden"))) extern const klsp_entry klsp_table[];
 __attribute__((visibility("hidden"))) extern const int klsp_table_len;
 }
@@ -306,7 +308,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   }
 }
 """
-MAIN = MAIN.replace("@MAX_PARAMS@", str(MAX_PARAMS))
+MAIN = MAIN.replace("@MAX_PARAMS@", str(MAX_PARAMS)).replace("@ENTRY@", ENTRY)
 
 
 def not_defined(b: Binding, codes: list[tuple[str, str]], objects: list[Path], timeout: float = 60.0) -> str:
