@@ -2,6 +2,11 @@
 
     python benchmarks/inductor_record.py --out DIR [--modes default,max-autotune] REF.py [REF.py ...]
 
+A mode is torch.compile's (default, max-autotune), one of inductor_code.VARIANTS
+(default-unsplit-reductions: the default with Inductor's option made the other way), or
+`default+OPTION=VALUE[+OPTION=VALUE]` for any other Inductor option (values read as Python
+literals), e.g. `default+triton.cooperative_reductions=True`.
+
 For each reference (a file with ``Model``, ``get_inputs``, ``get_init_inputs``) it writes
 ``DIR/<name>/<mode>_<i>.py`` (Inductor's output modules, as ``run_and_get_code`` returns them),
 ``DIR/<name>/<mode>.json`` (each graph input's place in the module, the autotuner's launch choices),
@@ -26,6 +31,20 @@ def load(path: Path):
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
     return mod
+
+
+def mode_patch(mode: str) -> tuple[str | None, dict]:
+    """(torch.compile's mode, the Inductor options patched around it) for a --modes entry."""
+    import ast
+
+    from kernel_lsp.engine.worker import inductor_code
+
+    if mode in inductor_code.VARIANTS:
+        return None, inductor_code.options_of(mode)
+    if mode.startswith("default+"):
+        pairs = [kv.split("=", 1) for kv in mode.split("+")[1:]]
+        return None, {k: ast.literal_eval(v) for k, v in pairs}
+    return (None if mode == "default" else mode), {}
 
 
 def main() -> int:
@@ -63,14 +82,21 @@ def main() -> int:
                         continue
                     torch._dynamo.reset()
                     t0 = time.time()
-                    compiled = torch.compile(model, mode=None if mode == "default" else mode)
-                    compiled(*inputs)
-                    row[f"{mode}_compile_s"] = round(time.time() - t0, 2)
-                    row[f"{mode}_ms"] = do_bench(lambda: compiled(*inputs), return_mode="median")
+                    compile_mode, patch = mode_patch(mode)
+                    with torch._inductor.config.patch(patch):
+                        compiled = torch.compile(model, mode=compile_mode)
+                        compiled(*inputs)
+                        row[f"{mode}_compile_s"] = round(time.time() - t0, 2)
+                        row[f"{mode}_ms"] = do_bench(lambda: compiled(*inputs), return_mode="median")
                     # The code, each graph input's place in the module and the autotuner's launch
                     # choices, as the Worker's inductor_code request records them (cudagraph-free mode).
                     rec_mode = "max-autotune-no-cudagraphs" if mode == "max-autotune" else mode
-                    rec = inductor_code.record(path.read_text(), (rec_mode,))
+                    if mode.startswith("default+"):
+                        with torch._inductor.config.patch(patch):
+                            rec = inductor_code.record(path.read_text(), ("default",))
+                        rec.get("modes", {})[rec_mode] = rec.get("modes", {}).pop("default", {})
+                    else:
+                        rec = inductor_code.record(path.read_text(), (rec_mode,))
                     got = rec.get("modes", {}).get(rec_mode, {})
                     if rec.get("why") or got.get("error"):
                         row[f"{mode}_record_error"] = rec.get("why") or got.get("error")

@@ -1,9 +1,11 @@
 """The no-LLM Proposer for module Targets (the tuner's family).
 
 Round 1, from the start (the reference as ModelNew, i.e. eager): the Worker records what
-torch.compile writes for the module (default and max-autotune), and each recording that converts
-becomes a standalone ModelNew file (writer.py): candidate 1 is the default one; the max-autotune
-one (its GEMM/convolution and launch choices) is a second candidate when it differs. Later rounds,
+torch.compile writes for the module (default, max-autotune, and the default with one of Inductor's
+heuristic choices made the other way: inductor_code.VARIANTS), and each recording that converts
+becomes a standalone ModelNew file (writer.py): candidate 1 is the default one; the others (the
+max-autotune GEMM/convolution and launch choices, unsplit reductions, aggressive fusion) are
+candidates beside it where their code differs. Later rounds,
 from a generated file: every one-parameter change of one kernel's launch configuration
 (sweep.py). Each is a Candidate, verified, timed and guarded like any other; the start, eager,
 stays the floor (the guard keeps only what beats it), so the result is never slower than eager.
@@ -25,7 +27,9 @@ from kernel_lsp.agent.tuner import hand_out
 from . import eager_ops, graphs, sweep
 from .writer import Generated, NotConvertible, describe, write_model_new
 
-MODE_LABELS = {"default": "default", "max-autotune-no-cudagraphs": "max-autotune"}
+MODE_LABELS = {"default": "default", "max-autotune-no-cudagraphs": "max-autotune",
+               "default-unsplit-reductions": "default, reductions not split",
+               "default-aggressive-fusion": "default, aggressive fusion"}
 NO_GPU = ("writing this module's kernels needs a CUDA GPU: torch.compile writes its Triton kernels for "
           "the GPU it runs on, and none is visible here")
 
@@ -74,6 +78,9 @@ def convert_recording(reference_source: str, rec: dict[str, Any]) -> tuple[dict[
     out: dict[str, Generated] = {}
     why: dict[str, str] = {}
     for mode, row in (rec.get("modes") or {}).items():
+        if row.get("same_as"):
+            why[mode] = f"the same code as torch.compile's {MODE_LABELS.get(row['same_as'], row['same_as'])}"
+            continue
         if row.get("error"):
             why[mode] = str(row["error"])
             continue
@@ -94,9 +101,13 @@ class InductorProposer:
     can_repair = False
     uses_profile = False
 
-    def __init__(self, engine: Any = None, *, timeout: float = 600.0, cuda_graphs: bool = True) -> None:
+    def __init__(self, engine: Any = None, *, timeout: float = 600.0, cuda_graphs: bool = True,
+                 modes: tuple[str, ...] | None = None) -> None:
+        from kernel_lsp.engine.worker.inductor_code import SEARCH_MODES
+
         self.engine = engine          # set by the caller once its Engine is open
         self.timeout = timeout
+        self.modes = tuple(modes or SEARCH_MODES)  # what the Worker records (each a first-round file)
         self.cuda_graphs = cuda_graphs  # offer the CUDA-graph variant (the engine flags it `cuda_graph`)
         self._graph_offered = False
         self.generated: dict[str, Generated] = {}
@@ -125,17 +136,20 @@ class InductorProposer:
             return [Proposal.failed("the no-LLM proposer has no engine to record torch.compile's code with",
                                     fatal=True, form="tuner")]
         self.generated, self.why = await generate(self.engine, request.task.reference_source,
-                                                  timeout=self.timeout)
+                                                  modes=self.modes, timeout=self.timeout)
         if not self.generated:
             reasons = "; ".join(f"{MODE_LABELS.get(m, m) if m != '*' else 'here'}: {w}" for m, w in self.why.items())
             return [Proposal.failed(f"no standalone file could be written from torch.compile's code ({reasons})",
                                     fatal=True, form="tuner")]
         out: list[Candidate] = []
-        sources: set[str] = set()
+        sources: dict[str, str] = {}
         for mode, gen in self.generated.items():
-            if gen.source in sources:
+            # The same kernels from two recordings differ only in the header naming the mode.
+            body = gen.source.split('"""', 2)[-1]
+            if body in sources:
+                self.why[mode] = f"the same file as torch.compile's {MODE_LABELS.get(sources[body], sources[body])}"
                 continue
-            sources.add(gen.source)
+            sources[body] = mode
             lab = label(gen, mode)
             cand = Candidate(source=gen.source, kind="python", origin="tuner", parent=request.parent.id, note=lab)
             self._labels[cand.id], self._tuned[cand.id], self._modes[cand.id] = lab, 0, mode

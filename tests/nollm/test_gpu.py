@@ -293,3 +293,42 @@ def test_a_max_autotune_gemm_template_is_written_as_a_triton_kernel_and_judged_c
                        env=env, capture_output=True, text=True, timeout=500)
     (t,) = json.loads(r.stdout)["targets"]
     assert r.returncode == 0 and t["verdict"] == "correct" and t["custom_kernel"] is True, (t, r.stderr[-2000:])
+
+
+def _keep_recording(name: str, reference: str, rec: dict, tmp_path: Path) -> None:
+    """The recording, for tests/data/inductor (the CPU tests' fixtures): $KERNEL_LSP_TEST_RECORDINGS
+    names a folder that outlives the test (on the device: one under $OUT)."""
+    keep = Path(os.environ.get("KERNEL_LSP_TEST_RECORDINGS") or tmp_path) / name
+    keep.mkdir(parents=True, exist_ok=True)
+    (keep / "reference.py").write_text(reference)
+    for mode, row in rec["modes"].items():
+        for i, code in enumerate(row.get("codes") or []):
+            (keep / f"{mode}_{i}.py").write_text(code)
+        (keep / f"{mode}.json").write_text(json.dumps({k: v for k, v in row.items() if k != "codes"}, indent=1))
+
+
+def test_the_unsplit_reductions_variant_of_the_split_softmax(tmp_path):
+    """KernelBench l1_p23's softmax (16 x 16384), recorded with Inductor's reductions split (its
+    default: five kernels) and not split: the variant is other code with fewer kernels, written as
+    a standalone file the engine judges correct; a variant that changes nothing is `same_as`."""
+    from kernel_lsp.engine.worker.inductor_code import VARIANTS, record
+    from kernel_lsp.nollm.proposer import convert_recording
+
+    modes = ("default", *VARIANTS)
+    rec = record(SOFTMAX, modes)
+    _keep_recording("l1_softmax_variants", SOFTMAX, rec, tmp_path)
+    assert "why" not in rec, rec
+    rows = rec["modes"]
+    assert not rows["default"].get("error") and not rows["default-unsplit-reductions"].get("error"), rows
+    assert "same_as" not in rows["default-unsplit-reductions"], "no split reductions changed nothing"
+    gens, why = convert_recording(SOFTMAX, rec)
+    assert "default-unsplit-reductions" in gens, why
+    split, unsplit = gens["default"], gens["default-unsplit-reductions"]
+    assert len(unsplit.kernels) < len(split.kernels) == 5, [k.name for k in unsplit.kernels]
+    assert "(PyTorch's compiler, mode 'default, reductions not split')" in unsplit.source
+    path = tmp_path / "sm_unsplit.py"
+    path.write_text(unsplit.source)
+    t = _bench(tmp_path, path)
+    assert t["verdict"] == "correct" and t["custom_kernel"] is True, t
+    for mode in VARIANTS:  # each either other code or said to be the default's
+        assert mode in gens or why.get(mode), (mode, why)

@@ -88,6 +88,11 @@ class RecordedEngine:
         ref, _, args = load(self.task)
         rows = {}
         for mode, module in self.modes.items():
+            if mode not in params["modes"]:
+                continue
+            if module == "same_as":  # what the Worker answers for a variant that changed nothing
+                rows[mode] = {"codes": [], "same_as": "default", "seconds": 1.0}
+                continue
             _, code, _ = load(self.task, module)
             rows[mode] = {"codes": [code], "args": args, "configs": {}, "seconds": 1.0}
         return {"torch": "2.11.0+cu130", "triton": "3.6.0", "device": "NVIDIA H200", "modes": rows}
@@ -196,3 +201,62 @@ def test_a_modelnew_with_its_own_constants_keeps_the_constant_tuner():
     chunked = ref + "\n\nCHUNK = 4\n\n\nclass ModelNew(Model):\n    def forward(self, x):\n" \
         "        return torch.cat([torch.relu(c) for c in x.chunk(CHUNK)])\n"
     assert isinstance(for_start(TunerProposer(), Candidate(source=chunked, kind="python")), TunerProposer)
+
+
+def test_variants_are_options_this_torch_has_and_a_missing_one_is_one_sentence(monkeypatch):
+    import torch._inductor.config as inductor_config
+
+    from kernel_lsp.engine.worker import inductor_code
+
+    assert inductor_code.SEARCH_MODES[:2] == inductor_code.MODES
+    for mode, patch in inductor_code.VARIANTS.items():
+        assert inductor_code.options_of(mode) == patch
+        with inductor_config.patch(inductor_code.recording_options(mode, inductor_code.options_of(mode))):
+            for key, value in patch.items():
+                assert getattr(inductor_config, key) == value
+    assert inductor_code.options_of("default") == {}
+    assert inductor_code.options_of("max-autotune-no-cudagraphs")["max_autotune"] is True
+    monkeypatch.setitem(inductor_code.VARIANTS, "default-bogus", {"triton.no_such_choice": True})
+    with pytest.raises(ValueError, match=r"has no Inductor option 'triton.no_such_choice'$"):
+        inductor_code.options_of("default-bogus")
+    with pytest.raises(ValueError, match="torch.compile has no mode 'fastest'"):
+        inductor_code.options_of("fastest")
+
+
+def test_a_variant_is_compared_on_code_not_comments():
+    from kernel_lsp.engine.worker.inductor_code import _code_only
+
+    _, code, _ = load("l1_softmax_split")
+    head = "\ndef triton_red_fused_prepare_softmax_online_0("
+    assert head in code
+    noted = code.replace(head, "\n    # Source Nodes: [softmax]" + head, 1)
+    assert noted != code and _code_only([noted]) == _code_only([code])
+    other = code.replace("xoffset = tl.program_id(0) * XBLOCK", "xoffset = tl.program_id(1) * XBLOCK", 1)
+    assert other != code and _code_only([other]) != _code_only([code])
+
+
+def test_the_search_records_the_variants_and_offers_each_distinct_file_once():
+    """The first round asks the Worker for every mode and variant; a variant the Worker found the
+    same as the default, or whose file comes out the same, is no second candidate and says why.
+    (The max-autotune module stands in for a variant's other code: what is tested here is the
+    labelling and the deduplication, not Inductor.)"""
+    from kernel_lsp.engine.worker.inductor_code import SEARCH_MODES
+
+    ref, _, _ = load("relu")
+    task = Task(name="relu", reference_path="relu.py", reference_source=ref)
+    start = Candidate(source=ref + "\n\nclass ModelNew(Model):\n    pass\n", kind="python")
+    engine = RecordedEngine("relu", {"default": "default_0.py", "default-unsplit-reductions": "max-autotune_0.py",
+                                     "default-aggressive-fusion": "same_as"})
+    prop = InductorProposer(engine)
+    cands = [p.candidate for p in asyncio.run(prop.propose(_request(task, start)))]
+    assert engine.calls[0][1]["modes"] == list(SEARCH_MODES)
+    assert [c.note.split(":")[0] for c in cands] == [
+        "Triton kernels generated from torch.compile (default)",
+        "Triton kernels generated from torch.compile (default, reductions not split)"]
+    assert prop.why == {"default-aggressive-fusion": "the same code as torch.compile's default"}
+
+    same = RecordedEngine("relu", {"default": "default_0.py", "default-unsplit-reductions": "default_0.py"})
+    prop = InductorProposer(same, modes=("default", "default-unsplit-reductions"))
+    cands = [p.candidate for p in asyncio.run(prop.propose(_request(task, start)))]
+    assert same.calls[0][1]["modes"] == ["default", "default-unsplit-reductions"]
+    assert len(cands) == 1 and prop.why == {"default-unsplit-reductions": "the same file as torch.compile's default"}

@@ -1,6 +1,7 @@
 """The Worker's `inductor_code` request: what torch.compile (Inductor) writes for a Task's module.
 
-For each mode ("default", "max-autotune-no-cudagraphs"), on this GPU and the Task's inputs:
+For each mode ("default", "max-autotune-no-cudagraphs", and the VARIANTS below: the default mode
+with one of Inductor's own choices made the other way), on this GPU and the Task's inputs:
 Inductor's output modules (as `run_and_get_code` returns them), what each graph input is in
 the module ("self.weight" or a forward argument, matched by storage pointer at the call), the
 launch configuration Inductor's autotuner picked for each Triton kernel, and the seconds it
@@ -25,6 +26,18 @@ from typing import Any
 from kernel_lsp.engine.protocol import COMPILE_THREADS_CHOSEN_ENV
 
 MODES = ("default", "max-autotune-no-cudagraphs")
+# Inductor makes some choices by heuristics, not by timing them; each variant records the default
+# mode with one of them made the other way, and the no-LLM Search times the file written from it
+# beside torch.compile's own (that is how it finds kernels faster than torch.compile's):
+# - a reduction over few long rows (softmax or a norm over 16 x 16384) is split into partial
+#   reductions: three to five kernels where one program per row in one kernel may be faster;
+# - nodes that share no buffer are not fused: aggressive fusion launches fewer kernels.
+# A variant whose code comes out the same as the default's is recorded as `same_as` (no second file).
+VARIANTS: dict[str, dict[str, Any]] = {
+    "default-unsplit-reductions": {"split_reductions": False},
+    "default-aggressive-fusion": {"aggressive_fusion": True},
+}
+SEARCH_MODES = MODES + tuple(VARIANTS)
 
 
 def why_not() -> str | None:
@@ -85,9 +98,10 @@ def _chosen_configs(code: str) -> dict[str, dict[str, Any]]:
 def mode_threads(mode: str) -> dict[str, Any]:
     """Inductor config for compiling in `mode`: for max-autotune, the compile threads its GEMM
     precompile runs on. The Worker has one by default (caller/process.py), and max-autotune's
-    candidate GEMM kernels compiled one at a time would take minutes. {} for the default mode, or
+    candidate GEMM kernels compiled one at a time would take minutes. {} for the default mode and
+    its VARIANTS, or
     where the user set TORCHINDUCTOR_COMPILE_THREADS (theirs stands)."""
-    if mode in (None, "default") or os.environ.get(COMPILE_THREADS_CHOSEN_ENV) != "1":
+    if mode in (None, "default") or mode in VARIANTS or os.environ.get(COMPILE_THREADS_CHOSEN_ENV) != "1":
         return {}
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return {"compile_threads": max(1, min(32, cpus))}
@@ -99,9 +113,37 @@ def recording_options(mode: str, mode_options: dict[str, Any]) -> dict[str, Any]
     return {**mode_options, "fx_graph_cache": False, **mode_threads(mode)}
 
 
+def options_of(mode: str) -> dict[str, Any]:
+    """Inductor's config for `mode` (one of MODES or VARIANTS) before recording_options. Raises
+    ValueError with one sentence for a mode this torch's Inductor does not have."""
+    import torch
+
+    if mode in VARIANTS:
+        for key in VARIANTS[mode]:
+            node: Any = torch._inductor.config
+            for part in key.split("."):
+                if not hasattr(node, part):
+                    raise ValueError(f"this torch ({torch.__version__}) has no Inductor option {key!r}")
+                node = getattr(node, part)
+        return dict(VARIANTS[mode])
+    if mode in (None, "default"):
+        return {}
+    try:
+        return dict(torch._inductor.list_mode_options(mode))
+    except Exception as exc:  # noqa: BLE001 - an unknown mode is one sentence
+        raise ValueError(f"torch.compile has no mode {mode!r}") from exc
+
+
+def _code_only(codes: list[str]) -> list[str]:
+    """The modules without their whole-line comments (source-node notes, cache paths): what a
+    variant is compared on against the default."""
+    return ["\n".join(line for line in c.splitlines() if not line.lstrip().startswith("#")) for c in codes]
+
+
 def record(reference_source: str, modes: tuple[str, ...] = MODES, seed: int = 0) -> dict[str, Any]:
     """{"torch", "triton", "device", "modes": {mode: {"codes", "args", "configs", "seconds",
-    "error"?}}} or {"why": sentence}."""
+    "error"? , "same_as"?}}} or {"why": sentence}. A VARIANTS mode whose code is the default's
+    (recorded before it) has "same_as": "default" and no codes."""
     why = why_not()
     if why:
         return {"why": why}
@@ -140,14 +182,19 @@ def record(reference_source: str, modes: tuple[str, ...] = MODES, seed: int = 0)
         t0 = time.perf_counter()
         row: dict[str, Any] = {}
         try:
-            options = recording_options(mode, dict(torch._inductor.list_mode_options(mode)) if mode != "default" else {})
+            options = recording_options(mode, options_of(mode))
             with torch.no_grad(), torch._inductor.config.patch(options):
                 _, codes = run_and_get_code(torch.compile(model, backend=backend, dynamic=False), *inputs)
             row["codes"] = list(codes)
+            default_codes = (out["modes"].get("default") or {}).get("codes")
+            if mode in VARIANTS and default_codes and _code_only(row["codes"]) == _code_only(default_codes):
+                row["codes"], row["same_as"] = [], "default"
             row["args"] = seen[0] if len(seen) == 1 else None
             if len(seen) > 1:
                 row["error"] = (f"torch.compile split this module into {len(seen)} graphs (graph breaks); "
                                 "the writer needs a single graph")
+            elif row.get("same_as"):
+                pass
             elif not codes or not seen:
                 row["error"] = "torch.compile produced no GPU code for this module (nothing for Inductor to compile)"
             elif any(a is None for a in seen[0]):
@@ -158,6 +205,8 @@ def record(reference_source: str, modes: tuple[str, ...] = MODES, seed: int = 0)
                     row["configs"].update(_chosen_configs(code))
                 except Exception:  # noqa: BLE001 - the configs are a hint; the writer has defaults
                     pass
+        except ValueError as exc:
+            row["error"] = str(exc)
         except Exception as exc:  # noqa: BLE001 - one sentence per mode
             row["error"] = f"torch.compile failed on this module: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
         row["seconds"] = round(time.perf_counter() - t0, 2)
