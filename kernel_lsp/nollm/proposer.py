@@ -29,7 +29,8 @@ from .writer import Generated, NotConvertible, describe, write_model_new
 
 MODE_LABELS = {"default": "default", "max-autotune-no-cudagraphs": "max-autotune",
                "default-unsplit-reductions": "default, reductions not split",
-               "default-aggressive-fusion": "default, aggressive fusion"}
+               "default-aggressive-fusion": "default, aggressive fusion",
+               "default-coordinate-descent": "default, coordinate-descent tuned"}
 NO_GPU = ("writing this module's kernels needs a CUDA GPU: torch.compile writes its Triton kernels for "
           "the GPU it runs on, and none is visible here")
 

@@ -31,11 +31,14 @@ MODES = ("default", "max-autotune-no-cudagraphs")
 # beside torch.compile's own (that is how it finds kernels faster than torch.compile's):
 # - a reduction over few long rows (softmax or a norm over 16 x 16384) is split into partial
 #   reductions: three to five kernels where one program per row in one kernel may be faster;
-# - nodes that share no buffer are not fused: aggressive fusion launches fewer kernels.
+# - nodes that share no buffer are not fused: aggressive fusion launches fewer kernels;
+# - a kernel's launch configuration is picked from a few by timing; coordinate descent walks each
+#   block size and warp count from there while the time drops (Inductor's own tuner, off by default).
 # A variant whose code comes out the same as the default's is recorded as `same_as` (no second file).
 VARIANTS: dict[str, dict[str, Any]] = {
     "default-unsplit-reductions": {"split_reductions": False},
     "default-aggressive-fusion": {"aggressive_fusion": True},
+    "default-coordinate-descent": {"coordinate_descent_tuning": True},
 }
 SEARCH_MODES = MODES + tuple(VARIANTS)
 
