@@ -332,3 +332,7 @@ def test_the_unsplit_reductions_variant_of_the_split_softmax(tmp_path):
     assert t["verdict"] == "correct" and t["custom_kernel"] is True, t
     for mode in VARIANTS:  # each either other code or said to be the default's
         assert mode in gens or why.get(mode), (mode, why)
+    # Past its time, a variant is not started, and says so.
+    late = record(SOFTMAX, ("default", "default-unsplit-reductions"), variants_within_s=0.0)
+    assert late["modes"]["default"]["codes"], late
+    assert late["modes"]["default-unsplit-reductions"]["error"].startswith("not recorded: the recording had taken")

@@ -143,10 +143,13 @@ def _code_only(codes: list[str]) -> list[str]:
     return ["\n".join(line for line in c.splitlines() if not line.lstrip().startswith("#")) for c in codes]
 
 
-def record(reference_source: str, modes: tuple[str, ...] = MODES, seed: int = 0) -> dict[str, Any]:
+def record(reference_source: str, modes: tuple[str, ...] = MODES, seed: int = 0,
+           variants_within_s: float | None = None) -> dict[str, Any]:
     """{"torch", "triton", "device", "modes": {mode: {"codes", "args", "configs", "seconds",
     "error"? , "same_as"?}}} or {"why": sentence}. A VARIANTS mode whose code is the default's
-    (recorded before it) has "same_as": "default" and no codes."""
+    (recorded before it) has "same_as": "default" and no codes. `variants_within_s`: no VARIANTS
+    mode is started past that many seconds of the recording (so the variants cannot run the
+    caller's timeout out on torch.compile's own modes); each skipped one says so."""
     why = why_not()
     if why:
         return {"why": why}
@@ -170,7 +173,13 @@ def record(reference_source: str, modes: tuple[str, ...] = MODES, seed: int = 0)
             where[x.data_ptr()] = n  # an input wins over a parameter sharing its storage
     out: dict[str, Any] = {"torch": torch.__version__, "triton": triton.__version__,
                            "device": torch.cuda.get_device_name(), "modes": {}}
+    began = time.perf_counter()
     for mode in modes:
+        spent = time.perf_counter() - began
+        if mode in VARIANTS and variants_within_s is not None and spent > variants_within_s:
+            out["modes"][mode] = {"error": f"not recorded: the recording had taken {spent:.0f} s, past the "
+                                           f"{variants_within_s:.0f} s its variants may start within"}
+            continue
         seen: list[list[str | None]] = []
 
         def backend(gm: Any, example_inputs: list[Any]) -> Any:
@@ -220,4 +229,6 @@ def record(reference_source: str, modes: tuple[str, ...] = MODES, seed: int = 0)
 
 def worker_op(params: dict[str, Any]) -> dict[str, Any]:
     modes = tuple(params.get("modes") or MODES)
-    return record(str(params["reference_source"]), modes)
+    within = params.get("variants_within_s")
+    return record(str(params["reference_source"]), modes,
+                  variants_within_s=float(within) if isinstance(within, (int, float)) else None)
