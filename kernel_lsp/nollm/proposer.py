@@ -29,6 +29,8 @@ from .writer import Generated, NotConvertible, describe, write_model_new
 
 MODE_LABELS = {"default": "default", "max-autotune-no-cudagraphs": "max-autotune",
                "default-unsplit-reductions": "default, reductions not split",
+               "default-tiled-reductions": "default, reductions tiled",
+               "default-looped-reductions": "default, reductions looped",
                "default-aggressive-fusion": "default, aggressive fusion",
                "default-coordinate-descent": "default, coordinate-descent tuned"}
 NO_GPU = ("writing this module's kernels needs a CUDA GPU: torch.compile writes its Triton kernels for "
@@ -80,6 +82,9 @@ def convert_recording(reference_source: str, rec: dict[str, Any]) -> tuple[dict[
     out: dict[str, Generated] = {}
     why: dict[str, str] = {}
     for mode, row in (rec.get("modes") or {}).items():
+        if row.get("skipped"):
+            why[mode] = str(row["skipped"])
+            continue
         if row.get("same_as"):
             why[mode] = f"the same code as torch.compile's {MODE_LABELS.get(row['same_as'], row['same_as'])}"
             continue

@@ -260,3 +260,25 @@ def test_the_search_records_the_variants_and_offers_each_distinct_file_once():
     cands = [p.candidate for p in asyncio.run(prop.propose(_request(task, start)))]
     assert same.calls[0][1]["modes"] == ["default", "default-unsplit-reductions"]
     assert len(cands) == 1 and prop.why == {"default-unsplit-reductions": "the same file as torch.compile's default"}
+
+
+def test_a_variant_is_recorded_only_where_the_defaults_code_has_what_it_changes():
+    from kernel_lsp.engine.worker.inductor_code import VARIANTS, VARIANT_NEEDS, variant_skip
+
+    assert set(VARIANT_NEEDS) == set(VARIANTS)
+
+    def skipped(task):
+        code = load(task)[1]
+        return {m for m in VARIANTS if variant_skip(m, [code])}
+
+    # relu: one pointwise kernel; nothing to unsplit, tile, loop or fuse, one kernel to tune.
+    assert skipped("relu") == set(VARIANTS) - {"default-coordinate-descent"}
+    assert variant_skip("default-unsplit-reductions", [load("relu")[1]]) == (
+        "not recorded: torch.compile's default code has fewer than two looped reduction kernels, so no split reduction")
+    # l1_p23's split softmax: looped reductions (split), a persistent one, five kernels.
+    assert skipped("l1_softmax_split") == set()
+    # rmsnorm: one persistent reduction; only the looped variant and the tuner apply.
+    assert skipped("l1_rmsnorm") == {"default-unsplit-reductions", "default-tiled-reductions",
+                                     "default-aggressive-fusion"}
+    # Without a default recording every variant is recorded.
+    assert all(variant_skip(m, None) is None for m in VARIANTS)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import os
+import re
 import sys
 import tempfile
 import time
@@ -31,15 +32,44 @@ MODES = ("default", "max-autotune-no-cudagraphs")
 # beside torch.compile's own (that is how it finds kernels faster than torch.compile's):
 # - a reduction over few long rows (softmax or a norm over 16 x 16384) is split into partial
 #   reductions: three to five kernels where one program per row in one kernel may be faster;
+# - a reduction along a dimension that is not the innermost is written as a 1D loop; tiled in 2D,
+#   each program reads contiguous rows (a max over dim 1 of 16 x 256 x 256);
+# - a short reduction is kept whole in registers (persistent); looped, a block holds more rows;
 # - nodes that share no buffer are not fused: aggressive fusion launches fewer kernels;
 # - a kernel's launch configuration is picked from a few by timing; coordinate descent walks each
 #   block size and warp count from there while the time drops (Inductor's own tuner, off by default).
-# A variant whose code comes out the same as the default's is recorded as `same_as` (no second file).
+# Each is recorded only where the default's code has what it changes (VARIANT_NEEDS: a reduction
+# kernel, a persistent one, two kernels or more), and one whose code comes out the same as the
+# default's is recorded as `same_as` (no second file).
 VARIANTS: dict[str, dict[str, Any]] = {
     "default-unsplit-reductions": {"split_reductions": False},
+    "default-tiled-reductions": {"triton.tile_reductions": True},
+    "default-looped-reductions": {"triton.persistent_reductions": False},
     "default-aggressive-fusion": {"aggressive_fusion": True},
     "default-coordinate-descent": {"coordinate_descent_tuning": True},
 }
+_KERNEL = re.compile(r"^\w+ = async_compile\.triton\('(\w+)'", re.M)
+VARIANT_NEEDS: dict[str, tuple[str, int, str]] = {  # (kernel name prefix, how many, what is missing)
+    "default-unsplit-reductions": ("triton_red_", 2, "fewer than two looped reduction kernels, so no split reduction"),
+    "default-tiled-reductions": ("triton_red_", 1, "no looped reduction kernel"),
+    "default-looped-reductions": ("triton_per_", 1, "no persistent reduction kernel"),
+    "default-aggressive-fusion": ("triton_", 2, "fewer than two kernels to fuse"),
+    "default-coordinate-descent": ("triton_", 1, "no Triton kernel to tune"),
+}
+
+
+def variant_skip(mode: str, default_codes: list[str] | None) -> str | None:
+    """Why a variant would change nothing in the default's code (None: record it). Without a
+    default recording to look at, every variant is recorded."""
+    if mode not in VARIANT_NEEDS or not default_codes:
+        return None
+    prefix, count, missing = VARIANT_NEEDS[mode]
+    names = [n for c in default_codes for n in _KERNEL.findall(c)]
+    if sum(n.startswith(prefix) for n in names) >= count:
+        return None
+    return f"not recorded: torch.compile's default code has {missing}"
+
+
 SEARCH_MODES = MODES + tuple(VARIANTS)
 
 
@@ -77,8 +107,6 @@ def _load(source: str, name: str) -> Any:
 
 def _chosen_configs(code: str) -> dict[str, dict[str, Any]]:
     """The launch config Inductor's autotuner kept for each kernel named in `code`."""
-    import re
-
     from torch._inductor.codecache import PyCodeCache
 
     names = set(re.findall(r"^(\w+) = async_compile\.triton\(", code, re.M))
@@ -179,6 +207,10 @@ def record(reference_source: str, modes: tuple[str, ...] = MODES, seed: int = 0,
         if mode in VARIANTS and variants_within_s is not None and spent > variants_within_s:
             out["modes"][mode] = {"error": f"not recorded: the recording had taken {spent:.0f} s, past the "
                                            f"{variants_within_s:.0f} s its variants may start within"}
+            continue
+        skip = variant_skip(mode, (out["modes"].get("default") or {}).get("codes"))
+        if skip:
+            out["modes"][mode] = {"skipped": skip}
             continue
         seen: list[list[str | None]] = []
 
