@@ -3,11 +3,11 @@
 Round 1, from the start (the reference as ModelNew, i.e. eager): the Worker records what
 torch.compile writes for the module (default, max-autotune, and the default with one of Inductor's
 heuristic choices made the other way: inductor_code.VARIANTS), and each recording that converts
-becomes a standalone ModelNew file (writer.py): candidate 1 is the default one; the others (the
-max-autotune GEMM/convolution and launch choices, unsplit reductions, aggressive fusion) are
-candidates beside it where their code differs. Later rounds,
-from a generated file: every one-parameter change of one kernel's launch configuration
-(sweep.py). Each is a Candidate, verified, timed and guarded like any other; the start, eager,
+becomes a standalone ModelNew file (writer.py): candidate 1 is the default one; the others (each
+variant's, then max-autotune's GEMM/convolution and launch choices) are candidates beside it where
+their code differs. Later rounds, from a generated file: eager's ops in place of a kernel
+(eager_ops.py), the forward in one CUDA graph (graphs.py, flagged so never kept), and every
+one-parameter change of one kernel's launch configuration (sweep.py). Each is a Candidate, verified, timed and guarded like any other; the start, eager,
 stays the floor (the guard keeps only what beats it), so the result is never slower than eager.
 
 `custom_kernel` comes from the engine's own static checks: Triton kernels count; a file whose

@@ -70,7 +70,9 @@ def variant_skip(mode: str, default_codes: list[str] | None) -> str | None:
     return f"not recorded: torch.compile's default code has {missing}"
 
 
-SEARCH_MODES = MODES + tuple(VARIANTS)
+# The Search's order: the variants before max-autotune, whose GEMM autotuning can take minutes
+# (`variants_within_s` then never leaves a variant out for it).
+SEARCH_MODES = ("default", *VARIANTS, "max-autotune-no-cudagraphs")
 
 
 def why_not() -> str | None:
@@ -130,8 +132,7 @@ def mode_threads(mode: str) -> dict[str, Any]:
     """Inductor config for compiling in `mode`: for max-autotune, the compile threads its GEMM
     precompile runs on. The Worker has one by default (caller/process.py), and max-autotune's
     candidate GEMM kernels compiled one at a time would take minutes. {} for the default mode and
-    its VARIANTS, or
-    where the user set TORCHINDUCTOR_COMPILE_THREADS (theirs stands)."""
+    its VARIANTS, or where the user set TORCHINDUCTOR_COMPILE_THREADS (theirs stands)."""
     if mode in (None, "default") or mode in VARIANTS or os.environ.get(COMPILE_THREADS_CHOSEN_ENV) != "1":
         return {}
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
