@@ -11,8 +11,8 @@ one CUDA graph and the launch sweep; every candidate verified and timed by the e
 torch.compile default timed with it), and, after every Task's optimize, in one separate process
 for them all, torch.compile max-autotune-no-cudagraphs timed against eager with triton's do_bench
 (its own eager, so the ratio is same-method). Reported per Task: eager, torch.compile default and max-autotune, and each kind of
-variant the Search evaluated, read from the Task folder's store: the generated file (default and
-max-autotune recordings), its launch-tuned best, its best with eager ops kept, the CUDA-graph
+variant the Search evaluated, read from the Task folder's store: the generated file (the default,
+max-autotune and variant recordings: inductor_code.VARIANTS), its launch-tuned best, its best with eager ops kept, the CUDA-graph
 variant (flagged `cuda_graph` by the engine, so shown but not counted), then what the user keeps,
 its label and verdict, and the seconds the Task took. Results are rewritten after every Task and
 every max-autotune number (partial results survive a stop; a SIGTERM writes them and exits 143), as
@@ -418,7 +418,7 @@ def write(rows: list[dict], out: Path, command: str, device: str) -> None:
              "the eager measured with it; max-autotune: triton do_bench against its own eager in a separate "
              "process; a variant whose evaluation reused the kept baselines is read against the Search's own eager "
              "and torch.compile. Variants (best of each kind the Search evaluated): generated = the file written from a "
-             "recording (default or max-autotune), tuned = launch changes only, eager kept = some kernel left "
+             "recording (default, max-autotune or a variant of the default: the label says which), tuned = launch changes only, eager kept = some kernel left "
              "to eager's ATen ops, graphed = the whole forward replayed from one CUDA graph (the engine flags "
              "it `cuda_graph`, so it is shown, never kept). 'result' is what the user keeps: the best counted "
              "variant where it beat eager, else eager itself (1.00x, the reference's forward).", "",
