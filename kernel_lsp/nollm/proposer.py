@@ -32,7 +32,8 @@ MODE_LABELS = {"default": "default", "max-autotune-no-cudagraphs": "max-autotune
                "default-tiled-reductions": "default, reductions tiled",
                "default-looped-reductions": "default, reductions looped",
                "default-aggressive-fusion": "default, aggressive fusion",
-               "default-coordinate-descent": "default, coordinate-descent tuned"}
+               "default-coordinate-descent": "default, coordinate-descent tuned",
+               "default-layout-kept": "default, convolution layout kept"}
 NO_GPU = ("writing this module's kernels needs a CUDA GPU: torch.compile writes its Triton kernels for "
           "the GPU it runs on, and none is visible here")
 

@@ -273,12 +273,14 @@ def test_a_variant_is_recorded_only_where_the_defaults_code_has_what_it_changes(
 
     # relu: one pointwise kernel; nothing to unsplit, tile, loop or fuse, one kernel to tune.
     assert skipped("relu") == set(VARIANTS) - {"default-coordinate-descent"}
+    # A convolution and its epilogue: its layout is a choice, and there are kernels to tune.
+    assert skipped("l2_conv3d_mish_tanh") == set(VARIANTS) - {"default-coordinate-descent", "default-layout-kept"}
     assert variant_skip("default-unsplit-reductions", [load("relu")[1]]) == (
         "not recorded: torch.compile's default code has fewer than two looped reduction kernels, so no split reduction")
     # l1_p23's split softmax: looped reductions (split), a persistent one, five kernels.
-    assert skipped("l1_softmax_split") == set()
+    assert skipped("l1_softmax_split") == {"default-layout-kept"}
     # rmsnorm: one persistent reduction; only the looped variant and the tuner apply.
     assert skipped("l1_rmsnorm") == {"default-unsplit-reductions", "default-tiled-reductions",
-                                     "default-aggressive-fusion"}
+                                     "default-aggressive-fusion", "default-layout-kept"}
     # Without a default recording every variant is recorded.
     assert all(variant_skip(m, None) is None for m in VARIANTS)

@@ -37,24 +37,29 @@ MODES = ("default", "max-autotune-no-cudagraphs")
 # - a short reduction is kept whole in registers (persistent); looped, a block holds more rows;
 # - nodes that share no buffer are not fused: aggressive fusion launches fewer kernels;
 # - a kernel's launch configuration is picked from a few by timing; coordinate descent walks each
-#   block size and warp count from there while the time drops (Inductor's own tuner, off by default).
+#   block size and warp count from there while the time drops (Inductor's own tuner, off by default);
+# - a convolution's tensors go channels-last where a table of average speedups per kind of
+#   convolution says so (not timed on this GPU or these shapes); the variant keeps their layout.
 # Each is recorded only where the default's code has what it changes (VARIANT_NEEDS: a reduction
-# kernel, a persistent one, two kernels or more), and one whose code comes out the same as the
-# default's is recorded as `same_as` (no second file).
+# kernel, a persistent one, two kernels or more, a convolution), and one whose code comes out the
+# same as the default's is recorded as `same_as` (no second file).
 VARIANTS: dict[str, dict[str, Any]] = {
     "default-unsplit-reductions": {"split_reductions": False},
     "default-tiled-reductions": {"triton.tile_reductions": True},
     "default-looped-reductions": {"triton.persistent_reductions": False},
     "default-aggressive-fusion": {"aggressive_fusion": True},
     "default-coordinate-descent": {"coordinate_descent_tuning": True},
+    "default-layout-kept": {"layout_optimization": False},
 }
-_KERNEL = re.compile(r"^\w+ = async_compile\.triton\('(\w+)'", re.M)
-VARIANT_NEEDS: dict[str, tuple[str, int, str]] = {  # (kernel name prefix, how many, what is missing)
-    "default-unsplit-reductions": ("triton_red_", 2, "fewer than two looped reduction kernels, so no split reduction"),
-    "default-tiled-reductions": ("triton_red_", 1, "no looped reduction kernel"),
-    "default-looped-reductions": ("triton_per_", 1, "no persistent reduction kernel"),
-    "default-aggressive-fusion": ("triton_", 2, "fewer than two kernels to fuse"),
-    "default-coordinate-descent": ("triton_", 1, "no Triton kernel to tune"),
+_TRITON = r"^\w+ = async_compile\.triton\('"
+VARIANT_NEEDS: dict[str, tuple[str, int, str]] = {  # (what to find in the code, how many, what is missing)
+    "default-unsplit-reductions": (_TRITON + "triton_red_", 2,
+                                   "fewer than two looped reduction kernels, so no split reduction"),
+    "default-tiled-reductions": (_TRITON + "triton_red_", 1, "no looped reduction kernel"),
+    "default-looped-reductions": (_TRITON + "triton_per_", 1, "no persistent reduction kernel"),
+    "default-aggressive-fusion": (_TRITON + "triton_", 2, "fewer than two kernels to fuse"),
+    "default-coordinate-descent": (_TRITON + "triton_", 1, "no Triton kernel to tune"),
+    "default-layout-kept": (r"extern_kernels\.convolution\(", 1, "no convolution"),
 }
 
 
@@ -63,9 +68,8 @@ def variant_skip(mode: str, default_codes: list[str] | None) -> str | None:
     default recording to look at, every variant is recorded."""
     if mode not in VARIANT_NEEDS or not default_codes:
         return None
-    prefix, count, missing = VARIANT_NEEDS[mode]
-    names = [n for c in default_codes for n in _KERNEL.findall(c)]
-    if sum(n.startswith(prefix) for n in names) >= count:
+    pattern, count, missing = VARIANT_NEEDS[mode]
+    if sum(len(re.findall(pattern, c, re.M)) for c in default_codes) >= count:
         return None
     return f"not recorded: torch.compile's default code has {missing}"
 
