@@ -64,10 +64,11 @@ async def generate(engine: Any, reference_source: str, modes: tuple[str, ...] | 
                    timeout: float = 600.0) -> tuple[dict[str, Generated], dict[str, str]]:
     """({mode: Generated}, {mode: why not}) for a reference, through the engine's Worker.
     A machine that cannot record at all gives {"*": why}."""
-    from kernel_lsp.engine.worker.inductor_code import MODES
+    from kernel_lsp.engine.worker.inductor_code import MODES, VARIANTS
 
-    # The variants start only within the first half of the time: torch.compile's own modes first.
-    params = {"reference_source": reference_source, "modes": list(modes or MODES), "variants_within_s": timeout / 2}
+    params: dict[str, Any] = {"reference_source": reference_source, "modes": list(modes or MODES)}
+    if set(params["modes"]) & set(VARIANTS):  # they start only within the first half of the time
+        params["variants_within_s"] = timeout / 2
     try:
         rec = await engine.request("inductor_code", params, timeout=timeout, warm=True)
     except Exception as exc:  # noqa: BLE001 - a dead or timed-out Worker is one sentence (a cancel is not an Exception)

@@ -250,6 +250,7 @@ def test_the_search_records_the_variants_and_offers_each_distinct_file_once():
     prop = InductorProposer(engine)
     cands = [p.candidate for p in asyncio.run(prop.propose(_request(task, start)))]
     assert engine.calls[0][1]["modes"] == list(SEARCH_MODES)
+    assert engine.calls[0][1]["variants_within_s"] == prop.timeout / 2
     assert [c.note.split(":")[0] for c in cands] == [
         "Triton kernels generated from torch.compile (default)",
         "Triton kernels generated from torch.compile (default, reductions not split)"]
