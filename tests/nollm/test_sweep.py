@@ -177,9 +177,13 @@ def test_convert_recording_keeps_each_modes_reason():
     gens, why = convert_recording(ref, {"modes": {
         "default": {"codes": [code], "args": args},
         "max-autotune-no-cudagraphs": {"codes": [code, code], "args": args},
-        "other": {"error": "torch.compile failed on this module: Unsupported: data-dependent shape"}}})
+        "other": {"error": "torch.compile failed on this module: Unsupported: data-dependent shape"},
+        "default-unsplit-reductions": {"skipped": "not recorded: torch.compile's default code has no reduction"},
+        "default-aggressive-fusion": {"codes": [], "same_as": "default"}}})
     assert list(gens) == ["default"]
     assert "graph breaks" in why["max-autotune-no-cudagraphs"] and "data-dependent" in why["other"]
+    assert why["default-unsplit-reductions"] == "not recorded: torch.compile's default code has no reduction"
+    assert why["default-aggressive-fusion"] == "the same code as torch.compile's default"
 
 
 def test_a_module_with_its_own_kernel_keeps_the_constant_tuner():
