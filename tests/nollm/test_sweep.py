@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import ast
+import json
 
 import pytest
 
@@ -14,7 +15,7 @@ from kernel_lsp.nollm import graphs, sweep
 from kernel_lsp.nollm.proposer import InductorProposer, convert_recording, is_module_start
 from kernel_lsp.nollm.writer import write_model_new
 
-from .fixtures import load, recordings
+from .fixtures import DATA, load, recordings
 
 
 def _generated(task: str, module: str = "default_0.py") -> str:
@@ -90,8 +91,8 @@ class RecordedEngine:
         for mode, module in self.modes.items():
             if mode not in params["modes"]:
                 continue
-            if module == "same_as":  # what the Worker answers for a variant that changed nothing
-                rows[mode] = {"codes": [], "same_as": "default", "seconds": 1.0}
+            if module.endswith(".json"):  # the Worker's row as recorded (a variant same_as or skipped)
+                rows[mode] = json.loads((DATA / self.task / module).read_text())
                 continue
             _, code, _ = load(self.task, module)
             rows[mode] = {"codes": [code], "args": args, "configs": {}, "seconds": 1.0}
@@ -240,26 +241,30 @@ def test_a_variant_is_compared_on_code_not_comments():
 
 
 def test_the_search_records_the_variants_and_offers_each_distinct_file_once():
-    """The first round asks the Worker for every mode and variant; a variant the Worker found the
-    same as the default, or whose file comes out the same, is no second candidate and says why.
-    (The max-autotune module stands in for a variant's other code: what is tested here is the
-    labelling and the deduplication, not Inductor.)"""
+    """The first round asks the Worker for every mode and variant (l1_p23's softmax as the Worker
+    recorded it on an H100); a variant the Worker found the same as the default, or skipped, or
+    whose file comes out the same, is no second candidate and says why."""
     from kernel_lsp.engine.worker.inductor_code import SEARCH_MODES
 
-    ref, _, _ = load("relu")
-    task = Task(name="relu", reference_path="relu.py", reference_source=ref)
+    ref, _, _ = load("l1_softmax_variants")
+    task = Task(name="sm", reference_path="sm.py", reference_source=ref)
     start = Candidate(source=ref + "\n\nclass ModelNew(Model):\n    pass\n", kind="python")
-    engine = RecordedEngine("relu", {"default": "default_0.py", "default-unsplit-reductions": "max-autotune_0.py",
-                                     "default-aggressive-fusion": "same_as"})
+    engine = RecordedEngine("l1_softmax_variants", {
+        "default": "default_0.py", "default-unsplit-reductions": "default-unsplit-reductions_0.py",
+        "default-aggressive-fusion": "default-aggressive-fusion.json", "default-layout-kept": "default-layout-kept.json"})
     prop = InductorProposer(engine)
     cands = [p.candidate for p in asyncio.run(prop.propose(_request(task, start)))]
     assert engine.calls[0][1]["modes"] == list(SEARCH_MODES)
     assert engine.calls[0][1]["variants_within_s"] == prop.timeout / 2
-    assert [c.note.split(":")[0] for c in cands] == [
-        "Triton kernels generated from torch.compile (default)",
-        "Triton kernels generated from torch.compile (default, reductions not split)"]
-    assert prop.why == {"default-aggressive-fusion": "the same code as torch.compile's default"}
+    assert [c.note for c in cands] == [
+        "Triton kernels generated from torch.compile (default): 5 Triton kernels",
+        "Triton kernels generated from torch.compile (default, reductions not split): 1 Triton kernel"]
+    assert prop.why == {"default-aggressive-fusion": "the same code as torch.compile's default",
+                        "default-layout-kept": "not recorded: torch.compile's default code has no convolution"}
 
+    ref, _, _ = load("relu")
+    task = Task(name="relu", reference_path="relu.py", reference_source=ref)
+    start = Candidate(source=ref + "\n\nclass ModelNew(Model):\n    pass\n", kind="python")
     same = RecordedEngine("relu", {"default": "default_0.py", "default-unsplit-reductions": "default_0.py"})
     prop = InductorProposer(same, modes=("default", "default-unsplit-reductions"))
     cands = [p.candidate for p in asyncio.run(prop.propose(_request(task, start)))]
@@ -287,5 +292,9 @@ def test_a_variant_is_recorded_only_where_the_defaults_code_has_what_it_changes(
     # rmsnorm: one persistent reduction; only the looped variant and the tuner apply.
     assert skipped("l1_rmsnorm") == {"default-unsplit-reductions", "default-tiled-reductions",
                                      "default-aggressive-fusion", "default-layout-kept"}
+    # What the Worker itself decided for l1_p23's softmax on an H100 (its rows as recorded).
+    rec = DATA / "l1_softmax_variants"
+    assert json.loads((rec / "default-layout-kept.json").read_text()) == {
+        "skipped": variant_skip("default-layout-kept", [load("l1_softmax_variants")[1]])}
     # Without a default recording every variant is recorded.
     assert all(variant_skip(m, None) is None for m in VARIANTS)
