@@ -49,6 +49,7 @@ def mode_patch(mode: str) -> tuple[str | None, dict]:
 
 def main() -> int:
     import torch
+    import torch._inductor.config  # noqa: F401 - torch._inductor.config.patch below
     from triton.testing import do_bench
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))

@@ -153,10 +153,11 @@ def options_of(mode: str) -> dict[str, Any]:
     """Inductor's config for `mode` (one of MODES or VARIANTS) before recording_options. Raises
     ValueError with one sentence for a mode this torch's Inductor does not have."""
     import torch
+    import torch._inductor.config as inductor_config
 
     if mode in VARIANTS:
         for key in VARIANTS[mode]:
-            node: Any = torch._inductor.config
+            node: Any = inductor_config
             for part in key.split("."):
                 if not hasattr(node, part):
                     raise ValueError(f"this torch ({torch.__version__}) has no Inductor option {key!r}")
