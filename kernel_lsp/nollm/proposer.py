@@ -23,17 +23,13 @@ from kernel_lsp.model import Candidate
 
 from kernel_lsp.agent.proposer import Proposal, ProposalRequest
 from kernel_lsp.agent.tuner import hand_out
+from kernel_lsp.engine.worker.inductor_code import MODES, SEARCH_MODES, VARIANTS
 
 from . import eager_ops, graphs, sweep
 from .writer import Generated, NotConvertible, describe, write_model_new
 
 MODE_LABELS = {"default": "default", "max-autotune-no-cudagraphs": "max-autotune",
-               "default-unsplit-reductions": "default, reductions not split",
-               "default-tiled-reductions": "default, reductions tiled",
-               "default-looped-reductions": "default, reductions looped",
-               "default-aggressive-fusion": "default, aggressive fusion",
-               "default-coordinate-descent": "default, coordinate-descent tuned",
-               "default-layout-kept": "default, convolution layout kept"}
+               **{mode: v.label for mode, v in VARIANTS.items()}}
 NO_GPU = ("writing this module's kernels needs a CUDA GPU: torch.compile writes its Triton kernels for "
           "the GPU it runs on, and none is visible here")
 
@@ -64,8 +60,6 @@ async def generate(engine: Any, reference_source: str, modes: tuple[str, ...] | 
                    timeout: float = 600.0) -> tuple[dict[str, Generated], dict[str, str]]:
     """({mode: Generated}, {mode: why not}) for a reference, through the engine's Worker.
     A machine that cannot record at all gives {"*": why}."""
-    from kernel_lsp.engine.worker.inductor_code import MODES, VARIANTS
-
     params: dict[str, Any] = {"reference_source": reference_source, "modes": list(modes or MODES)}
     if set(params["modes"]) & set(VARIANTS):  # they start only within the first half of the time
         params["variants_within_s"] = timeout / 2
@@ -112,8 +106,6 @@ class InductorProposer:
 
     def __init__(self, engine: Any = None, *, timeout: float = 600.0, cuda_graphs: bool = True,
                  modes: tuple[str, ...] | None = None) -> None:
-        from kernel_lsp.engine.worker.inductor_code import SEARCH_MODES
-
         self.engine = engine          # set by the caller once its Engine is open
         self.timeout = timeout
         self.modes = tuple(modes or SEARCH_MODES)  # what the Worker records (each a first-round file)

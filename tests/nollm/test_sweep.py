@@ -214,14 +214,16 @@ def test_variants_are_options_this_torch_has_and_a_missing_one_is_one_sentence(m
     from kernel_lsp.engine.worker import inductor_code
 
     assert inductor_code.SEARCH_MODES == ("default", *inductor_code.VARIANTS, "max-autotune-no-cudagraphs")
-    for mode, patch in inductor_code.VARIANTS.items():
+    for mode, variant in inductor_code.VARIANTS.items():
+        patch = variant.options
         assert inductor_code.options_of(mode) == patch
         with inductor_config.patch(inductor_code.recording_options(mode, inductor_code.options_of(mode))):
             for key, value in patch.items():
                 assert getattr(inductor_config, key) == value
     assert inductor_code.options_of("default") == {}
     assert inductor_code.options_of("max-autotune-no-cudagraphs")["max_autotune"] is True
-    monkeypatch.setitem(inductor_code.VARIANTS, "default-bogus", {"triton.no_such_choice": True})
+    monkeypatch.setitem(inductor_code.VARIANTS, "default-bogus",
+                        inductor_code.Variant({"triton.no_such_choice": True}, "bogus", "x", 1, "no x"))
     with pytest.raises(ValueError, match=r"has no Inductor option 'triton.no_such_choice'$"):
         inductor_code.options_of("default-bogus")
     with pytest.raises(ValueError, match="torch.compile has no mode 'fastest'"):
@@ -273,9 +275,8 @@ def test_the_search_records_the_variants_and_offers_each_distinct_file_once():
 
 
 def test_a_variant_is_recorded_only_where_the_defaults_code_has_what_it_changes():
-    from kernel_lsp.engine.worker.inductor_code import VARIANTS, VARIANT_NEEDS, variant_skip
+    from kernel_lsp.engine.worker.inductor_code import VARIANTS, variant_skip
 
-    assert set(VARIANT_NEEDS) == set(VARIANTS)
 
     def skipped(task):
         code = load(task)[1]

@@ -22,6 +22,7 @@ import re
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from kernel_lsp.engine.protocol import COMPILE_THREADS_CHOSEN_ENV
@@ -40,38 +41,45 @@ MODES = ("default", "max-autotune-no-cudagraphs")
 #   block size and warp count from there while the time drops (Inductor's own tuner, off by default);
 # - a convolution's tensors go channels-last where a table of average speedups per kind of
 #   convolution says so (not timed on this GPU or these shapes); the variant keeps their layout.
-# Each is recorded only where the default's code has what it changes (VARIANT_NEEDS: a reduction
-# kernel, a persistent one, two kernels or more, a convolution), and one whose code comes out the
-# same as the default's is recorded as `same_as` (no second file).
-VARIANTS: dict[str, dict[str, Any]] = {
-    "default-unsplit-reductions": {"split_reductions": False},
-    "default-tiled-reductions": {"triton.tile_reductions": True},
-    "default-looped-reductions": {"triton.persistent_reductions": False},
-    "default-aggressive-fusion": {"aggressive_fusion": True},
-    "default-coordinate-descent": {"coordinate_descent_tuning": True},
-    "default-layout-kept": {"layout_optimization": False},
-}
+# Each is recorded only where the default's code has what it changes (`needs`: a reduction kernel,
+# a persistent one, two kernels or more, a convolution), and one whose code comes out the same as
+# the default's is recorded as `same_as` (no second file).
+@dataclass(frozen=True)
+class Variant:
+    options: dict[str, Any]   # Inductor's config patched over the default mode
+    label: str                # what the user reads: "Triton kernels generated from torch.compile (LABEL)"
+    needs: str                # a pattern (re.M) in the default's code: what the variant changes
+    count: int                # how many of it there must be
+    missing: str              # what the default's code has not, when there are fewer
+
+
 _TRITON = r"^\w+ = async_compile\.triton\('"
-VARIANT_NEEDS: dict[str, tuple[str, int, str]] = {  # (what to find in the code, how many, what is missing)
-    "default-unsplit-reductions": (_TRITON + "triton_red_", 2,
-                                   "fewer than two looped reduction kernels, so no split reduction"),
-    "default-tiled-reductions": (_TRITON + "triton_red_", 1, "no looped reduction kernel"),
-    "default-looped-reductions": (_TRITON + "triton_per_", 1, "no persistent reduction kernel"),
-    "default-aggressive-fusion": (_TRITON + "triton_", 2, "fewer than two kernels to fuse"),
-    "default-coordinate-descent": (_TRITON + "triton_", 1, "no Triton kernel to tune"),
-    "default-layout-kept": (r"extern_kernels\.convolution\(", 1, "no convolution"),
+VARIANTS: dict[str, Variant] = {
+    "default-unsplit-reductions": Variant({"split_reductions": False}, "default, reductions not split",
+                                          _TRITON + "triton_red_", 2,
+                                          "fewer than two looped reduction kernels, so no split reduction"),
+    "default-tiled-reductions": Variant({"triton.tile_reductions": True}, "default, reductions tiled",
+                                        _TRITON + "triton_red_", 1, "no looped reduction kernel"),
+    "default-looped-reductions": Variant({"triton.persistent_reductions": False}, "default, reductions looped",
+                                         _TRITON + "triton_per_", 1, "no persistent reduction kernel"),
+    "default-aggressive-fusion": Variant({"aggressive_fusion": True}, "default, aggressive fusion",
+                                         _TRITON + "triton_", 2, "fewer than two kernels to fuse"),
+    "default-coordinate-descent": Variant({"coordinate_descent_tuning": True}, "default, coordinate-descent tuned",
+                                          _TRITON + "triton_", 1, "no Triton kernel to tune"),
+    "default-layout-kept": Variant({"layout_optimization": False}, "default, convolution layout kept",
+                                   r"extern_kernels\.convolution\(", 1, "no convolution"),
 }
 
 
 def variant_skip(mode: str, default_codes: list[str] | None) -> str | None:
     """Why a variant would change nothing in the default's code (None: record it). Without a
     default recording to look at, every variant is recorded."""
-    if mode not in VARIANT_NEEDS or not default_codes:
+    v = VARIANTS.get(mode)
+    if v is None or not default_codes:
         return None
-    pattern, count, missing = VARIANT_NEEDS[mode]
-    if sum(len(re.findall(pattern, c, re.M)) for c in default_codes) >= count:
+    if sum(len(re.findall(v.needs, c, re.M)) for c in default_codes) >= v.count:
         return None
-    return f"not recorded: torch.compile's default code has {missing}"
+    return f"not recorded: torch.compile's default code has {v.missing}"
 
 
 # The Search's order: the variants before max-autotune, whose GEMM autotuning can take minutes
@@ -156,13 +164,13 @@ def options_of(mode: str) -> dict[str, Any]:
     import torch._inductor.config as inductor_config
 
     if mode in VARIANTS:
-        for key in VARIANTS[mode]:
+        for key in VARIANTS[mode].options:
             node: Any = inductor_config
             for part in key.split("."):
                 if not hasattr(node, part):
                     raise ValueError(f"this torch ({torch.__version__}) has no Inductor option {key!r}")
                 node = getattr(node, part)
-        return dict(VARIANTS[mode])
+        return dict(VARIANTS[mode].options)
     if mode in (None, "default"):
         return {}
     try:
