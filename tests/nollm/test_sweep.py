@@ -277,7 +277,6 @@ def test_the_search_records_the_variants_and_offers_each_distinct_file_once():
 def test_a_variant_is_recorded_only_where_the_defaults_code_has_what_it_changes():
     from kernel_lsp.engine.worker.inductor_code import VARIANTS, variant_skip
 
-
     def skipped(task):
         code = load(task)[1]
         return {m for m in VARIANTS if variant_skip(m, [code])}
