@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from kernel_lsp.engine.worker.build.cache import cache_root, file_lock, tool_id
+from kernel_lsp.toolchain import nvcc_parallel
 
 VERSION = "units-v1"
 OBJECT = "unit.o"
@@ -171,22 +172,25 @@ def _one(step: str, cmd: list[str], build_dir: Path, timeout: float, res: Any, i
                 return found
         res.compiled.append(step)
         try:
-            proc = subprocess.run(cmd, cwd=build_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                  timeout=timeout)
+            if nvcc_parallel.is_object_compile(cmd):  # its host and device front ends side by side
+                code, log = nvcc_parallel.run(cmd, build_dir, timeout)
+            else:
+                proc = subprocess.run(cmd, cwd=build_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True, timeout=timeout)
+                code, log = proc.returncode, proc.stdout or ""
         except subprocess.TimeoutExpired:
             return 124, f"{step} ran past {timeout:.0f} s", time.perf_counter() - t0
         except OSError as exc:
             return 127, f"{cmd[0]}: {exc}", 0.0
         secs = time.perf_counter() - t0
-        log = proc.stdout or ""
-        if proc.returncode == 0:
+        if code == 0:
             meta = {"name": ctx.ext_name, "log": log, "seconds": round(secs, 3), "step": step}
             _keep(entry, out, meta)
             if pp_key is not None and not log.strip():
                 _keep(units_root() / pp_key, out, {**meta, "by": "tokens"})
-        elif 0 < proc.returncode < 124 and "error" in log.lower():  # the compiler's verdict, not a kill
+        elif 0 < code < 124 and "error" in log.lower():  # the compiler's verdict, not a kill
             _write(entry / FAILED, json.dumps({"log": log}))
-        return proc.returncode, log, secs
+        return code, log, secs
 
 
 def _meta(entry: Path) -> dict[str, Any]:
