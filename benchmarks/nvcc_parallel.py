@@ -37,12 +37,15 @@ SOURCES = {  # name: (file text, source variable, declaration, function)
 }
 
 
+RUN = time.time_ns()  # in each edit's comment: no earlier run's object is found in the unit cache
+
+
 def args_for(name: str, build_root: Path, tag: str, edit: int) -> dict:
     text, var, decl, fn = SOURCES[name]
     source = re.search(rf'{var} = """(.*?)"""', text, re.S).group(1)
     # A comment inside the first kernel's body: the device unit's text changes, the host unit's does not.
     at = source.index("{", source.index("__global__")) + 1
-    source = f"{source[:at]} /* edit {edit} */{source[at:]}"
+    source = f"{source[:at]} /* edit {RUN}.{edit} */{source[at:]}"
     return {"name": f"{name}_{tag}", "cpp_sources": decl, "cuda_sources": source, "functions": [fn],
             "extra_cuda_cflags": ["-O3"], "build_directory": str(build_root / f"{name}_{tag}")}
 
@@ -55,8 +58,7 @@ def main() -> int:
     if ns.runs < 1:
         ap.error("--runs must be at least 1")
     tmp = Path(tempfile.mkdtemp(prefix="kernel-lsp-nvcc-par-"))
-    os.environ.setdefault("KERNEL_LSP_CACHE", str(tmp / "cache"))
-    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
+    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")  # the build cache is the machine's (its headers)
     from kernel_lsp.engine.worker.build import build, fastbuild  # noqa: PLC0415
     from kernel_lsp.toolchain import nvcc_parallel  # noqa: PLC0415
 
