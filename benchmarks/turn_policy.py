@@ -77,7 +77,7 @@ def gpu_seconds(st: dict[str, float]) -> float:
 
 # -- one replayed evaluation (a process of its own: the lock is per open file, waiters per pid) --
 
-async def _replay(st: dict[str, float], scale: float) -> dict[str, Any]:
+async def _replay(st: dict[str, float], scale: float, slices: int = 1) -> dict[str, Any]:
     t0 = time.monotonic()
     # (from, to) while it ran "GPU work", on the machine's monotonic clock (one for every process:
     # each process's own t0 is when it read "go", a few ms apart on a loaded machine, so spans
@@ -103,8 +103,9 @@ async def _replay(st: dict[str, float], scale: float) -> dict[str, Any]:
             if i < SETS - 1:
                 await point(turn, "verify_set")
         await point(turn, "verify")
-        await gpu(st["early"])
-        await point(turn, "early_timing")
+        for i in range(slices):  # --timing-slices: a turn point between groups of timing rounds
+            await gpu(st["early"] / slices)
+            await point(turn, "early_timing" if i == slices - 1 else "timing_slice")
         if turn.to_lend(None, None):
             await turn.lend("while torch.compile compiles")
             await asyncio.sleep(st["compile_cpu"] * scale)
@@ -113,7 +114,10 @@ async def _replay(st: dict[str, float], scale: float) -> dict[str, Any]:
             await asyncio.sleep(st["compile_cpu"] * scale)  # held, the GPU idle
         await gpu(st["compile_gpu"])
         await point(turn, "torch_compile")
-        await gpu(st["final"])
+        for i in range(slices):
+            await gpu(st["final"] / slices)
+            if i < slices - 1:
+                await point(turn, "timing_slice")
     end = time.monotonic() - t0
     return {"queued_s": queued / scale, "first_turn_s": got / scale, "wall_s": end / scale,
             "handovers": turn.handovers, "handed_s": turn.handed_s / scale,
@@ -124,17 +128,18 @@ def one(args: argparse.Namespace) -> None:
     st = json.loads(args.one)
     print("ready", flush=True)  # imported: every process starts together, when the parent says go
     sys.stdin.readline()
-    print(json.dumps(asyncio.run(_replay(st, args.scale))), flush=True)
+    print(json.dumps(asyncio.run(_replay(st, args.scale, args.timing_slices))), flush=True)
 
 
 # -- the replay at each quantum ------------------------------------------------------------------
 
-def replay(rows: list[dict[str, Any]], quantum: float, scale: float, compile_gpu_s: float) -> dict[str, Any]:
+def replay(rows: list[dict[str, Any]], quantum: float, scale: float, compile_gpu_s: float,
+           slices: int = 1) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="turn-policy-") as locks:
         env = {**os.environ, "KERNEL_LSP_GPU_LOCK_DIR": locks, "KERNEL_LSP_GPU_MIN_TURN_S": str(quantum),
                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
         procs = [subprocess.Popen([sys.executable, __file__, "--one", json.dumps(stages(r, compile_gpu_s)),
-                                   "--scale", str(scale)],
+                                   "--scale", str(scale), "--timing-slices", str(slices)],
                                   env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for r in rows]
         for p in procs:  # a start barrier: a slow import (a loaded machine) must not shift a bench's stages
             if p.stdout is None or p.stdout.readline().strip() != "ready":
@@ -186,6 +191,8 @@ def main() -> int:
     ap.add_argument("--compile-gpu-s", type=float, default=0.3,
                     help="of torch.compile's seconds, those on the GPU after the lent compile (first runs)")
     ap.add_argument("--mode", default="warm", help="the profile's scenario")
+    ap.add_argument("--timing-slices", type=int, default=1,
+                    help="each timing (early, final) in this many groups of rounds, a turn point between two")
     ap.add_argument("--out-dir", default=str(ROOT / "benchmarks/results"))
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -205,7 +212,7 @@ def main() -> int:
             return 2
         results = []
         for q in quanta:
-            res = replay(rows, q, args.scale, args.compile_gpu_s)
+            res = replay(rows, q, args.scale, args.compile_gpu_s, args.timing_slices)
             print(f"{Path(path).parent.name}: quantum {q:g} s: makespan {res['makespan_s']:.1f} s, walls "
                   + ", ".join(f"{b['wall_s']:.1f}" for b in res["benches"]), flush=True)
             results.append(res)
