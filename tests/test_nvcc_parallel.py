@@ -130,3 +130,19 @@ def test_the_module_id_has_nvccs_shape(tmp_path, name):
     got = nvcc_parallel._module_id(name, tmp_path)
     assert re.fullmatch(r"_[0-9a-f]{8}_\d+_\w+_[0-9a-f]{8}", got), got
     assert got != nvcc_parallel._module_id(name, tmp_path)  # one per compile
+
+
+def test_a_plan_of_another_shape_is_refused():
+    host = ['#$ gcc -E -x c++ "k.cu" -o "/t/k.cpp4.ii"',
+            '#$ cudafe++ --gen_module_id_file --module_id_file_name "/t/k.module_id" "/t/k.cpp4.ii"']
+    device = ['#$ gcc -D__CUDA_ARCH__=900 -E -x c++ "k.cu" -o "/t/k.cpp1.ii"',
+              '#$ "$CICC_PATH/cicc" --module_id_file_name "/t/k.module_id" "/t/k.cpp1.ii" -o "/t/k.ptx"',
+              '#$ ptxas -arch=sm_90 "/t/k.ptx" -o "/t/k.cubin"', '#$ fatbinary --embedded-fatbin="/t/k.fatbin.c"']
+    last = ['#$ gcc -c -x c++ "/t/k.cudafe1.cpp" -o "k.o"']
+    plan = nvcc_parallel._read_plan("\n".join(["#$ CICC_PATH=/cuda/nvvm/bin", *host, *device, *last]))
+    assert plan is not None and plan.device[1][0] == "/cuda/nvvm/bin/cicc" and plan.module_id == "/t/k.module_id"
+    assert nvcc_parallel._read_plan("\n".join([*host, *device, '#$ nvlink -o "k.o"', *last])) is None
+    assert nvcc_parallel._read_plan("\n".join([*device, *host, *last])) is None        # device first
+    assert nvcc_parallel._read_plan("\n".join([host[0], host[1].replace("--gen_module_id_file ", ""),
+                                               *device, *last])) is None              # no module id made
+    assert nvcc_parallel._read_plan("\n".join([*host, *device])) is None               # no last compile

@@ -84,8 +84,15 @@ def _plan(cmd: list[str], cwd: Path, keep: Path, deadline: float) -> Plan | None
         return None
     if proc.returncode != 0:
         return None
+    try:
+        return _read_plan(proc.stderr + proc.stdout)
+    except (ValueError, IndexError):  # a line of another shape than nvcc's of today
+        return None
+
+
+def _read_plan(text: str) -> Plan | None:
     plan = Plan(env=dict(os.environ))
-    for raw in (proc.stderr + proc.stdout).splitlines():
+    for raw in text.splitlines():
         if not raw.startswith("#$ "):
             continue
         line = raw[3:].strip()
@@ -93,10 +100,7 @@ def _plan(cmd: list[str], cwd: Path, keep: Path, deadline: float) -> Plan | None
         if assign and not line.startswith(("gcc", "g++")):
             plan.env[assign.group(1)] = _unquote(assign.group(2))
             continue
-        try:
-            argv = [_expand(a, plan.env) for a in shlex.split(line)]
-        except ValueError:
-            return None
+        argv = [_expand(a, plan.env) for a in shlex.split(line)]
         if not argv:
             continue
         tool = os.path.basename(argv[0])
@@ -105,10 +109,7 @@ def _plan(cmd: list[str], cwd: Path, keep: Path, deadline: float) -> Plan | None
         if tool == "cudafe++":
             if "--gen_module_id_file" not in argv or plan.device or plan.last:
                 return None
-            at = argv.index("--module_id_file_name") + 1 if "--module_id_file_name" in argv else 0
-            if not at:
-                return None
-            plan.module_id = argv[at]
+            plan.module_id = argv[argv.index("--module_id_file_name") + 1]
             plan.host.append([a for a in argv if a != "--gen_module_id_file"])
         elif tool in _DEVICE_TOOLS:
             if not plan.host or plan.last:
@@ -126,7 +127,8 @@ def _plan(cmd: list[str], cwd: Path, keep: Path, deadline: float) -> Plan | None
             plan.last.append(argv)
         else:
             return None  # a step this module does not know (nvlink, a second source): nvcc's own order
-    if len(plan.host) != 2 or not plan.device or len(plan.last) != 1 or not plan.module_id:
+    if (len(plan.host) != 2 or os.path.basename(plan.host[1][0]) != "cudafe++" or not plan.device
+            or len(plan.last) != 1 or not plan.module_id):
         return None
     return plan
 
