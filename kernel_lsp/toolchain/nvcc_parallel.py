@@ -51,8 +51,9 @@ def is_object_compile(cmd: list[str]) -> bool:
 
 
 def run(cmd: list[str], cwd: Path, timeout: float) -> tuple[int, str]:
-    """(exit code, nvcc's output) of ``cmd``; raises subprocess.TimeoutExpired past ``timeout``
-    and OSError where nvcc cannot start, as subprocess.run would."""
+    """(exit code, output) of the compile ``cmd``, split where it is_object_compile and run as it
+    is otherwise; raises subprocess.TimeoutExpired past ``timeout`` and OSError where the compiler
+    cannot start, as subprocess.run would."""
     deadline = time.monotonic() + timeout
     if os.environ.get(SERIAL_ENV) != "1" and is_object_compile(cmd):
         keep = Path(tempfile.mkdtemp(prefix="nvcc.", dir=cwd))
@@ -97,7 +98,7 @@ def _read_plan(text: str) -> Plan | None:
             continue
         line = raw[3:].strip()
         assign = _ASSIGN.match(line)
-        if assign and not line.startswith(("gcc", "g++")):
+        if assign:
             plan.env[assign.group(1)] = _unquote(assign.group(2))
             continue
         argv = [_expand(a, plan.env) for a in shlex.split(line)]

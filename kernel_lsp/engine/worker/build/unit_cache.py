@@ -172,12 +172,7 @@ def _one(step: str, cmd: list[str], build_dir: Path, timeout: float, res: Any, i
                 return found
         res.compiled.append(step)
         try:
-            if nvcc_parallel.is_object_compile(cmd):  # its host and device front ends side by side
-                code, log = nvcc_parallel.run(cmd, build_dir, timeout)
-            else:
-                proc = subprocess.run(cmd, cwd=build_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True, timeout=timeout)
-                code, log = proc.returncode, proc.stdout or ""
+            code, log = nvcc_parallel.run(cmd, build_dir, timeout)  # an nvcc -c: its two front ends at once
         except subprocess.TimeoutExpired:
             return 124, f"{step} ran past {timeout:.0f} s", time.perf_counter() - t0
         except OSError as exc:
