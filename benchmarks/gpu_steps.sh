@@ -8,7 +8,7 @@
 # with it (a `; cp results $OUT` after the run never runs): steps write their results into $OUT
 # themselves, and a --resume step finds the earlier results copied there first.
 # A step is NAME:SECONDS. g_<group>: that group of benchmarks/gpu_sandboxed_tests.sh (ONLY=<group>);
-# py*: pytest -m gpu -s with the arguments in the variable of that name; sh*: the command in the
+# py*: pytest -m gpu -s with the arguments in the variable of that name (parsed by bash: -k 'a or b' works); sh*: the command in the
 # variable of that name. Prepare here with `bash benchmarks/gpu_prep.sh [KernelBenchLeaderboard clone]`
 # (.whl with this checkout's own wheel, .deb, the corpus); carry .whl and .deb (and benchmarks/corpus
 # for runs over the corpus). Each step prints its last line, exit code and seconds; $OUT/logs.tgz holds
@@ -41,7 +41,7 @@ for s in ${STEPS:-}; do
   case $name in
     g_*) capped "$cap" "$L/$name.driver.log" env ONLY="${name#g_}" OUT="$L" bash benchmarks/gpu_sandboxed_tests.sh
          rc=$?; tail -1 "$L/${name#g_}.log" 2>/dev/null ;;
-    py*) capped "$cap" "$L/$name.log" python3 -m pytest -q -ra -p no:cacheprovider -m gpu -s ${!name}
+    py*) capped "$cap" "$L/$name.log" bash -c "python3 -m pytest -q -ra -p no:cacheprovider -m gpu -s ${!name}"
          rc=$?; tail -1 "$L/$name.log" ;;
     sh*) capped "$cap" "$L/$name.log" bash -c "${!name}"; rc=$?; tail -3 "$L/$name.log" ;;
     *) echo "unknown step $name (g_<group>, py*, sh*)"; rc=2 ;;

@@ -49,8 +49,10 @@ BEFORE = ("interpreter start", "opening the store", "reading the Tasks", "starti
           "reusing the kept worker", "compiling", "waiting for the early build")
 
 
-def stages(row: dict[str, Any], compile_gpu_s: float) -> dict[str, float]:
-    """One measured bench row -> the seconds of each replayed stage."""
+def stages(row: dict[str, Any], compile_gpu_s: float, input_bytes: Any = None) -> dict[str, float]:
+    """One measured bench row -> the seconds of each replayed stage, and its Task's data (one
+    input set and its outputs, taken as large as the inputs: what the Engine's expectation of its
+    GPU work reads, gpu_lock.expected_gpu_s) when the profile says its `input_bytes`."""
     inside: dict[str, float] = {}
     before = 0.0
     for p in row.get("phases") or []:
@@ -68,6 +70,7 @@ def stages(row: dict[str, Any], compile_gpu_s: float) -> dict[str, float]:
         "compile_cpu": max(0.0, compile_s - compile_gpu_s),
         "compile_gpu": min(compile_s, compile_gpu_s),
         "final": inside.get("timing", 0.0) + inside.get("cache probe", 0.0),
+        **({"data_bytes": 2.0 * input_bytes} if isinstance(input_bytes, (int, float)) else {}),
     }
 
 
@@ -90,12 +93,20 @@ async def _replay(st: dict[str, float], scale: float, slices: int = 1) -> dict[s
         held_log.append((a, time.monotonic()))
 
     async def point(turn: gpu_lock.Turn, stage: str) -> None:
+        if not turn.sized and st.get("data_bytes") is not None:  # Turn.passed's rule, at the replay's scale
+            turn.sized = True
+            turn.expect(gpu_lock.expected_gpu_s(st["data_bytes"]) * scale - turn.served())
         if turn.to_hand_over(stage, None, None):
             await turn.hand_over(stage)
 
+    origin = time.time_ns()  # when its evaluation started, as the Engine says it (client.call)
     await asyncio.sleep(st["before"] * scale)
     queued = time.monotonic() - t0
-    async with gpu_lock.gpu_turn(KEY, "evaluate") as turn:
+    # Sized before its turn only when the GPU is busy then, as the Engine does (client._task_need);
+    # else it says its data at its first turn point (Turn.passed).
+    sized = gpu_lock.busy(KEY) and st.get("data_bytes") is not None
+    async with gpu_lock.gpu_turn(KEY, "evaluate", origin_ns=origin,
+                                 expect_s=gpu_lock.expected_gpu_s(st.get("data_bytes")) * scale if sized else None) as turn:
         got = time.monotonic() - t0
         await gpu(st["start"])
         for i in range(SETS):
@@ -134,11 +145,11 @@ def one(args: argparse.Namespace) -> None:
 # -- the replay at each quantum ------------------------------------------------------------------
 
 def replay(rows: list[dict[str, Any]], quantum: float, scale: float, compile_gpu_s: float,
-           slices: int = 1) -> dict[str, Any]:
+           slices: int = 1, input_bytes: dict[str, Any] | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="turn-policy-") as locks:
         env = {**os.environ, "KERNEL_LSP_GPU_LOCK_DIR": locks, "KERNEL_LSP_GPU_MIN_TURN_S": str(quantum),
                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-        procs = [subprocess.Popen([sys.executable, __file__, "--one", json.dumps(stages(r, compile_gpu_s)),
+        procs = [subprocess.Popen([sys.executable, __file__, "--one", json.dumps(stages(r, compile_gpu_s, (input_bytes or {}).get(r.get("label")))),
                                    "--scale", str(scale), "--timing-slices", str(slices)],
                                   env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for r in rows]
         for p in procs:  # a start barrier: a slow import (a loaded machine) must not shift a bench's stages
@@ -212,12 +223,13 @@ def main() -> int:
             return 2
         results = []
         for q in quanta:
-            res = replay(rows, q, args.scale, args.compile_gpu_s, args.timing_slices)
+            res = replay(rows, q, args.scale, args.compile_gpu_s, args.timing_slices, profile.get("input_bytes"))
             print(f"{Path(path).parent.name}: quantum {q:g} s: makespan {res['makespan_s']:.1f} s, walls "
                   + ", ".join(f"{b['wall_s']:.1f}" for b in res["benches"]), flush=True)
             results.append(res)
         sections.append(table(path, profile, rows, alone, results))
-        runs.append({"profile": path, "stages": {r["task"]: stages(r, args.compile_gpu_s) for r in rows},
+        runs.append({"profile": path, "stages": {r["task"]: stages(r, args.compile_gpu_s, (profile.get("input_bytes") or {}).get(r.get("label")))
+                                                for r in rows},
                      "alone_wall_s": alone, "results": results})
     shown, skip = [], False  # the command without where it wrote (--out-dir DIR or --out-dir=DIR)
     for a in sys.argv[1:]:

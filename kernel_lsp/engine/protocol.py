@@ -119,7 +119,7 @@ PARTIAL_TURN_POINT = "turn_point"
 # Two turn points around a span of CPU work that needs no GPU (torch.compile compiling the
 # reference, nothing run: worker/timing/dry_compile.py): at the first the caller may lend the GPU to a
 # waiting process and answers at once; at the second it takes the GPU back (queued at its
-# virtual time) before it answers, so the Worker never runs on the GPU without the turn.
+# target) before it answers, so the Worker never runs on the GPU without the turn.
 TURN_CPU_START = "compile_cpu"
 TURN_CPU_END = "compile_cpu_done"
 

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _row(task: str, before: float, verify: float) -> dict:
-    return {"task": task, "wall_s": 1.0, "phases": [
+    return {"task": task, "label": f"size:{task}", "wall_s": 1.0, "phases": [
         {"phase": "starting the Worker (spawn, torch import, CUDA init)", "seconds": before, "inside": False},
         {"phase": f"{task}: evaluating", "seconds": 9.0, "inside": False},  # not replayed: the stages are
         {"phase": "verify", "seconds": verify, "inside": True},
@@ -26,10 +26,11 @@ def _row(task: str, before: float, verify: float) -> dict:
 
 @pytest.mark.slow
 def test_the_replay_hands_over_between_verify_sets_only_past_the_quantum(tmp_path):
-    # A starts at once with 1.5 s of verify (5 sets); B queues 0.3 s later. Without a quantum A's
-    # virtual time passes B's place after 0.3 s of GPU: A hands over between two sets. With a 3 s
-    # quantum A's whole verify is one turn.
-    profile = {"command": "test", "device": "none", "when": "now", "scenarios": [
+    # A, a Task of 8 GiB inputs, starts at once with 1.5 s of verify (5 sets); B, of 1 MiB, queues
+    # 0.3 s later. Without a quantum B's target (expected from its size) comes before A's: A hands
+    # over between two sets. With a 3 s quantum A's whole verify is one turn.
+    profile = {"command": "test", "device": "none", "when": "now",
+               "input_bytes": {"size:a": 8 << 30, "size:b": 1 << 20}, "scenarios": [
         {"mode": "warm", "alone": {"rows": [{"task": "a", "wall_s": 1.7}, {"task": "b", "wall_s": 0.8}]},
          "parallel": {"rows": [_row("a", 0.0, 1.5), _row("b", 0.3, 0.5)]}}]}
     path = tmp_path / "profile.json"
@@ -41,6 +42,7 @@ def test_the_replay_hands_over_between_verify_sets_only_past_the_quantum(tmp_pat
     out = json.loads((tmp_path / "out" / "turn_policy.json").read_text())
     (run,) = out["runs"]
     assert run["stages"]["a"]["before"] == 0.0 and run["stages"]["b"]["before"] == 0.3
+    assert run["stages"]["a"]["data_bytes"] == 16 << 30  # its outputs taken as large as its inputs
     by_q = {r["quantum_s"]: {b["task"]: b for b in r["benches"]} for r in run["results"]}
     assert all(r["gpu_overlap_s"] == 0 for r in run["results"])  # one holder at a time
     assert by_q[0.0]["b"]["first_turn_s"] < 1.0, by_q[0.0]  # let in between two of A's verify sets

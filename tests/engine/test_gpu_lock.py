@@ -16,6 +16,9 @@ import pytest
 from kernel_lsp.engine.caller import gpu_lock
 
 ROOT = Path(__file__).resolve().parents[2]
+# A holder expected to need ten minutes of GPU work (a large Task): any waiter's target comes
+# before its own, so the tests of the hand-over's mechanics see it hand the turn over.
+LARGE_S = 600.0
 HOLD = """
 import asyncio, sys
 from kernel_lsp.engine.caller import gpu_lock
@@ -244,7 +247,7 @@ def test_a_turn_is_handed_over_only_when_the_paused_evaluation_keeps_little_on_t
 
     async def go() -> tuple[list, float, float, int]:
         engine = Engine(timeout=60, options={"device": "cpu"})
-        async with gpu_lock.gpu_turn("GPU-turns", "evaluate") as turn:
+        async with gpu_lock.gpu_turn("GPU-turns", "evaluate", expect_s=LARGE_S) as turn:
             waiter = subprocess.Popen([sys.executable, "-c", HOLD, "GPU-turns", "0"], env=env,
                                       stdout=subprocess.PIPE, text=True)
             await queued(turn)
@@ -298,7 +301,7 @@ def test_a_turn_is_kept_while_paused_evaluations_already_hold_the_share(lock_dir
 
     async def go() -> tuple[list, int]:
         engine = Engine(timeout=60, options={"device": "cpu"})
-        async with gpu_lock.gpu_turn("GPU-paused", "evaluate") as turn:
+        async with gpu_lock.gpu_turn("GPU-paused", "evaluate", expect_s=LARGE_S) as turn:
             paused = gpu_lock._Paused("GPU-paused", 6 << 30)  # another evaluation, paused with 6 GiB
             folder = Path(gpu_lock.paused_dir("GPU-paused"))
             (folder / f"{dead.pid}-1").write_text('{"pid": %d, "held_bytes": %d}' % (dead.pid, 40 << 30))
@@ -327,7 +330,7 @@ def test_an_evaluation_without_the_turn_is_marked_paused_with_what_it_holds(lock
     seen: list[int] = []
 
     async def go() -> int:
-        async with gpu_lock.gpu_turn("GPU-mark", "evaluate") as turn:
+        async with gpu_lock.gpu_turn("GPU-mark", "evaluate", expect_s=LARGE_S) as turn:
             waiter = hold_later("GPU-mark", 0.6)
             await queued(turn)
 
@@ -354,7 +357,7 @@ def test_a_turn_that_ends_while_lent_leaves_no_paused_marker(lock_dir):
     """A long-lived process (the language server) whose evaluation is cancelled while it has lent
     the GPU must not leave its bytes counted as paused for the others."""
     async def go() -> int:
-        async with gpu_lock.gpu_turn("GPU-end", "evaluate") as turn:
+        async with gpu_lock.gpu_turn("GPU-end", "evaluate", expect_s=LARGE_S) as turn:
             waiter = hold_later("GPU-end", 0)
             await queued(turn)
             assert await turn.lend("while torch.compile compiles", held_bytes=5 << 30)
@@ -380,42 +383,92 @@ def hold_later(key: str, seconds: float) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", HOLD, key, str(seconds)], env=env, stdout=subprocess.DEVNULL)
 
 
-def test_an_evaluation_that_waited_keeps_its_turn_until_it_has_had_its_share(lock_dir):
-    """Turns go by virtual time: a holder's place is when it first queued plus the GPU time it has
-    had. One that waited behind another and has had the GPU briefly keeps its turn at a turn point
-    when the only waiter came after that place; once it has had more, it hands over and gets the
-    turn back after the waiter."""
+def test_a_holder_keeps_its_turn_until_it_runs_past_what_it_was_expected_to_need(lock_dir):
+    """Turns go by target: when an evaluation started plus TARGET_FACTOR times its expected alone
+    time. A holder expected to need 0.6 s of GPU work keeps its turn at a turn point while a waiter
+    that queued after it (expected EXPECT_BASE_S) has the later target; once it has run past its
+    0.6 s its target grows with its work, passes the waiter's, and it hands over and gets the turn
+    back after."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    first = hold("GPU-fair", 2.0)  # the GPU is busy when this evaluation queues
 
-    async def go() -> tuple[float, bool, float, int, list]:
-        async with gpu_lock.gpu_turn("GPU-fair", "evaluate") as turn:
-            assert turn.waited > 1.0, turn.waited  # it queued behind `first`
+    async def go() -> tuple[float, bool, float, int, list, float]:
+        async with gpu_lock.gpu_turn("GPU-fair", "evaluate", expect_s=0.6) as turn:
             waiter = subprocess.Popen([sys.executable, "-c", HOLD, "GPU-fair", "0"], env=env,
                                       stdout=subprocess.PIPE, text=True)
-            await queued(turn)  # after this evaluation's place
+            await queued(turn)
             ahead_early = turn.others_ahead()
             kept_s = await turn.hand_over("between two stages")
             still_waiting = waiter.poll() is None
-            # Once it has had the GPU for longer than it waited, the waiter (queued since) goes first.
             while not turn.others_ahead():
                 await asyncio.sleep(0.05)
+            served = turn.served()
             handed_s = await turn.hand_over("between two stages")
             assert waiter.stdout is not None and waiter.stdout.readline().strip() == "held"
             waiter.wait(10)
-            return kept_s, still_waiting, handed_s, turn.handovers, ahead_early
+            return kept_s, still_waiting, handed_s, turn.handovers, ahead_early, served
 
-    try:
-        kept_s, still_waiting, handed_s, handovers, ahead_early = asyncio.run(go())
-    finally:
-        first.wait(10)
-    assert ahead_early == [] and kept_s == 0.0 and still_waiting  # kept: the waiter came after its place
+    kept_s, still_waiting, handed_s, handovers, ahead_early, served = asyncio.run(go())
+    assert ahead_early == [] and kept_s == 0.0 and still_waiting  # kept: its target came first
+    # The waiter's target: its start (a moment after the holder's) plus 3 x EXPECT_BASE_S; the
+    # holder's, once past its 0.6 s, is its start plus 3 x (served + MIN_LEFT_S): it passes the
+    # waiter's when served is above EXPECT_BASE_S - MIN_LEFT_S.
+    assert served > gpu_lock.EXPECT_BASE_S - gpu_lock.MIN_LEFT_S - 0.05, served
     assert handovers == 1 and handed_s > 0  # then handed over, and back
 
 
-def test_a_hand_over_queues_at_the_gpu_time_had_so_far(lock_dir, monkeypatch):
-    """The place a holder queues at when it hands over: when it first queued plus the GPU time it
-    had until then, counted once."""
+def test_a_small_tasks_waiter_goes_before_a_large_tasks_holder(lock_dir):
+    """The six-at-once run this policy is for: a 6 GiB softmax that took the GPU first kept the
+    2 MiB LayerNorm waiting 7.5 s (10.6 s against 2.0 s alone). Expected from its Task's data, the
+    large holder's target comes after a small waiter's at once, and it hands over at its first
+    turn point; a small holder keeps its turn from a large waiter."""
+    large = gpu_lock.expected_gpu_s(12 << 30)  # one 6 GiB input set and its outputs
+    small = gpu_lock.expected_gpu_s(4 << 20)
+    assert large > small + 6 > small > gpu_lock.EXPECT_BASE_S - 0.01
+
+    async def go(expect_s: float) -> tuple[list, int]:
+        async with gpu_lock.gpu_turn("GPU-size", "evaluate", expect_s=expect_s) as turn:
+            waiter = hold_later("GPU-size", 0)
+            await queued(turn)
+            ahead = turn.others_ahead()
+            await turn.hand_over("between two stages")
+            handovers = turn.handovers
+        waiter.wait(10)
+        return ahead, handovers
+
+    ahead, handovers = asyncio.run(go(large))
+    assert len(ahead) == 1 and handovers == 1
+    ahead, handovers = asyncio.run(go(small - 1.0))
+    assert ahead == [] and handovers == 0
+
+
+def test_the_early_timing_sets_what_is_left(lock_dir):
+    """After the early timing, the work left is the final timing, expected as long as the early
+    one took (FINAL_PER_EARLY): a slow candidate (kahan_sum, 5.6 s for 32 MiB) is seen there."""
+    turn = gpu_lock.Turn("GPU-early", fd=-1, expect_s=5.0)
+    turn.passed("verify_set")
+    assert turn.left_s == 5.0
+    turn.passed("verify")
+    turn.served_s += 2.0  # the early timing's two seconds (the turn itself counts as held)
+    turn.passed("early_timing")
+    assert abs(turn.left_s - 2.0 * gpu_lock.FINAL_PER_EARLY) < 0.05, turn.left_s
+    assert abs(turn.left_from - turn.served()) < 0.05
+    # Unsized (alone when it queued), it is expected from the data the Worker says at a turn point,
+    # once; sized, what it says changes nothing.
+    unsized = gpu_lock.Turn("GPU-early", fd=-1)
+    assert not unsized.sized and unsized.left_s == gpu_lock.EXPECT_BASE_S
+    unsized.passed("verify_set", data_bytes=12 << 30)
+    assert unsized.sized and abs(unsized.left_s - gpu_lock.expected_gpu_s(12 << 30)) < 0.05
+    turn.passed("verify_set", data_bytes=12 << 30)
+    assert abs(turn.left_s - 2.0 * gpu_lock.FINAL_PER_EARLY) < 0.05
+    # Past what is left, the target grows with its own work; never below MIN_LEFT_S left.
+    origin = turn.origin_ns
+    assert gpu_lock.target_ns(origin, 1.0, -3.0) == origin + int(gpu_lock.TARGET_FACTOR * (1.0 + gpu_lock.MIN_LEFT_S) * 1e9)
+
+
+def test_a_hand_over_queues_at_its_target(lock_dir, monkeypatch):
+    """The places a holder queues at: first its start plus 3 x what it is expected to need; when it
+    hands over, its start plus 3 x (its own work so far plus what is left), which stays where it
+    was while it works within what it was expected to need."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     places: list[int] = []
     real = gpu_lock._Waiter
@@ -428,7 +481,8 @@ def test_a_hand_over_queues_at_the_gpu_time_had_so_far(lock_dir, monkeypatch):
     monkeypatch.setattr(gpu_lock, "_Waiter", Recorded)
 
     async def go() -> tuple[int, float, float]:
-        async with gpu_lock.gpu_turn("GPU-place", "evaluate") as turn:
+        origin = time.time_ns()
+        async with gpu_lock.gpu_turn("GPU-place", "evaluate", origin_ns=origin, expect_s=LARGE_S) as turn:
             waiter = subprocess.Popen([sys.executable, "-c", HOLD, "GPU-place", "0"], env=env,
                                       stdout=subprocess.PIPE, text=True)
             while not turn.others_ahead() or time.monotonic() - turn.got_at < 0.5:  # it queues after this
@@ -437,15 +491,16 @@ def test_a_hand_over_queues_at_the_gpu_time_had_so_far(lock_dir, monkeypatch):
             await turn.hand_over()
             assert waiter.stdout is not None and waiter.stdout.readline().strip() == "held"
             waiter.wait(10)
-            return turn.queued_ns, held, turn.served_s
+            return origin, held, turn.served_s
 
-    queued_ns, held, served = asyncio.run(go())
+    origin, held, served = asyncio.run(go())
     assert abs(served - held) < 0.1, (served, held)
-    assert places[0] == queued_ns and abs((places[-1] - queued_ns) / 1e9 - served) < 0.1, (places, served)
+    first = origin + gpu_lock.TARGET_FACTOR * LARGE_S * 1e9
+    assert abs(places[0] - first) / 1e9 < 0.1 and abs(places[-1] - first) / 1e9 < 0.3, (places, first)
 
 
 def test_a_waiter_place_orders_the_queue(lock_dir):
-    """The queue sorts by place: a hand-over's virtual time before a newcomer's arrival goes first."""
+    """The queue sorts by place: a target before another's goes first."""
     now = time.time_ns()
     late = gpu_lock._Waiter("GPU-order", "evaluate", place_ns=now + 5_000_000_000)
     early = gpu_lock._Waiter("GPU-order", "evaluate", place_ns=now - 5_000_000_000)

@@ -23,6 +23,7 @@ from kernel_lsp.engine.worker.judge import memory_plan
 from kernel_lsp.model import Candidate, Task
 
 from tests.engine.test_keeper import keeper_dir  # noqa: F401 - a fixture: kept Workers' own folder, cleaned up
+from tests.engine.test_gpu_lock import LARGE_S
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "GPU-fake"
@@ -163,7 +164,7 @@ def test_handing_over_lets_the_waiters_in_before_the_holder_takes_it_back(lock_d
     told: list[str] = []
 
     async def go():
-        async with gpu_lock.gpu_turn(KEY, "evaluate") as turn:
+        async with gpu_lock.gpu_turn(KEY, "evaluate", expect_s=LARGE_S) as turn:
             assert await turn.hand_over("between verify and timing", told.append) == 0.0  # nobody waits
             first = take("first", log, hold=0.2)
             await until_async(lambda: waiting_pids() == [first.pid])
@@ -242,6 +243,7 @@ def test_a_worker_asked_for_turns_waits_at_its_turn_point_for_the_continue_line(
 
 
 # Once argv[4] exists, waits for the GPU argv[1], writes argv[2] when it has it, holds it argv[3] seconds.
+# A small Task (no GPU work expected): its target comes before the evaluation's, which it waits behind.
 GRAB_WHEN_BEGUN = """
 import asyncio, os, sys
 from kernel_lsp.engine.caller import gpu_lock
@@ -249,7 +251,7 @@ from kernel_lsp.engine.caller import gpu_lock
 async def main():
     while not os.path.exists(sys.argv[4]):
         await asyncio.sleep(0.02)
-    async with gpu_lock.gpu_turn(sys.argv[1], "evaluate"):
+    async with gpu_lock.gpu_turn(sys.argv[1], "evaluate", expect_s=0):
         open(sys.argv[2], "w").close()
         await asyncio.sleep(float(sys.argv[3]))
 
@@ -403,6 +405,7 @@ def test_the_real_worker_stops_between_its_stages_only_when_asked(tmp_path):
 
             async def on_turn(data: dict, release) -> None:
                 seen.append(f"turn {data['stage']}")
+                sizes.append(data.get("data_bytes"))
 
             def on_partial(kind: str, data: dict) -> None:
                 seen.append(kind)
@@ -418,7 +421,11 @@ def test_the_real_worker_stops_between_its_stages_only_when_asked(tmp_path):
         finally:
             await w.close()
 
+    sizes: list = []
     seen, asked, quiet, plain = asyncio.run(go())
+    # Each point says the Task's data (one input set and its output), from which an evaluation
+    # that queued unsized is expected (gpu_lock.Turn.passed).
+    assert sizes == [(384 * 256 + 384) * 4] * 5, sizes  # a float32 384 x 256 input, its 384 row sums
     # Between verify's input sets (3 fresh sets: two points), then between the stages.
     stages = ["verify_set", "verify_set", "verify", "early_timing", "torch_compile"]
     assert seen == [f"turn {s}" for s in stages[:3]] + [protocol.PARTIAL_EVALUATION, "turn early_timing",
@@ -585,7 +592,7 @@ def test_on_a_gpu_a_small_task_that_said_its_need_gets_its_turn_beside_a_large_t
           f"{big_ev.evidence.get('gpu_handed_over_s')} s; small: wall {small_ev.wall_seconds:.1f} s, waited "
           f"{small_ev.evidence.get('gpu_wait_s')} s, need {list(needs.values())}")
     assert big_ev.verdict == small_ev.verdict == "correct", (big_ev.message, small_ev.message)
-    assert list(needs.values()) == [memory_plan.turn_need(64 << 20, 64 << 20, 0)]
+    assert list(needs.values()) == [(memory_plan.turn_need(64 << 20, 64 << 20, 0), 128 << 20)]
     let_in = [t for t in turns if t["released"] and t["held_gib"] * (1 << 30) > gpu_lock.HAND_OVER_MAX_HELD * total]
     assert let_in, turns  # the GPU went to the small one while more than the eighth was live
     assert let_in[0]["stage"] in ("early_timing", protocol.TURN_CPU_START, "torch_compile"), let_in

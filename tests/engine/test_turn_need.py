@@ -17,6 +17,7 @@ from kernel_lsp.engine.caller import gpu_lock
 from kernel_lsp.engine.worker.judge import memory_plan
 from kernel_lsp.model import Task
 
+from tests.engine.test_gpu_lock import LARGE_S
 from tests.engine.test_gpu_turns import _env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,12 +103,12 @@ def test_a_waiter_publishes_its_need_and_busy_says_when_a_new_evaluation_will_qu
     assert not gpu_lock.busy("GPU-need")  # no lock file yet
 
     async def go():
-        async with gpu_lock.gpu_turn("GPU-need", "evaluate") as turn:
+        async with gpu_lock.gpu_turn("GPU-need", "evaluate", expect_s=LARGE_S) as turn:
             assert gpu_lock.busy("GPU-need")  # held
             waiter = needs_later("GPU-need", 3 * GIB)
             waiting = await queued(turn)
             assert gpu_lock.needs_of(waiting) == [3 * GIB]
-            assert gpu_lock.needs_of(turn.others_ahead()) == [3 * GIB]
+            assert gpu_lock.needs_of(turn.others_ahead()) == [3 * GIB]  # (its target comes first)
             unsaid = needs_later("GPU-need", None)
             while len(turn.others_waiting()) < 2:
                 await asyncio.sleep(0.05)
@@ -134,14 +135,14 @@ def test_a_holder_with_22_gib_live_hands_over_to_a_small_task_that_said_its_need
     async def go():
         engine = Engine(timeout=60, options={"device": "cpu"})
         point = {"stage": "verify_set", "turn": 1, "held_bytes": 22 * GIB, "total_bytes": H100}
-        async with gpu_lock.gpu_turn("GPU-big", "evaluate") as turn:
+        async with gpu_lock.gpu_turn("GPU-big", "evaluate", expect_s=LARGE_S) as turn:
             unsaid = needs_later("GPU-big", None)
             await queued(turn)
             await engine._hand_over(turn, point, release, _Deadline(60), None, None)
             assert unsaid.poll() is None and not released and turn.handovers == 0  # kept
         assert unsaid.stdout is not None and unsaid.stdout.readline().strip() == "held"
         assert unsaid.wait(20) == 0
-        async with gpu_lock.gpu_turn("GPU-big", "evaluate") as turn:
+        async with gpu_lock.gpu_turn("GPU-big", "evaluate", expect_s=LARGE_S) as turn:
             said = needs_later("GPU-big", memory_plan.turn_need(64 << 20, 64 << 20, 0))
             await queued(turn)
             await engine._hand_over(turn, {**point, "turn": 2}, release, _Deadline(60), None, None)
@@ -206,8 +207,9 @@ def test_an_engine_says_its_need_only_when_it_will_queue(tmp_path, lock_dir):
             await engine.aclose()
 
     alone, behind, again, requests, later = asyncio.run(go())
-    assert alone is None
-    assert behind == again == memory_plan.turn_need(256 << 20, 256 << 20, 16384 * 4)
+    assert alone == (None, None)
+    # What it needs, and its data (one input set and its output) for its expected GPU work.
+    assert behind == again == (memory_plan.turn_need(256 << 20, 256 << 20, 16384 * 4), 512 << 20)
     assert later == requests + 1  # only the ping
 
 
@@ -236,7 +238,7 @@ def test_an_evaluation_that_hands_over_says_its_need_again_as_it_queues_to_get_t
     monkeypatch.setattr(gpu_lock, "_Waiter", Recorded)
 
     async def go():
-        async with gpu_lock.gpu_turn("GPU-back", "evaluate", needs_bytes=3 * GIB) as turn:
+        async with gpu_lock.gpu_turn("GPU-back", "evaluate", needs_bytes=3 * GIB, expect_s=LARGE_S) as turn:
             waiter = needs_later("GPU-back", 1 * GIB)
             await queued(turn)
             await turn.hand_over()
@@ -247,7 +249,7 @@ def test_an_evaluation_that_hands_over_says_its_need_again_as_it_queues_to_get_t
             waiter = needs_later("GPU-back", None)
             await queued(turn)
             assert await turn.lend() is True
-            await turn.take_back()  # (queued at its virtual time: it may come back before the waiter's turn)
+            await turn.take_back()  # (queued at its target: it may come back before the waiter's turn)
         assert waiter.wait(20) == 0
 
     asyncio.run(go())

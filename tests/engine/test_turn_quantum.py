@@ -10,6 +10,7 @@ import sys
 import time
 
 from kernel_lsp.engine.caller import gpu_lock
+from tests.engine.test_gpu_lock import LARGE_S
 from tests.engine.test_gpu_turns import _env
 
 HOLD = """
@@ -36,8 +37,8 @@ def test_a_holder_hands_over_only_once_its_turn_has_lasted_the_quantum(lock_dir,
     key = "GPU-quantum"
 
     async def go() -> tuple[list, list, bool, float, list, float]:
-        async with gpu_lock.gpu_turn(key, "evaluate") as turn:
-            await asyncio.sleep(0.3)  # past its own place: without the quantum the waiter is ahead
+        async with gpu_lock.gpu_turn(key, "evaluate", expect_s=LARGE_S) as turn:  # the waiter's target is first
+            await asyncio.sleep(0.3)
             waiter = subprocess.Popen([sys.executable, "-c", HOLD, key], env=_env(), stdout=subprocess.PIPE, text=True)
             await _queued(turn)
             early = turn.to_hand_over("verify_set", None, None)
@@ -63,7 +64,7 @@ def test_the_quantum_counts_from_when_the_turn_came_back(lock_dir, monkeypatch):
     key = "GPU-quantum-back"
 
     async def go() -> float:
-        async with gpu_lock.gpu_turn(key, "evaluate") as turn:
+        async with gpu_lock.gpu_turn(key, "evaluate", expect_s=LARGE_S) as turn:
             first = subprocess.Popen([sys.executable, "-c", HOLD, key], env=_env(), stdout=subprocess.PIPE, text=True)
             await _queued(turn)
             while not turn.others_ahead():
@@ -84,7 +85,7 @@ def test_the_quantum_counts_from_when_the_turn_came_back(lock_dir, monkeypatch):
 
 def test_the_quantum_is_read_from_the_environment_and_a_bad_value_is_the_default(monkeypatch):
     monkeypatch.delenv("KERNEL_LSP_GPU_MIN_TURN_S", raising=False)
-    assert gpu_lock.min_turn_s() == gpu_lock.MIN_TURN_S == 3.0
+    assert gpu_lock.min_turn_s() == gpu_lock.MIN_TURN_S == 1.0
     monkeypatch.setenv("KERNEL_LSP_GPU_MIN_TURN_S", "0.5")
     assert gpu_lock.min_turn_s() == 0.5
     monkeypatch.setenv("KERNEL_LSP_GPU_MIN_TURN_S", "-3")

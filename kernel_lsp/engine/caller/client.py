@@ -113,7 +113,8 @@ class Engine:
         self._reaping: set[asyncio.Task[None]] = set()
         self._device_info: dict[str, Any] | None = None
         self._prebuilds: dict[tuple[str, ...], list[Any]] = {}  # builds in flight: [future, waiters]
-        self._needs: dict[str, int | None] = {}  # a reference's GPU need (run.task_need), by its source
+        # A reference's GPU need and data (one input set and its outputs) from run.task_need, by its source.
+        self._needs: dict[str, tuple[int | None, int | None]] = {}
         # Builds done ahead (bench's early build and next files, a Search's batch) whose result
         # no evaluation has taken yet: the first ask after the build gets it, steps and all (the
         # pool would answer a second build with a cache hit, which says nothing of what it cost).
@@ -252,6 +253,7 @@ class Engine:
                 return outer(step, *rest)
         key = await self._gpu_key(progress) if op in GPU_OPS else None
         async with self._lock:
+            origin_ns = time.time_ns()  # this evaluation's start, for its place among the GPU's turns
             if op == "evaluate":
                 self._evaluations += 1
             w = await self._ensure(progress, warm)
@@ -260,12 +262,13 @@ class Engine:
                 built = await self._build_before_turn(w, build_first, deadline, progress)
                 if not w.alive:  # the build took the Worker with it: a fresh one for the op
                     w = await self._ensure(progress, warm)
-            needs = None
+            needs, data = None, None
             if op == "evaluate" and key is not None:
-                needs = await self._task_need(w, params, key)
+                needs, data = await self._task_need(w, params, key)
                 if not w.alive:  # the sizing took the Worker with it: a fresh one for the op
                     w = await self._ensure(progress, warm)
-            async with gpu_lock.gpu_turn(key, op, progress=progress, needs_bytes=needs) as turn:
+            async with gpu_lock.gpu_turn(key, op, progress=progress, needs_bytes=needs, origin_ns=origin_ns,
+                                         expect_s=None if data is None else gpu_lock.expected_gpu_s(data)) as turn:
                 self.gpu_waited = turn.waited  # the deadline starts now: waiting is never a timeout
                 self.gpu_handed = 0.0
                 if said:
@@ -283,29 +286,34 @@ class Engine:
                 return await self._call_now(w, op, params, deadline)
 
     async def _task_need(self, w: "WorkerProcess | keeping.KeptWorker", params: dict[str, Any] | None,
-                         key: str) -> int | None:
+                         key: str) -> tuple[int | None, int | None]:
         """What this evaluation needs on the GPU, said while it waits for the turn so that a
-        holder with much live data may still let it in (gpu_lock.may_hand_over): the Worker sizes
-        the Task on the meta device (run.task_need). Asked only when another process holds or
-        waits for the GPU (alone, nobody reads it); kept per reference. None: unknown."""
+        holder with much live data may still let it in (gpu_lock.may_hand_over), and its Task's
+        data (one input set and its outputs), from which its GPU work is expected
+        (gpu_lock.expected_gpu_s): the Worker sizes the Task on the meta device (run.task_need).
+        Asked only when another process holds or waits for the GPU (alone, nobody reads them);
+        kept per reference. None: unknown."""
         task = (params or {}).get("task") or {}
         source = str(task.get("reference_source") or "")
         known = hashlib.sha256(source.encode()).hexdigest()
         if known in self._needs:
             return self._needs[known]
         if not gpu_lock.busy(key):
-            return None
+            return None, None
         try:
             got, _ = await self._call_now(w, "task_need", {"task": task, "options": (params or {}).get("options")},
                                           TASK_NEED_DEADLINE_S)
         except (EngineTimeout, WorkerDied, WorkerRaised) as exc:  # an older Worker, a reference that hangs
             got = {"why": str(exc)}
-        need = got.get("need_bytes") if isinstance(got, dict) else None
+        got = got if isinstance(got, dict) else {"why": repr(got)}
+        need = got.get("need_bytes")
+        sizes = [got.get("input_bytes"), got.get("output_bytes")]
+        data = int(sum(sizes)) if all(isinstance(b, (int, float)) and b >= 0 for b in sizes) else None
         if isinstance(need, (int, float)) and need >= 0:
-            self._needs[known] = int(need)
+            self._needs[known] = (int(need), data)
         else:
-            self._needs[known] = None
-            log.info("the Task's GPU need is unknown: %s", got.get("why") if isinstance(got, dict) else got)
+            self._needs[known] = (None, data)
+            log.info("the Task's GPU need is unknown: %s", got.get("why"))
         return self._needs[known]
 
     async def _build_before_turn(self, w: "WorkerProcess | keeping.KeptWorker", params: dict[str, Any],
@@ -367,7 +375,7 @@ class Engine:
         if stage in (protocol.TURN_CPU_START, protocol.TURN_CPU_END):
             await self._lend(turn, stage, data, release, clock, progress, resume)
             return
-        if not turn.to_hand_over(stage, data.get("held_bytes"), data.get("total_bytes")):
+        if not turn.to_hand_over(stage, data.get("held_bytes"), data.get("total_bytes"), data.get("data_bytes")):
             return  # nobody ahead (or not yet: the turn's quantum), or too much live data: it goes on
         where = TURN_STAGES.get(stage, f"after {stage}" if stage else "")
         clock.pause()

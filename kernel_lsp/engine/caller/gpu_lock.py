@@ -15,20 +15,19 @@ with who holds the GPU, and bounded: past `wait_s` it raises GPUBusy (the evalua
 run, exit 2). The Worker's deadline starts once the turn is taken, so waiting is never a
 candidate's timeout. Timings gain too: two evaluations timed at once slow each other.
 
-Turns are bounded and taken in order. A waiter announces itself with a file in
+Turns are bounded and taken in order of target. A waiter announces itself with a file in
 `<lock>.waiters/` (named by its place in the queue and its pid, touched every second while it
 waits, removed once it has the turn or gives up; a dead pid's file, or one not touched for
-STALE_S, is passed over), and only the first live waiter tries the lock. A new evaluation's place
-is when it queued, so turns go first come, first served. A holder whose evaluation reaches a safe
-point between its stages (a turn point, protocol.YIELD_TURNS) asks `Turn.others_ahead()`: the
-waiters that queued before its own virtual time, which is when it first queued plus the GPU time
-it has had, once this turn has lasted MIN_TURN_S (so that a small evaluation finishes its few
-seconds of GPU work instead of waiting out everyone's stretch after each tenth of a second). When
-there are any it `hand_over`s: it queues at that virtual time, lets the lock go,
-and takes it back when its place comes (the GPU is idle at most one waiter's poll, POLL_S, in
-between). So an evaluation that has had little of the GPU (a small Task that waited behind a large
-one) keeps its turn until it has had its share, one that has had much yields to everyone who came
-since, and a newcomer, whose place grows with the clock, is never starved.
+STALE_S, is passed over), and only the first live waiter tries the lock. Its place is its target:
+when its evaluation started plus TARGET_FACTOR times what that evaluation would take alone (its own
+work so far, every second it did not wait for the GPU, plus the GPU work it is expected to have
+left: from its Task's sizes until it has been timed once, then from its early timing). So a small
+Task that queues behind a large one goes first, and a newcomer, whose target grows with the
+clock, is never starved. A holder whose evaluation reaches a safe point between its stages (a
+turn point, protocol.YIELD_TURNS) asks `Turn.others_ahead()`: the waiters whose target comes
+before its own, once this turn has lasted MIN_TURN_S. When there are any it `hand_over`s: it
+queues at its target, lets the lock go, and takes it back when its place comes (the GPU is idle
+at most one waiter's poll, POLL_S, in between).
 """
 
 from __future__ import annotations
@@ -88,20 +87,55 @@ HAND_OVER_MAX_SHARED = 3 / 4
 
 # The least GPU time a turn lasts before the holder hands it over at a turn point (lending it for
 # CPU work is not held back). Without it, six benches at once on an H100 (2026-12-05, turns by
-# virtual time) let the GPU go after a few tenths of a second of a turn, between two of verify's
-# input sets, and waited 4-8 s for it back, two to four times per evaluation. Chosen by replaying
-# the two six-at-once runs of that day through this lock at several quanta, each stage as measured
-# (benchmarks/turn_policy.py; benchmarks/results/turn_policy.md):
-#   quantum   run e: makespan, mean wall   run d: makespan, mean wall   turns let go (e, d)
-#   0 s       28.1 s, 20.6 s               42.3 s, 30.0 s               31, 31
-#   1 s       28.2 s, 20.9 s               42.5 s, 28.5 s               11, 10
-#   2 s       26.4 s, 18.1 s               42.2 s, 28.6 s                6,  6
-#   3-4 s     25.1 s, 19.2 s               35.8 s, 29.0 s                5,  5
-# 3 s: the shortest makespan on both (the 6 GiB softmax's verify, 2.35 s in run d, and its early
-# timing go in one turn, so its 9 s CPU compile starts sooner), a mean within 1.1 s of the best.
-# A process that waits behind a holder waits at most this much longer than it did, plus the
-# holder's stretch to its next turn point.
-MIN_TURN_S = 3.0
+# virtual time, first queued plus GPU time had) let the GPU go after a few tenths of a second of
+# a turn, between two of verify's input sets, and waited 4-8 s for it back, two to four times per
+# evaluation; 3 s was chosen then by replaying those runs (benchmarks/turn_policy.py). Turns by
+# target hand over only where a waiter's target comes first, which a holder's work does not move
+# while within what it was expected to need. Replayed through this lock (2026-12-07d, scale 0.5,
+# every bench sized before its turn; worst wall over alone wall of six benches, the latest profile
+# first, then three older ones; benchmarks/results/gpu_runs/2026-12-07d/turn_policy_replay_*):
+#   quantum   017e22b   ce5de6e   ba98854   d5ce317   (by virtual time, best quantum: 4.2, 3.3, 4.6, 5.9)
+#   0 s       2.8       3.7       3.5       5.1
+#   0.5 s     2.8       4.0       3.9       5.1
+#   1 s       2.8       4.2       4.2       5.1
+#   3 s       2.8       4.8       5.1       4.2
+# 1 s: the latest profile (today's builds and stages) is within 3x at every quantum; a second
+# still bounds how often two evaluations that both ran past what they were expected to need pass
+# the turn back and forth (each hand-over frees the Worker's cached GPU memory).
+MIN_TURN_S = 1.0
+
+# The order of turns: earliest target first, the target being when an evaluation started plus
+# TARGET_FACTOR times its expected alone time. Ordering by deadline keeps the worst lateness
+# least; the factor is issue 33's bound (no bench past 3x its alone wall with six at once), so
+# that evaluations started at different times compare as that bound does.
+TARGET_FACTOR = 3.0
+# The GPU work an evaluation is expected to have, before it has been timed: EXPECT_BASE_S plus
+# EXPECT_S_PER_GIB per GiB of one input set and its outputs. From the H100 runs of
+# first_bench.py alone (2026-12-07c): 2-128 MiB Tasks 1.8-2.1 s of evaluation (verify, the
+# early timing, torch.compile, the final timing), the 6 GiB softmax (12 GiB with its outputs)
+# 8.3 s. A Task whose candidate is slow (kahan_sum, 5.6 s for 32 MiB) is seen at its early timing.
+EXPECT_BASE_S = 1.8
+EXPECT_S_PER_GIB = 0.55
+# After the early timing, what is left is torch.compile's GPU part and the final timing, which
+# times the same functions (and torch.compile's) to the same budget: expected as long as the
+# early timing was (the same runs: 0.5-1.6x of it on those H100 runs).
+FINAL_PER_EARLY = 1.0
+# The least expected work left, once an evaluation has run past what it was expected to take.
+MIN_LEFT_S = 0.2
+
+
+def expected_gpu_s(data_bytes: Any) -> float:
+    """The GPU seconds an evaluation of a Task whose one input set and outputs take
+    `data_bytes` is expected to have (EXPECT_BASE_S when unknown)."""
+    if not isinstance(data_bytes, (int, float)) or data_bytes < 0:
+        return EXPECT_BASE_S
+    return EXPECT_BASE_S + EXPECT_S_PER_GIB * float(data_bytes) / (1 << 30)
+
+
+def target_ns(origin_ns: int, own_s: float, left_s: float) -> int:
+    """The place of an evaluation started at `origin_ns` (time.time_ns) that has worked `own_s`
+    seconds (not waiting for the GPU) and is expected to need `left_s` more."""
+    return origin_ns + int(TARGET_FACTOR * (max(0.0, own_s) + max(MIN_LEFT_S, left_s)) * 1e9)
 
 
 def may_hand_over(held_bytes: Any, total_bytes: Any, paused_bytes: int = 0,
@@ -173,7 +207,8 @@ class Turn:
 
     def __init__(self, key: str | None, fd: int | None = None, what: str = "", waited: float = 0.0,
                  wait_s: float = DEFAULT_WAIT_S, queued_ns: int | None = None,
-                 needs_bytes: int | None = None) -> None:
+                 needs_bytes: int | None = None, origin_ns: int | None = None,
+                 expect_s: float | None = None) -> None:
         self.key = key
         # What it said it needs (gpu_turn), said again each time it queues to get the turn back:
         # unsaid, a holder above the eighth would keep the turn from it until its whole evaluation ends.
@@ -186,19 +221,47 @@ class Turn:
         self.handovers = 0
         self.kept: list[dict[str, Any]] = []  # turn points where it was not handed over (may_hand_over)
         self.held = fd is not None  # False while handed over (and after a hand-over that failed)
-        self.queued_ns = queued_ns if queued_ns is not None else time.time_ns()  # its place when it first queued
+        self.queued_ns = queued_ns if queued_ns is not None else time.time_ns()  # when it first queued
+        # When its evaluation started (before its build and its wait), for its target.
+        self.origin_ns = origin_ns if origin_ns is not None else self.queued_ns
         self.served_s = 0.0             # GPU time it has had, up to its last hand-over
         self.got_at = time.monotonic()  # when it (last) took the turn
+        self.left_s = expect_s if expect_s is not None else EXPECT_BASE_S  # GPU work expected ...
+        self.left_from = 0.0            # ... from this much served on
+        self.sized = expect_s is not None  # expected from its Task's sizes (else until it says them)
+        self.early_from: float | None = None  # served when the early timing began (the "verify" point)
         self._paused: _Paused | None = None  # its marker while it is without the turn (hand_over, lend)
 
     def others_waiting(self) -> list[dict[str, Any]]:
         """The processes queued for this GPU, in queue order (empty without a lock)."""
         return others_waiting(self.key) if self.key and self.fd is not None else []
 
-    def virtual_ns(self) -> int:
-        """Its place if it let the turn go now: when it first queued plus the GPU time it has had."""
-        served = self.served_s + (time.monotonic() - self.got_at if self.held else 0.0)
-        return self.queued_ns + int(served * 1e9)
+    def served(self) -> float:
+        """The GPU time it has had (this turn's so far included)."""
+        return self.served_s + (time.monotonic() - self.got_at if self.held else 0.0)
+
+    def target(self) -> int:
+        """Its place if it let the turn go now (target_ns): its own work is the time since its
+        evaluation started less every wait for the GPU."""
+        own = (time.time_ns() - self.origin_ns) / 1e9 - self.waited - self.handed_s
+        return target_ns(self.origin_ns, own, self.left_s - (self.served() - self.left_from))
+
+    def expect(self, left_s: float) -> None:
+        """It is now expected to need `left_s` more seconds of GPU work."""
+        self.left_s, self.left_from = left_s, self.served()
+
+    def passed(self, stage: str, data_bytes: Any = None) -> None:
+        """At the turn point after `stage`: what it learnt about the work left. `data_bytes`, its
+        Task's data as the Worker drew it, when it queued unsized (alone on the GPU, it did not
+        size its Task: a large one would otherwise pass as small until its early timing); the
+        early timing tells how long the final one takes."""
+        if not self.sized and isinstance(data_bytes, (int, float)) and data_bytes >= 0:
+            self.sized = True
+            self.expect(expected_gpu_s(data_bytes) - self.served())
+        if stage == "verify":
+            self.early_from = self.served()
+        elif stage == "early_timing" and self.early_from is not None:
+            self.expect(FINAL_PER_EARLY * (self.served() - self.early_from))
 
     def paused_bytes(self) -> int:
         """What the other evaluations paused on this GPU (handed over or lent) keep live on it, as
@@ -206,18 +269,20 @@ class Turn:
         return paused_bytes(self.key) if self.key and self.fd is not None else 0
 
     def others_ahead(self) -> list[dict[str, Any]]:
-        """The waiters that go first if it lets the turn go now: those queued before its virtual
-        time (empty without a lock), and none before it has had `min_turn_s()` of this turn."""
+        """The waiters that go first if it lets the turn go now: those whose target comes before its
+        own (empty without a lock), and none before it has had `min_turn_s()` of this turn."""
         if not self.key or self.fd is None:
             return []
         if self.held and time.monotonic() - self.got_at < min_turn_s():
             return []
-        return others_waiting_in(waiters_dir(self.key), before=_place(self.virtual_ns()))
+        return others_waiting_in(waiters_dir(self.key), before=_place(self.target()))
 
-    def to_hand_over(self, stage: str, held_bytes: Any, total_bytes: Any) -> list[dict[str, Any]]:
+    def to_hand_over(self, stage: str, held_bytes: Any, total_bytes: Any,
+                     data_bytes: Any = None) -> list[dict[str, Any]]:
         """At a turn point between two stages: the waiters it should let the GPU go to now, empty
         when it goes on (nobody ahead, or its live data with the paused evaluations' would stay on
         the GPU beside theirs: then recorded in `kept` and logged)."""
+        self.passed(stage, data_bytes)
         ahead = self.others_ahead()
         if not ahead:
             return []
@@ -239,13 +304,13 @@ class Turn:
     async def hand_over(self, where: str = "", progress: Callable[[str], Awaitable[Any] | Any] | None = None,
                         held_bytes: Any = None) -> float:
         """Let the waiters ahead of it (others_ahead) have the GPU, then wait for it back, queued at
-        its virtual time, its `held_bytes` marked as paused meanwhile (paused_bytes). The seconds
+        its target, its `held_bytes` marked as paused meanwhile (paused_bytes). The seconds
         without the turn; 0 when nobody is ahead (it keeps the turn). Raises GPUBusy when it does
         not come back within the wait (the turn is then not held)."""
         others = self.others_ahead()
         if not others or not self.key or self.fd is None:
             return 0.0
-        place = self.virtual_ns()  # behind those ahead of it
+        place = self.target()  # behind those ahead of it
         t0 = time.monotonic()
         self.served_s += t0 - self.got_at
         queued = _Waiter(self.key, self.what, place_ns=place, needs_bytes=self.needs_bytes)  # queued before it lets go
@@ -264,8 +329,8 @@ class Turn:
     async def lend(self, where: str = "", progress: Callable[[str], Awaitable[Any] | Any] | None = None,
                    held_bytes: Any = None) -> bool:
         """Let the GPU go for a span of CPU work (torch.compile's compile) when another process
-        waits for it now: it is not queued meanwhile, and `take_back` queues it at its virtual
-        time. False (kept) when nobody waits, so that alone it never waits to get it back."""
+        waits for it now: it is not queued meanwhile, and `take_back` queues it at its
+        target. False (kept) when nobody waits, so that alone it never waits to get it back."""
         others = self.others_waiting()
         if not others or not self.key or self.fd is None or not self.held:
             return False
@@ -277,12 +342,12 @@ class Turn:
         return True
 
     async def take_back(self, progress: Callable[[str], Awaitable[Any] | Any] | None = None) -> float:
-        """The GPU back after `lend`, queued at its virtual time (before those who queued after
-        it, behind those who queued before): the seconds waited once its CPU work was done.
+        """The GPU back after `lend`, queued at its target (before the waiters whose target comes
+        after its own, behind the others): the seconds waited once its CPU work was done.
         Raises GPUBusy as `hand_over` does."""
         if self.held or not self.key or self.fd is None:
             return 0.0
-        return await self._back(_Waiter(self.key, self.what, place_ns=self.virtual_ns(), needs_bytes=self.needs_bytes),
+        return await self._back(_Waiter(self.key, self.what, place_ns=self.target(), needs_bytes=self.needs_bytes),
                                 time.monotonic(), progress)
 
     async def _back(self, queued: "_Waiter", t0: float,
@@ -316,10 +381,14 @@ class Turn:
 @contextlib.asynccontextmanager
 async def gpu_turn(key: str | None, what: str = "", wait_s: float | None = None,
                    progress: Callable[[str], Awaitable[Any] | Any] | None = None,
-                   needs_bytes: int | None = None) -> AsyncIterator[Turn]:
+                   needs_bytes: int | None = None, origin_ns: int | None = None,
+                   expect_s: float | None = None) -> AsyncIterator[Turn]:
     """Hold the GPU `key` (its uuid) for the block; yields the Turn (`.waited`: the seconds
     waited). `key` None: no lock (CPU work, or a GPU without a uuid). `needs_bytes`: what this
-    evaluation needs on the GPU, said to the holder while it waits (may_hand_over)."""
+    evaluation needs on the GPU, said to the holder while it waits (may_hand_over). Its place is
+    its target (target_ns): `origin_ns`, when its evaluation started (default now), and
+    `expect_s`, its expected GPU work (None: unsized, EXPECT_BASE_S until it says its data at a
+    turn point, Turn.passed)."""
     if not key:
         yield Turn(None)
         return
@@ -328,13 +397,17 @@ async def gpu_turn(key: str | None, what: str = "", wait_s: float | None = None,
     path = lock_path(key)
     fd = await asyncio.to_thread(open_lock, path)
     t0 = time.monotonic()
+    now = time.time_ns()
+    origin = now if origin_ns is None or origin_ns > now else origin_ns
+    expect = EXPECT_BASE_S if expect_s is None else expect_s
     try:
-        queued = _Waiter(key, what, needs_bytes=needs_bytes)
+        queued = _Waiter(key, what, place_ns=target_ns(origin, (now - origin) / 1e9, expect), needs_bytes=needs_bytes)
         try:
             await _acquire(fd, path, queued, wait_s, t0, progress)
         finally:
             queued.remove()
-        async with _holding(Turn(key, fd, what, time.monotonic() - t0, wait_s, queued.place_ns, needs_bytes)) as turn:
+        async with _holding(Turn(key, fd, what, time.monotonic() - t0, wait_s, now, needs_bytes,
+                                 origin, expect_s)) as turn:
             yield turn
     finally:
         os.close(fd)
@@ -378,7 +451,7 @@ async def gpu_turn_if_free(key: str | None, what: str = "") -> AsyncIterator[Tur
 
 async def _acquire(fd: int, path: str, queued: "_Waiter", wait_s: float, t0: float,
                    progress: Callable[[str], Awaitable[Any] | Any] | None) -> None:
-    """Take the lock on `fd` once `queued` is the oldest live waiter (first come, first served)
+    """Take the lock on `fd` once `queued` is the first live waiter (the earliest target)
     and the holder lets go; GPUBusy past `wait_s` from `t0`."""
     told = False
     while True:
@@ -415,8 +488,8 @@ def _place(ns: int) -> str:
 
 class _Waiter:
     """This process's place in the queue for a GPU: a file in `waiters_dir(key)` named
-    `<place, ns>-<pid>-<n>` (so names sort by place: when it queued, or a hand-over's virtual
-    time) holding who waits (for `describe`)."""
+    `<place, ns>-<pid>-<n>` (so names sort by place: its target, target_ns; an older kernel-lsp's
+    place is when it queued) holding who waits (for `describe`)."""
 
     def __init__(self, key: str, what: str, place_ns: int | None = None, needs_bytes: int | None = None) -> None:
         self.folder = waiters_dir(key)

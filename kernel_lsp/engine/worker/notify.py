@@ -28,6 +28,7 @@ _current: list[tuple[int, Sender, Reader | None]] = []
 _turns = itertools.count(1)
 _paused: list[float] = [0.0]  # seconds this request waited at its turn points
 _taken: list[dict[str, Any]] = []  # ... and where: {"stage", "waited_s"} per turn point
+_data: list[int | None] = [None]  # one input set and its outputs, in bytes, once verify has drawn one
 
 
 def install(sender: Sender | None, turns: Reader | None = None) -> None:
@@ -36,6 +37,14 @@ def install(sender: Sender | None, turns: Reader | None = None) -> None:
     _current[:] = [(os.getpid(), sender, turns)] if sender is not None else []
     _paused[0] = 0.0
     _taken.clear()
+    _data[0] = None
+
+
+def data_size(nbytes: int) -> None:
+    """The Task's data (one input set and its outputs), said at each later turn point: from it the
+    caller expects this evaluation's GPU work when it did not size the Task before its turn
+    (caller/gpu_lock.expected_gpu_s)."""
+    _data[0] = int(nbytes) if nbytes >= 0 else None
 
 
 def active() -> bool:
@@ -84,7 +93,8 @@ def turn_point(stage: str) -> float | None:
     turn = next(_turns)
     t0 = time.perf_counter()
     held = gpu_held()
-    if not send(protocol.PARTIAL_TURN_POINT, {"stage": stage, "turn": turn, **held}):
+    sized = {"data_bytes": _data[0]} if _data[0] is not None else {}
+    if not send(protocol.PARTIAL_TURN_POINT, {"stage": stage, "turn": turn, **held, **sized}):
         return None
     released = False
     while True:

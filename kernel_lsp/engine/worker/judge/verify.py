@@ -904,6 +904,7 @@ def _plan_memory(h: Harness, options: EngineOptions, judge: Judge, res: VerifyRe
     gpu, host = _free_memory(h.device)
     storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in held if t.device.type == "cuda"}
     held_bytes = sum(storages.values())  # by storage: an output that is a view of an input counts once
+    notify.data_size(res.input_bytes + res.output_bytes)  # said at the turn points (caller/gpu_lock)
     p = memory_plan.plan(res.input_bytes, res.output_bytes, params, peak, gpu, host,
                          wanted=options.input_sets, element_bytes=out_elem, on_gpu=h.device.type == "cuda",
                          held_bytes=held_bytes)
