@@ -93,10 +93,7 @@ async def _replay(st: dict[str, float], scale: float, slices: int = 1) -> dict[s
         held_log.append((a, time.monotonic()))
 
     async def point(turn: gpu_lock.Turn, stage: str) -> None:
-        if not turn.sized and st.get("data_bytes") is not None:  # Turn.passed's rule, at the replay's scale
-            turn.sized = True
-            turn.expect(gpu_lock.expected_gpu_s(st["data_bytes"]) * scale - turn.served())
-        if turn.to_hand_over(stage, None, None):
+        if turn.to_hand_over(stage, None, None, st.get("data_bytes")):
             await turn.hand_over(stage)
 
     origin = time.time_ns()  # when its evaluation started, as the Engine says it (client.call)
@@ -106,7 +103,7 @@ async def _replay(st: dict[str, float], scale: float, slices: int = 1) -> dict[s
     # else it says its data at its first turn point (Turn.passed).
     sized = gpu_lock.busy(KEY) and st.get("data_bytes") is not None
     async with gpu_lock.gpu_turn(KEY, "evaluate", origin_ns=origin,
-                                 expect_s=gpu_lock.expected_gpu_s(st.get("data_bytes")) * scale if sized else None) as turn:
+                                 expect_s=gpu_lock.expected_gpu_s(st.get("data_bytes")) if sized else None) as turn:
         got = time.monotonic() - t0
         await gpu(st["start"])
         for i in range(SETS):
@@ -137,6 +134,10 @@ async def _replay(st: dict[str, float], scale: float, slices: int = 1) -> dict[s
 
 def one(args: argparse.Namespace) -> None:
     st = json.loads(args.one)
+    # Its clock runs at `scale`: so do the seconds the lock expects of an evaluation.
+    gpu_lock.EXPECT_BASE_S *= args.scale
+    gpu_lock.EXPECT_S_PER_GIB *= args.scale
+    gpu_lock.MIN_LEFT_S *= args.scale
     print("ready", flush=True)  # imported: every process starts together, when the parent says go
     sys.stdin.readline()
     print(json.dumps(asyncio.run(_replay(st, args.scale, args.timing_slices))), flush=True)
@@ -144,14 +145,15 @@ def one(args: argparse.Namespace) -> None:
 
 # -- the replay at each quantum ------------------------------------------------------------------
 
-def replay(rows: list[dict[str, Any]], quantum: float, scale: float, compile_gpu_s: float,
-           slices: int = 1, input_bytes: dict[str, Any] | None = None) -> dict[str, Any]:
+def replay(staged: dict[str, dict[str, float]], quantum: float, scale: float, slices: int = 1) -> dict[str, Any]:
+    """`staged`: each bench's stages (stages()), by its task."""
     with tempfile.TemporaryDirectory(prefix="turn-policy-") as locks:
         env = {**os.environ, "KERNEL_LSP_GPU_LOCK_DIR": locks, "KERNEL_LSP_GPU_MIN_TURN_S": str(quantum),
                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-        procs = [subprocess.Popen([sys.executable, __file__, "--one", json.dumps(stages(r, compile_gpu_s, (input_bytes or {}).get(r.get("label")))),
+        procs = [subprocess.Popen([sys.executable, __file__, "--one", json.dumps(st),
                                    "--scale", str(scale), "--timing-slices", str(slices)],
-                                  env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for r in rows]
+                                  env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                 for st in staged.values()]
         for p in procs:  # a start barrier: a slow import (a loaded machine) must not shift a bench's stages
             if p.stdout is None or p.stdout.readline().strip() != "ready":
                 raise RuntimeError(f"a replay process did not start (exit {p.poll()})")
@@ -163,9 +165,9 @@ def replay(rows: list[dict[str, Any]], quantum: float, scale: float, compile_gpu
     overlap = sum(max(0.0, a_end - b_start) for (_, a_end), (b_start, _) in zip(spans, spans[1:])) / scale
     return {"quantum_s": quantum, "makespan_s": round(max(o["wall_s"] for o in outs), 2),
             "gpu_overlap_s": round(overlap, 3),  # > 0 would mean two held the turn at once
-            "benches": [{"task": r["task"], **{k: (round(v, 2) if isinstance(v, float) else v)
-                                               for k, v in o.items() if k != "gpu"}}
-                        for r, o in zip(rows, outs)]}
+            "benches": [{"task": task, **{k: (round(v, 2) if isinstance(v, float) else v)
+                                          for k, v in o.items() if k != "gpu"}}
+                        for task, o in zip(staged, outs)]}
 
 
 def table(path: str, profile: dict[str, Any], rows: list[dict[str, Any]], alone: dict[str, float],
@@ -221,15 +223,16 @@ def main() -> int:
         except (OSError, ValueError, KeyError, StopIteration, TypeError) as exc:
             print(f"turn_policy: cannot read the profile {path} ({type(exc).__name__}: {exc})", file=sys.stderr)
             return 2
+        sizes = profile.get("input_bytes") or {}
+        staged = {r["task"]: stages(r, args.compile_gpu_s, sizes.get(r.get("label"))) for r in rows}
         results = []
         for q in quanta:
-            res = replay(rows, q, args.scale, args.compile_gpu_s, args.timing_slices, profile.get("input_bytes"))
+            res = replay(staged, q, args.scale, args.timing_slices)
             print(f"{Path(path).parent.name}: quantum {q:g} s: makespan {res['makespan_s']:.1f} s, walls "
                   + ", ".join(f"{b['wall_s']:.1f}" for b in res["benches"]), flush=True)
             results.append(res)
         sections.append(table(path, profile, rows, alone, results))
-        runs.append({"profile": path, "stages": {r["task"]: stages(r, args.compile_gpu_s, (profile.get("input_bytes") or {}).get(r.get("label")))
-                                                for r in rows},
+        runs.append({"profile": path, "stages": staged,
                      "alone_wall_s": alone, "results": results})
     shown, skip = [], False  # the command without where it wrote (--out-dir DIR or --out-dir=DIR)
     for a in sys.argv[1:]:

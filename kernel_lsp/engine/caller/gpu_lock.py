@@ -281,7 +281,8 @@ class Turn:
                      data_bytes: Any = None) -> list[dict[str, Any]]:
         """At a turn point between two stages: the waiters it should let the GPU go to now, empty
         when it goes on (nobody ahead, or its live data with the paused evaluations' would stay on
-        the GPU beside theirs: then recorded in `kept` and logged)."""
+        the GPU beside theirs: then recorded in `kept` and logged). What the point tells of the
+        work left (`data_bytes`, the stage passed) is taken first (passed)."""
         self.passed(stage, data_bytes)
         ahead = self.others_ahead()
         if not ahead:
