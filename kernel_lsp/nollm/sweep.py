@@ -1,10 +1,16 @@
-"""Launch-configuration variants of a generated file: one kernel, one parameter at a time.
+"""Launch-configuration variants of a generated file: one kernel at a time.
 
 A generated file holds `CONFIGS = {"kernel": dict(XBLOCK=1024, num_warps=4, num_stages=1), ...}`.
 Each variant doubles or halves one block size, or moves num_warps / num_stages one step, for
 one kernel, within what the kernel can launch with (the kernel's text, also in the file, says
 its numels and which dims have no bounds mask: there a block must divide the numel). With the
 Search expanding its best node, that is coordinate descent over every kernel's configuration.
+
+After every kernel's one-parameter moves come its paired moves, the two that coordinate descent
+cannot make one step at a time because each half alone is slower: the tile's shape changed at the
+same size (one block doubled, another halved: a reduction's rows against its columns), and a block
+with its warps (both doubled or both halved: the same work per thread on more or fewer threads).
+Inductor's own coordinate descent makes such moves only with `coordinate_descent_search_radius` 2.
 """
 
 from __future__ import annotations
@@ -110,17 +116,44 @@ def neighbours(facts: KernelFacts, cfg: dict[str, int]) -> list[tuple[dict[str, 
     return out
 
 
+def paired(facts: KernelFacts, cfg: dict[str, int]) -> list[tuple[dict[str, int], str]]:
+    """Two parameters of one kernel moved together: the tile reshaped at the same size, and a block
+    with its warps (see the module's docstring)."""
+    blocks = [k for k in cfg if k in _BLOCK_DIM]
+    moves: list[tuple[tuple[str, int], tuple[str, int]]] = []
+    for i, a in enumerate(blocks):
+        for b in blocks[i + 1:]:
+            moves += [((a, cfg[a] * 2), (b, cfg[b] // 2)), ((a, cfg[a] // 2), (b, cfg[b] * 2))]
+    warps = cfg.get("num_warps")
+    if warps in WARPS:
+        i = WARPS.index(warps)
+        for key in blocks:
+            if i + 1 < len(WARPS):
+                moves.append(((key, cfg[key] * 2), ("num_warps", WARPS[i + 1])))
+            if i > 0:
+                moves.append(((key, cfg[key] // 2), ("num_warps", WARPS[i - 1])))
+    out: list[tuple[dict[str, int], str]] = []
+    for (a, va), (b, vb) in moves:
+        c = {**cfg, a: va, b: vb}
+        if va != cfg[a] and vb != cfg[b] and config_ok(facts, c):
+            out.append((c, f"{a} {cfg[a]} -> {va}, {b} {cfg[b]} -> {vb}"))
+    return out
+
+
 def variants(source: str) -> list[tuple[str, str]]:
-    """(new source, note) for every one-parameter change of one kernel's launch config."""
-    out: list[tuple[str, str]] = []
+    """(new source, note) for every one-parameter change of one kernel's launch config, then every
+    paired change (so a small budget sees the one-parameter moves of every kernel first)."""
+    singles: list[tuple[str, str]] = []
+    pairs: list[tuple[str, str]] = []
     for m in _CONFIG_LINE.finditer(source):
         name = m.group(1)
         cfg = configs(m.group(0)).get(name, {})
         facts = kernel_facts(source, name)
-        for new, note in neighbours(facts, cfg):
-            line = f"    {name!r}: dict({_render(new)}),"
-            out.append((source[:m.start()] + line + source[m.end():], f"{name}: {note}"))
-    return out
+        for moves, out in ((neighbours(facts, cfg), singles), (paired(facts, cfg), pairs)):
+            for new, note in moves:
+                line = f"    {name!r}: dict({_render(new)}),"
+                out.append((source[:m.start()] + line + source[m.end():], f"{name}: {note}"))
+    return singles + pairs
 
 
 def with_config(source: str, name: str, cfg: dict[str, int]) -> str:

@@ -24,22 +24,54 @@ def _generated(task: str, module: str = "default_0.py") -> str:
 
 
 @pytest.mark.parametrize("task,module", recordings())
-def test_every_variant_changes_one_parameter_of_one_kernel_and_stays_launchable(task, module):
+def test_every_variant_changes_one_kernel_one_or_two_parameters_and_stays_launchable(task, module):
     src = _generated(task, module)
     base = sweep.configs(src)
     seen = set()
+    sizes = []
     for new, note in sweep.variants(src):
         ast.parse(new)
         assert new not in seen
         seen.add(new)
         cfgs = sweep.configs(new)
         changed = [(k, p) for k in base for p in base[k] if cfgs[k][p] != base[k][p]]
-        assert len(changed) == 1, note
-        kernel, param = changed[0]
-        assert note.startswith(f"{kernel}: {param} ")
+        assert len(changed) in (1, 2) and len({k for k, _ in changed}) == 1, note
+        kernel = changed[0][0]
+        assert note == f"{kernel}: " + ", ".join(f"{p} {base[kernel][p]} -> {cfgs[kernel][p]}" for _, p in changed)
         assert sweep.config_ok(sweep.kernel_facts(new, kernel), cfgs[kernel])
+        if len(changed) == 2:  # a paired move: the tile reshaped, or a block with its warps
+            (_, a), (_, b) = changed
+            old, now = base[kernel], cfgs[kernel]
+            if b == "num_warps":
+                assert (now[a] > old[a]) == (now[b] > old[b])
+            else:
+                assert now[a] * now[b] == old[a] * old[b]
+        sizes.append(len(changed))
+    assert sizes == sorted(sizes)  # every one-parameter move before any paired one
     if base:
         assert seen, f"{task}: nothing to sweep"
+
+
+def test_paired_moves_reach_what_one_step_cannot():
+    """softmax's looped reduction (x 4096 rows, r0_ 4096, recorded at XBLOCK 1, R0_BLOCK 2048,
+    8 warps): the tile reshaped at the same size, and each block with its warps; a block of 0, or
+    more elements per program than the bound, is no move."""
+    src = _generated("softmax")
+    name = "triton_red_fused__softmax_exp_prepare_softmax_online_sub_0"
+    cfg = sweep.configs(src)[name]
+    facts = sweep.kernel_facts(src, name)
+    assert cfg == {"XBLOCK": 1, "R0_BLOCK": 2048, "num_warps": 8, "num_stages": 1}
+    assert [note for _, note in sweep.paired(facts, cfg)] == [
+        "XBLOCK 1 -> 2, R0_BLOCK 2048 -> 1024",   # (XBLOCK 0 is no block)
+        "XBLOCK 1 -> 2, num_warps 8 -> 16",
+        "R0_BLOCK 2048 -> 4096, num_warps 8 -> 16",
+        "R0_BLOCK 2048 -> 1024, num_warps 8 -> 4"]
+    # At 16 warps (the most) only the halving moves with warps are left; at 8 x 2048 elements a
+    # doubled block would pass the bound.
+    wide = {"XBLOCK": 8, "R0_BLOCK": 2048, "num_warps": 16, "num_stages": 1}
+    assert [note for _, note in sweep.paired(facts, wide)] == [
+        "XBLOCK 8 -> 16, R0_BLOCK 2048 -> 1024", "XBLOCK 8 -> 4, R0_BLOCK 2048 -> 4096",
+        "XBLOCK 8 -> 4, num_warps 16 -> 8", "R0_BLOCK 2048 -> 1024, num_warps 16 -> 8"]
 
 
 def test_unmasked_blocks_divide_the_numel():
