@@ -1,8 +1,9 @@
 """Shared test setup: the `gpu` marker skips cleanly where no CUDA GPU is visible, unless
 KERNEL_LSP_REQUIRE_GPU=1 (what `make gpu-test` sets): then a missing GPU, or an interpreter
 without torch, fails the run at once instead of passing with everything skipped. Likewise a test
-that needs nvcc or a sandbox (tests/needs.py) fails instead of skipping where
-KERNEL_LSP_REQUIRE_NVCC=1 / KERNEL_LSP_REQUIRE_SANDBOX=1 (the Makefile's and .ci/run's settings).
+that needs nvcc, a sandbox or Triton (tests/needs.py) fails instead of skipping where
+KERNEL_LSP_REQUIRE_NVCC=1 / KERNEL_LSP_REQUIRE_SANDBOX=1 / KERNEL_LSP_REQUIRE_TRITON=1 (the
+Makefile's and .ci/run's settings).
 
 Under pytest-xdist (`make test-python` runs `-n 2`), tests go to the worker processes by file (a
 file's module-level servers, module fixtures and test order stay in one process), with two
@@ -60,9 +61,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def refuse_missing_requirements() -> None:
-    """KERNEL_LSP_REQUIRE_NVCC=1 / KERNEL_LSP_REQUIRE_SANDBOX=1 and the thing is not here: stop
-    before collecting anything (under xdist too: this runs in the controller first), in one line."""
-    wanted = [var for var in ("KERNEL_LSP_REQUIRE_NVCC", "KERNEL_LSP_REQUIRE_SANDBOX") if os.environ.get(var) == "1"]
+    """KERNEL_LSP_REQUIRE_NVCC=1 / KERNEL_LSP_REQUIRE_SANDBOX=1 / KERNEL_LSP_REQUIRE_TRITON=1 and
+    the thing is not here: stop before collecting anything (under xdist too: this runs in the
+    controller first), in one line."""
+    wanted = [var for var in ("KERNEL_LSP_REQUIRE_NVCC", "KERNEL_LSP_REQUIRE_SANDBOX", "KERNEL_LSP_REQUIRE_TRITON")
+              if os.environ.get(var) == "1"]
     if not wanted:
         return
     from tests import needs
@@ -72,11 +75,13 @@ def refuse_missing_requirements() -> None:
     if "KERNEL_LSP_REQUIRE_SANDBOX" in wanted and not needs.HAVE_SANDBOX:
         raise pytest.UsageError(f"KERNEL_LSP_REQUIRE_SANDBOX=1 but {needs.SANDBOX_REASON}: "
                                 f"{needs.sandbox_status().message()}")
+    if "KERNEL_LSP_REQUIRE_TRITON" in wanted and not needs.HAVE_TRITON:
+        raise pytest.UsageError(f"KERNEL_LSP_REQUIRE_TRITON=1 but {needs.triton_missing}")
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Fail the run at once, in one line, when selected tests (after -k / -m) would skip for want
-    of what KERNEL_LSP_REQUIRE_NVCC / KERNEL_LSP_REQUIRE_SANDBOX says is there (tests/needs.py)."""
+    of what KERNEL_LSP_REQUIRE_NVCC / _SANDBOX / _TRITON says is there (tests/needs.py)."""
     from tests import needs
 
     wanting: dict[str, list[str]] = {}

@@ -1,14 +1,18 @@
-"""What the tests need from the machine and CI installs: nvcc and a working sandbox (bubblewrap).
+"""What the tests need from the machine and CI installs: nvcc, a working sandbox (bubblewrap) and
+Triton (its interpreter runs the no-LLM path's generated kernels on the CPU).
 
-Without one, a test skips with a reason that starts with NVCC_REASON or SANDBOX_REASON. Where it
-is required, the skip is a failure instead (tests/conftest.py): KERNEL_LSP_REQUIRE_NVCC=1 (the
-Makefile's default: the README requires nvcc) and KERNEL_LSP_REQUIRE_SANDBOX=1 (set by .ci/run,
-which installs bubblewrap). Use these instead of writing a skip of one's own, so no test that
-CI can run is skipped there unseen."""
+Without one, a test skips with a reason that starts with NVCC_REASON, SANDBOX_REASON or
+TRITON_REASON. Where it is required, the skip is a failure instead (tests/conftest.py):
+KERNEL_LSP_REQUIRE_NVCC=1 (the Makefile's default: the README requires nvcc),
+KERNEL_LSP_REQUIRE_SANDBOX=1 (set by .ci/run, which installs bubblewrap) and
+KERNEL_LSP_REQUIRE_TRITON=1 (set by .ci/run: the `test` extra installs Triton and numpy on Linux
+x86-64). Use these instead of writing a skip of one's own, so no test that CI can run is skipped
+there unseen."""
 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 
 import pytest
@@ -18,8 +22,10 @@ from kernel_lsp.toolchain.nvcc import find_nvcc
 
 NVCC_REASON = "needs nvcc"
 SANDBOX_REASON = "needs a sandbox"
+TRITON_REASON = "needs Triton"
 # The variable that turns each kind of skip into a failure, by the reason's first words.
-REQUIRED_BY = {NVCC_REASON: "KERNEL_LSP_REQUIRE_NVCC", SANDBOX_REASON: "KERNEL_LSP_REQUIRE_SANDBOX"}
+REQUIRED_BY = {NVCC_REASON: "KERNEL_LSP_REQUIRE_NVCC", SANDBOX_REASON: "KERNEL_LSP_REQUIRE_SANDBOX",
+               TRITON_REASON: "KERNEL_LSP_REQUIRE_TRITON"}
 
 NVCC = find_nvcc(None)
 nvcc_missing = f"{NVCC_REASON} (CUDA toolkit): none on PATH, $CUDA_HOME/bin or /usr/local/cuda/bin"
@@ -33,6 +39,13 @@ def sandbox_status() -> sb.Status:
 
 HAVE_SANDBOX = sandbox_status().available
 needs_sandbox = pytest.mark.skipif(not HAVE_SANDBOX, reason=f"{SANDBOX_REASON}: {sandbox_status().message()}")
+
+
+# Triton's interpreter (TRITON_INTERPRET=1) imports numpy; the CPU build of torch does not need it.
+_MISSING = [m for m in ("triton", "numpy") if importlib.util.find_spec(m) is None]
+HAVE_TRITON = not _MISSING
+triton_missing = f"{TRITON_REASON} and numpy (its interpreter): {' and '.join(_MISSING)} not installed"
+needs_triton = pytest.mark.skipif(not HAVE_TRITON, reason=triton_missing)
 
 
 def skip_without_nvcc() -> None:

@@ -1,6 +1,6 @@
 """CI requires what it installs: .ci/run stops in one line without a working nvcc or bubblewrap,
-and under KERNEL_LSP_REQUIRE_NVCC / KERNEL_LSP_REQUIRE_SANDBOX a test that would skip for want
-of one fails instead (tests/needs.py, tests/conftest.py). The VS Code setup script run before
+and under KERNEL_LSP_REQUIRE_NVCC / KERNEL_LSP_REQUIRE_SANDBOX / KERNEL_LSP_REQUIRE_TRITON a test
+that would skip for want of one fails instead (tests/needs.py, tests/conftest.py). The VS Code setup script run before
 `make` says what to run."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def fake_tool(folder: Path, name: str, message: str) -> Path:
 def run_pytest(args: list[str], env: dict[str, str], cwd: Path = ROOT) -> subprocess.CompletedProcess:
     # Only what this call asks is required (not what the outer run, e.g. .ci/run, requires).
     env = {**os.environ, "PYTHONPATH": str(ROOT), "KERNEL_LSP_REQUIRE_NVCC": "0", "KERNEL_LSP_REQUIRE_SANDBOX": "0",
-           **env}
+           "KERNEL_LSP_REQUIRE_TRITON": "0", **env}
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", *args],
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
@@ -57,6 +57,27 @@ def test_a_required_sandbox_fails_the_sandbox_tests_instead_of_skipping(tmp_path
             "create namespaces here (bwrap: No permissions to create new namespace)") in proc.stderr, proc.stderr
     proc = run_pytest(["-ra", "tests/engine/test_sandbox.py"], path)  # not required: skipped, with the reason
     assert proc.returncode == 0 and "skipped" in proc.stdout and "bwrap cannot create namespaces" in proc.stdout
+
+
+def test_a_required_triton_fails_the_interpreter_tests_instead_of_skipping(tmp_path):
+    # Triton hidden from the child (a None entry in sys.modules: find_spec says it is not there).
+    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['triton'] = None\n")
+    hidden = {"PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
+    proc = run_pytest(["tests/nollm/test_interpreted.py"], {**hidden, "KERNEL_LSP_REQUIRE_TRITON": "1"})
+    assert proc.returncode == 4 and "passed" not in proc.stdout, proc.stdout
+    assert "KERNEL_LSP_REQUIRE_TRITON=1 but needs Triton and numpy (its interpreter): triton not installed" \
+        in proc.stderr, proc.stderr
+    proc = run_pytest(["-ra", "tests/nollm/test_interpreted.py"], hidden)  # not required: skipped, with the reason
+    assert proc.returncode == 0 and "skipped" in proc.stdout and "triton not installed" in proc.stdout, proc.stdout
+
+
+def test_ci_requires_what_the_test_extra_installs():
+    """.ci/run requires Triton because `make` installs the `test` extra, which names it (and numpy)."""
+    import tomllib
+
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
+    assert any(d.startswith("triton>=") for d in extra) and any(d.startswith("numpy") for d in extra)
+    assert "KERNEL_LSP_REQUIRE_TRITON=1" in (ROOT / ".ci" / "run").read_text()
 
 
 CHECKS = '''

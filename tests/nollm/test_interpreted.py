@@ -1,5 +1,5 @@
 """The generated files' Triton code run by Triton's interpreter (TRITON_INTERPRET=1, on the CPU;
-skipped where Triton is not installed): the helpers written for the files against torch on the
+skipped where Triton or numpy is not installed, a failure under .ci/run: tests/needs.py): the helpers written for the files against torch on the
 same data, and recorded fixtures' whole files (their lean forward) against their references. The
 interpreter has no libdevice, so libdevice.exp reads tl.exp here (the GPU tests run the real one)."""
 
@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("triton")
+from tests.needs import needs_triton
+
+pytestmark = needs_triton
 ROOT = Path(__file__).resolve().parents[2]
 
 HELPERS = r'''
@@ -74,7 +76,18 @@ from kernel_lsp.nollm.writer import write_model_new
 ref, code, args = load(sys.argv[1])
 gen = write_model_new(ref, code, args)
 src = gen.source
-if len(sys.argv) > 2:  # a variant: that kernel left to eager's ATen ops
+if len(sys.argv) > 2 and sys.argv[2] in ("paired-first", "paired-last"):
+    # every kernel at once moved by its first (or last) paired launch move of the tuner's sweep
+    from kernel_lsp.nollm import sweep
+    moved = 0
+    for name, cfg in sweep.configs(src).items():
+        moves = sweep.paired(sweep.kernel_facts(src, name), cfg)
+        if moves:
+            src = sweep.with_config(src, name, moves[0 if sys.argv[2] == "paired-first" else -1][0])
+            moved += 1
+    assert moved, "no paired move"
+    print("moved", moved, sweep.configs(src))
+elif len(sys.argv) > 2:  # a variant: that kernel left to eager's ATen ops
     from kernel_lsp.nollm import eager_ops
     src = eager_ops.apply(src, gen.eager[sys.argv[2]])
 src = src.replace("not x.is_cuda", "False")  # the interpreter runs on CPU tensors
@@ -107,10 +120,14 @@ def test_helpers_match_torch():
 
 
 @pytest.mark.parametrize("task,eager", [("l2_gemm_div_sum", None), ("l1_softmax_split", None),
-                                        ("l1_softmax_split", "triton_poi_fused__softmax_exp_sub_4")])
+                                        ("l1_softmax_split", "triton_poi_fused__softmax_exp_sub_4"),
+                                        ("l1_softmax_split", "paired-first"), ("l1_softmax_split", "paired-last"),
+                                        ("l2_gemm_div_sum", "paired-first")])
 def test_a_recorded_fixture_runs_and_matches_its_reference(task, eager):
     """The lean forward (each kernel through its _Launcher) run whole: a GEMM + reduction, the
-    five-kernel split softmax of KernelBench level 1 problem 23, and that softmax with its last
-    kernel left to eager's ATen ops (reading the buffers the split reductions wrote)."""
+    five-kernel split softmax of KernelBench level 1 problem 23, that softmax with its last
+    kernel left to eager's ATen ops (reading the buffers the split reductions wrote), and both
+    with every kernel moved by one of the sweep's paired launch moves (a tile reshaped, a block
+    moved with its warps)."""
     r = _run(FIXTURE, task, *([eager] if eager else []))
     assert r.returncode == 0 and "fixture ok" in r.stdout, r.stderr[-3000:]
