@@ -6,6 +6,8 @@ PY ?= python3
 TORCH_INDEX ?=
 VENV := .venv
 BIN := $(VENV)/bin
+# Triton and numpy for the interpreter tests (test-python, below)
+TRITON_DIR := $(VENV)/triton-interp
 
 .PHONY: setup demo test test-python test-editors gpu-test clean test-vscode
 
@@ -34,8 +36,19 @@ PYTEST_WORKERS ?= 2
 KERNEL_LSP_REQUIRE_NVCC ?= 1
 KERNEL_LSP_REQUIRE_SANDBOX ?= 0
 export KERNEL_LSP_REQUIRE_NVCC KERNEL_LSP_REQUIRE_SANDBOX
-test-python: setup
+test-python: setup $(TRITON_DIR)/.done
 	$(BIN)/python -m pytest -q -ra -n $(PYTEST_WORKERS)
+
+# Triton and numpy for tests/nollm/test_interpreted.py (Triton's interpreter runs the no-LLM path's
+# generated kernels on the CPU, in a subprocess), in a folder of their own: in .venv, Triton would
+# slow every CPU torch.compile of the other tests by about 2 s. Where .venv's torch brings Triton
+# (the CUDA build) nothing is installed; off Linux x86-64 there is no Triton wheel, and the tests
+# say so. Checked with Triton 3.6 and 3.9.
+$(TRITON_DIR)/.done: $(BIN)/kernel-lsp
+	mkdir -p $(TRITON_DIR)
+	if ! $(BIN)/python -c "import triton, numpy" 2>/dev/null && [ "$$(uname -sm)" = "Linux x86_64" ]; then \
+	  $(BIN)/pip install -q --no-compile --target $(TRITON_DIR) "triton>=3.3,<4" "numpy>=1.26,<3"; fi
+	touch $@
 
 test-editors: setup
 	bash editors/vscode/ci.sh

@@ -60,23 +60,27 @@ def test_a_required_sandbox_fails_the_sandbox_tests_instead_of_skipping(tmp_path
 
 
 def test_a_required_triton_fails_the_interpreter_tests_instead_of_skipping(tmp_path):
-    # Triton hidden from the child (a None entry in sys.modules: find_spec says it is not there).
-    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['triton'] = None\n")
-    hidden = {"PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
+    # Triton and numpy hidden from the child (None entries in sys.modules: find_spec says they are
+    # not there), and its TRITON_DIR empty.
+    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['triton'] = sys.modules['numpy'] = None\n")
+    hidden = {"PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "KERNEL_LSP_TRITON_DIR": str(tmp_path / "none")}
     proc = run_pytest(["tests/nollm/test_interpreted.py"], {**hidden, "KERNEL_LSP_REQUIRE_TRITON": "1"})
     assert proc.returncode == 4 and "passed" not in proc.stdout, proc.stdout
-    assert "KERNEL_LSP_REQUIRE_TRITON=1 but needs Triton and numpy (its interpreter): triton not installed" \
-        in proc.stderr, proc.stderr
+    assert ("KERNEL_LSP_REQUIRE_TRITON=1 but needs Triton and numpy (its interpreter): triton and numpy not "
+            f"installed (here or in {tmp_path / 'none'}; `make test-python` installs them)") in proc.stderr, proc.stderr
     proc = run_pytest(["-ra", "tests/nollm/test_interpreted.py"], hidden)  # not required: skipped, with the reason
-    assert proc.returncode == 0 and "skipped" in proc.stdout and "triton not installed" in proc.stdout, proc.stdout
+    assert proc.returncode == 0 and "skipped" in proc.stdout and "triton and numpy not installed" in proc.stdout, proc.stdout
 
 
-def test_ci_requires_what_the_test_extra_installs():
-    """.ci/run requires Triton because `make` installs the `test` extra, which names it (and numpy)."""
-    import tomllib
+def test_ci_requires_the_triton_that_make_installs():
+    """.ci/run requires Triton because `make test-python` installs it (and numpy) where tests/needs.py
+    looks for them."""
+    from tests import needs
 
-    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
-    assert any(d.startswith("triton>=") for d in extra) and any(d.startswith("numpy") for d in extra)
+    make = (ROOT / "Makefile").read_text()
+    assert "test-python: setup $(TRITON_DIR)/.done" in make and "TRITON_DIR := $(VENV)/triton-interp\n" in make
+    assert '"triton>=3.3,<4" "numpy>=1.26,<3"' in make
+    assert needs.TRITON_DIR == ROOT / ".venv" / "triton-interp" or os.environ.get("KERNEL_LSP_TRITON_DIR")
     assert "KERNEL_LSP_REQUIRE_TRITON=1" in (ROOT / ".ci" / "run").read_text()
 
 

@@ -7,11 +7,9 @@ What is real and what is recorded. CI has no GPU, so torch.compile cannot write 
 here: the seed comes from a seed provider (the Search's seam, agent/seed.py).
 - test_a_recorded_inductor_seed...: the seed is the production provider's output (the real
   no-LLM writer) for Inductor code RECORDED on the H200 (tests/data/inductor/relu); the Worker
-  here verifies it for real. Its Triton kernels cannot run on a CPU: where Triton is installed
-  (`make test` installs it) the file's guard runs the reference's forward, correct, and the seed
-  is used; without Triton the file fails and this test covers what a seed that fails on this
-  machine does: said in one line, the Search goes on from the start (tests/agent/test_seed.py
-  covers that case wherever it runs).
+  here verifies it for real. Its Triton kernels cannot run on a CPU (no Triton here; with Triton
+  and no GPU the file's guard runs the reference's forward), so this test covers what a seed
+  that fails on this machine does: said in one line, the Search goes on from the start.
 - the rowsum tests: the seed's TEXT is a plain-PyTorch file (tests/agent/tasks/rowsum_chunk.py,
   rows summed 48 at a time) standing in for generated kernels, because it must run and be timed
   on a CPU. Everything it goes through is real: the Worker verifies and times it, the Search

@@ -155,12 +155,13 @@ def test_a_holder_with_22_gib_live_hands_over_to_a_small_task_that_said_its_need
 
 def test_the_worker_sizes_a_task_on_meta_without_drawing_it(tmp_path):
     """The real Worker's task_need: a 256 MiB input set, its 256 MiB output (the forward ran on
-    meta), the 64 KiB parameter; no tensor drawn (a 256 MiB torch.rand on this CPU takes ~0.4 s)."""
+    meta), the 64 KiB parameter; no tensor drawn (a 256 MiB torch.rand on this CPU takes ~0.4 s).
+    A get_inputs that reads a value (`.item()`) cannot run on meta: not sized, and said."""
     from kernel_lsp.engine import Engine
 
     task = Task(name="softmax", reference_path=str(tmp_path / "softmax.py"), reference_source=SOFTMAX)
     odd = Task(name="odd", reference_path=str(tmp_path / "odd.py"),
-               reference_source=SOFTMAX.replace("torch.rand(4096, 16384)", "torch.from_numpy(__import__('numpy').ones(4))"))
+               reference_source=SOFTMAX.replace("torch.rand(4096, 16384)", "torch.rand(4096, 16384) * torch.rand(1).item()"))
 
     async def go():
         engine = Engine(timeout=60, sandbox="off", warm=False)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.needs import needs_triton
+from tests.needs import needs_triton, triton_path
 
 pytestmark = needs_triton
 ROOT = Path(__file__).resolve().parents[2]
@@ -110,7 +110,7 @@ print("fixture ok")
 
 def _run(code: str, *argv: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": "",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), *triton_path(), os.environ.get("PYTHONPATH")]))}
     return subprocess.run([sys.executable, "-c", code, *argv], env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
 
 
