@@ -6,8 +6,8 @@ TRITON_REASON. Where it is required, the skip is a failure instead (tests/confte
 KERNEL_LSP_REQUIRE_NVCC=1 (the Makefile's default: the README requires nvcc),
 KERNEL_LSP_REQUIRE_SANDBOX=1 (set by .ci/run, which installs bubblewrap) and
 KERNEL_LSP_REQUIRE_TRITON=1 (set by .ci/run: `make test` installs Triton and numpy on Linux x86-64,
-into TRITON_DIR unless .venv's torch brought them). Use these instead of writing a skip of one's own, so no test that CI can run is skipped
-there unseen."""
+into TRITON_DIR unless .venv's torch brought them). Use these instead of writing a skip of one's
+own, so no test that CI can run is skipped there unseen."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The generated files' Triton code run by Triton's interpreter (TRITON_INTERPRET=1, on the CPU;
-skipped where Triton or numpy is not installed, a failure under .ci/run: tests/needs.py): the helpers written for the files against torch on the
-same data, and recorded fixtures' whole files (their lean forward) against their references. The
-interpreter has no libdevice, so libdevice.exp reads tl.exp here (the GPU tests run the real one)."""
+skipped where Triton or numpy is not installed, a failure under .ci/run: tests/needs.py): the
+helpers written for the files against torch on the same data, and recorded fixtures' whole files
+(their lean forward) against their references. The interpreter has no libdevice, so
+libdevice.exp reads tl.exp here (the GPU tests run the real one)."""
 
 from __future__ import annotations
 
