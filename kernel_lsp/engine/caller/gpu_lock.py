@@ -206,9 +206,8 @@ class Turn:
     `handed_s`: seconds spent without it after handing it over (`hand_over`)."""
 
     def __init__(self, key: str | None, fd: int | None = None, what: str = "", waited: float = 0.0,
-                 wait_s: float = DEFAULT_WAIT_S, queued_ns: int | None = None,
-                 needs_bytes: int | None = None, origin_ns: int | None = None,
-                 expect_s: float | None = None) -> None:
+                 wait_s: float = DEFAULT_WAIT_S, needs_bytes: int | None = None,
+                 origin_ns: int | None = None, expect_s: float | None = None) -> None:
         self.key = key
         # What it said it needs (gpu_turn), said again each time it queues to get the turn back:
         # unsaid, a holder above the eighth would keep the turn from it until its whole evaluation ends.
@@ -221,9 +220,8 @@ class Turn:
         self.handovers = 0
         self.kept: list[dict[str, Any]] = []  # turn points where it was not handed over (may_hand_over)
         self.held = fd is not None  # False while handed over (and after a hand-over that failed)
-        self.queued_ns = queued_ns if queued_ns is not None else time.time_ns()  # when it first queued
         # When its evaluation started (before its build and its wait), for its target.
-        self.origin_ns = origin_ns if origin_ns is not None else self.queued_ns
+        self.origin_ns = origin_ns if origin_ns is not None else time.time_ns()
         self.served_s = 0.0             # GPU time it has had, up to its last hand-over
         self.got_at = time.monotonic()  # when it (last) took the turn
         self.left_s = expect_s if expect_s is not None else EXPECT_BASE_S  # GPU work expected ...
@@ -407,8 +405,7 @@ async def gpu_turn(key: str | None, what: str = "", wait_s: float | None = None,
             await _acquire(fd, path, queued, wait_s, t0, progress)
         finally:
             queued.remove()
-        async with _holding(Turn(key, fd, what, time.monotonic() - t0, wait_s, now, needs_bytes,
-                                 origin, expect_s)) as turn:
+        async with _holding(Turn(key, fd, what, time.monotonic() - t0, wait_s, needs_bytes, origin, expect_s)) as turn:
             yield turn
     finally:
         os.close(fd)
