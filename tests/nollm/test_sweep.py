@@ -318,7 +318,15 @@ def test_a_variant_is_recorded_only_where_the_defaults_code_has_what_it_changes(
     # A convolution and its epilogue: its layout is a choice, and there are kernels to tune.
     assert skipped("l2_conv3d_mish_tanh") == set(VARIANTS) - {"default-coordinate-descent", "default-layout-kept"}
     assert variant_skip("default-unsplit-reductions", [load("relu")[1]]) == (
-        "not recorded: torch.compile's default code has fewer than two looped reduction kernels, so no split reduction")
+        "not recorded: torch.compile's default code has fewer than two reduction kernels, one of them looped, so "
+        "no split reduction")
+    # A split L1 norm as Inductor writes it for 16 x 16384 (l1_p38): a looped partial sum, a
+    # persistent sum of the partials, the division. Two persistent reductions are not a split.
+    split_norm = "".join(f"{k} = async_compile.triton('{k}', '''\n" for k in (
+        "triton_red_fused_abs_sum_0", "triton_per_fused_abs_sum_1", "triton_poi_fused_div_2"))
+    assert variant_skip("default-unsplit-reductions", [split_norm]) is None
+    two_persistent = split_norm.replace("triton_red_", "triton_per_")
+    assert variant_skip("default-unsplit-reductions", [two_persistent]).startswith("not recorded")
     # l1_p23's split softmax: looped reductions (split), a persistent one, five kernels.
     assert skipped("l1_softmax_split") == {"default-layout-kept"}
     # rmsnorm: one persistent reduction; only the looped variant and the tuner apply.

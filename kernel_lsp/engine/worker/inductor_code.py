@@ -51,13 +51,17 @@ class Variant:
     needs: str                # a pattern (re.M) in the default's code: what the variant changes
     count: int                # how many of it there must be
     missing: str              # what the default's code has not, when there are fewer
+    also: str = ""            # a pattern that must be there too (once), where one is not enough
 
 
 _TRITON = r"^\w+ = async_compile\.triton\('"
 VARIANTS: dict[str, Variant] = {
+    # A split reduction is a looped partial reduction and a second reduction over the partials,
+    # which is persistent where the partials are few (an L1 norm over 16 x 16384: red, per, poi).
     "default-unsplit-reductions": Variant({"split_reductions": False}, "default, reductions not split",
-                                          _TRITON + "triton_red_", 2,
-                                          "fewer than two looped reduction kernels, so no split reduction"),
+                                          _TRITON + "triton_(?:red|per)_", 2,
+                                          "fewer than two reduction kernels, one of them looped, so no split "
+                                          "reduction", also=_TRITON + "triton_red_"),
     "default-tiled-reductions": Variant({"triton.tile_reductions": True}, "default, reductions tiled",
                                         _TRITON + "triton_red_", 1, "no looped reduction kernel"),
     "default-looped-reductions": Variant({"triton.persistent_reductions": False}, "default, reductions looped",
@@ -77,7 +81,8 @@ def variant_skip(mode: str, default_codes: list[str] | None) -> str | None:
     v = VARIANTS.get(mode)
     if v is None or not default_codes:
         return None
-    if sum(len(re.findall(v.needs, c, re.M)) for c in default_codes) >= v.count:
+    if (sum(len(re.findall(v.needs, c, re.M)) for c in default_codes) >= v.count
+            and (not v.also or any(re.search(v.also, c, re.M) for c in default_codes))):
         return None
     return f"not recorded: torch.compile's default code has {v.missing}"
 
