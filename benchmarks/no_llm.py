@@ -170,6 +170,12 @@ def max_autotune_pending(rows: list[dict]) -> list[dict]:
 NO_REFERENCE = "the Task's reference could not be read"
 
 
+def max_autotune_later(r: dict) -> bool:
+    """Whether a --resume run would still measure this row's max-autotune (not reached, cut by the
+    time limit, or an old run's NO_REFERENCE), so the table says "not yet" rather than a bare "-"."""
+    return "max_autotune_vs_eager" not in r and r.get("max_autotune_error") in (None, NO_REFERENCE)
+
+
 def skip_max_autotune(rows: list[dict], why: str) -> None:
     """No time for these now: the reason on each row, and a --resume run measures them."""
     for r in rows:
@@ -408,7 +414,7 @@ def write(rows: list[dict], out: Path, command: str, device: str) -> None:
         return f"{text} ({', '.join(bad)}: not counted)" if bad else text
 
     def max_at(r: dict) -> str:  # a number, not yet (time ran out: --resume measures it), or none
-        if r.get("max_autotune_vs_eager") is None and r.get("max_autotune_skipped"):
+        if r.get("max_autotune_vs_eager") is None and max_autotune_later(r):
             return "not yet"
         return f"{f(r.get('max_autotune_vs_eager'))}x"
 
@@ -437,9 +443,10 @@ def write(rows: list[dict], out: Path, command: str, device: str) -> None:
                      f"{(r.get('label') or '-')[:120]} | {f(r.get('seconds'), 0)} |")
     t = summary
     ok = lambda b: "met" if b else "NOT met"  # noqa: E731
-    later = [r["task"] for r in rows if r.get("max_autotune_skipped") and r.get("max_autotune_vs_eager") is None]
+    later = [r["task"] for r in rows if max_autotune_later(r) and r.get("max_autotune_vs_eager") is None]
     if later:
-        lines += ["", f"max-autotune not measured yet (the time limit ran out; a --resume run measures them): "
+        lines += ["", f"max-autotune not measured yet (the time limit ran out, or an earlier run's machine had not the "
+                      f"corpus; a --resume run measures them): "
                       f"{', '.join(later)}"]
     lines += ["", "## The issue's targets", "",
               f"- a correct, standalone candidate for at least 90 % of the Tasks torch.compile compiles: "

@@ -67,6 +67,22 @@ def test_too_little_time_left_starts_no_max_autotune(tmp_path, monkeypatch, caps
     assert "| a | 0.0100 | -x | not yet |" in md and "max-autotune not measured yet" in md and ": a, b" in md
 
 
+def test_an_old_runs_unread_reference_reads_not_yet_in_the_table(tmp_path):
+    """Runs before 2026-12-06 wrote NO_REFERENCE where the corpus was not on the machine: a --resume
+    measures such a row, so the table says "not yet", not a bare "-x"."""
+    no_llm = load_script("no_llm")
+    a, b, c = tasks(tmp_path, "a", "b", "c")
+    a["max_autotune_error"] = no_llm.NO_REFERENCE
+    b["max_autotune_error"] = "no CUDA GPU visible: max-autotune is measured on the GPU"  # an answer: "-x"
+    # c: a --no-max-autotune run's row, never measured
+    assert no_llm.max_autotune_pending([a, b, c]) == [a, c]
+    no_llm.write([a, b, c], tmp_path / "out", "python benchmarks/no_llm.py", "test")
+    md = (tmp_path / "out.md").read_text()
+    assert "| a | 0.0100 | -x | not yet |" in md and "| b | 0.0100 | -x | -x |" in md
+    assert "| c | 0.0100 | -x | not yet |" in md
+    assert "max-autotune not measured yet" in md and md.split("max-autotune not measured yet")[1].split("\n")[0].endswith(": a, c")
+
+
 def test_the_max_autotune_stage_gets_only_what_stop_after_leaves(tmp_path, monkeypatch):
     """The killed run's shape: --stop-after spent on the optimizes, then max-autotune: not started."""
     no_llm = load_script("no_llm")
