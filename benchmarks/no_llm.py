@@ -161,8 +161,7 @@ MAX_AUTOTUNE_MIN_S = 60.0
 def max_autotune_pending(rows: list[dict]) -> list[dict]:
     """The rows still without a max-autotune number or a reason it has none: those killed or cut by
     the time limit (no key, or ``max_autotune_skipped``) included, kept rows of a --resume too."""
-    return [r for r in rows if "skipped" not in r and "max_autotune_vs_eager" not in r
-            and ("max_autotune_error" not in r or r["max_autotune_error"] == NO_REFERENCE) and r.get("path")]
+    return [r for r in rows if max_autotune_later(r) and r.get("path")]
 
 
 # Written by runs before 2026-12-06 where the corpus was not on the machine: a fact about that
@@ -173,7 +172,8 @@ NO_REFERENCE = "the Task's reference could not be read"
 def max_autotune_later(r: dict) -> bool:
     """Whether a --resume run would still measure this row's max-autotune (not reached, cut by the
     time limit, or an old run's NO_REFERENCE), so the table says "not yet" rather than a bare "-"."""
-    return "max_autotune_vs_eager" not in r and r.get("max_autotune_error") in (None, NO_REFERENCE)
+    return ("skipped" not in r and "max_autotune_vs_eager" not in r
+            and r.get("max_autotune_error") in (None, NO_REFERENCE))
 
 
 def skip_max_autotune(rows: list[dict], why: str) -> None:
@@ -414,7 +414,7 @@ def write(rows: list[dict], out: Path, command: str, device: str) -> None:
         return f"{text} ({', '.join(bad)}: not counted)" if bad else text
 
     def max_at(r: dict) -> str:  # a number, not yet (time ran out: --resume measures it), or none
-        if r.get("max_autotune_vs_eager") is None and max_autotune_later(r):
+        if max_autotune_later(r):
             return "not yet"
         return f"{f(r.get('max_autotune_vs_eager'))}x"
 
@@ -443,7 +443,7 @@ def write(rows: list[dict], out: Path, command: str, device: str) -> None:
                      f"{(r.get('label') or '-')[:120]} | {f(r.get('seconds'), 0)} |")
     t = summary
     ok = lambda b: "met" if b else "NOT met"  # noqa: E731
-    later = [r["task"] for r in rows if max_autotune_later(r) and r.get("max_autotune_vs_eager") is None]
+    later = [r["task"] for r in rows if max_autotune_later(r)]
     if later:
         lines += ["", f"max-autotune not measured yet (the time limit ran out, or an earlier run's machine had not the "
                       f"corpus; a --resume run measures them): "

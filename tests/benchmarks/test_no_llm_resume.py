@@ -74,9 +74,10 @@ def test_an_old_runs_unread_reference_reads_not_yet_in_the_table(tmp_path):
     a, b, c = tasks(tmp_path, "a", "b", "c")
     a["max_autotune_error"] = no_llm.NO_REFERENCE
     b["max_autotune_error"] = "no CUDA GPU visible: max-autotune is measured on the GPU"  # an answer: "-x"
-    # c: a --no-max-autotune run's row, never measured
-    assert no_llm.max_autotune_pending([a, b, c]) == [a, c]
-    no_llm.write([a, b, c], tmp_path / "out", "python benchmarks/no_llm.py", "test")
+    # c: a --no-max-autotune run's row, never measured; d: not a Task at all (no row in the table)
+    d = {"task": "d", "path": "d.py", "skipped": "not a module Task (no Model/get_inputs)"}
+    assert no_llm.max_autotune_pending([a, b, c, d]) == [a, c]
+    no_llm.write([a, b, c, d], tmp_path / "out", "python benchmarks/no_llm.py", "test")
     md = (tmp_path / "out.md").read_text()
     assert "| a | 0.0100 | -x | not yet |" in md and "| b | 0.0100 | -x | -x |" in md
     assert "| c | 0.0100 | -x | not yet |" in md
