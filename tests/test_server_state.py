@@ -109,7 +109,13 @@ async def test_an_edit_makes_the_numbers_stale_and_a_save_measures_again(client:
     assert "measured on version 2" in await hover(client, uri, edited, "ModelNew")
     await asyncio.sleep(1.0)
     after = [p for p in client.publishes[before:] if p.uri == uri]
-    assert len(after) == 1 and after[0].version == 2, [(p.version, len(p.diagnostics)) for p in after]
+    shown = [(p.version, len(p.diagnostics)) for p in after]
+    # One publish for the save, and it is the last. On a loaded machine the first measurement's
+    # complete result (torch.compile's baseline, after its early result) can come after the edit:
+    # published then for version 1, and shown stale, never as fresh.
+    assert [p.version for p in after].count(2) == 1 and after[-1].version == 2, shown
+    assert all(d.message.startswith("edited since") for p in after[:-1]
+               for d in p.diagnostics if d.source == "kernel-lsp"), shown
     assert not any(d.message.startswith("edited since") for d in ours(client, uri))
 
 
