@@ -255,7 +255,7 @@ def test_variants_are_options_this_torch_has_and_a_missing_one_is_one_sentence(m
     assert inductor_code.options_of("default") == {}
     assert inductor_code.options_of("max-autotune-no-cudagraphs")["max_autotune"] is True
     monkeypatch.setitem(inductor_code.VARIANTS, "default-bogus",
-                        inductor_code.Variant({"triton.no_such_choice": True}, "bogus", "x", 1, "no x"))
+                        inductor_code.Variant({"triton.no_such_choice": True}, "bogus", (("x", 1),), "no x"))
     with pytest.raises(ValueError, match=r"has no Inductor option 'triton.no_such_choice'$"):
         inductor_code.options_of("default-bogus")
     with pytest.raises(ValueError, match="torch.compile has no mode 'fastest'"):

@@ -41,17 +41,17 @@ MODES = ("default", "max-autotune-no-cudagraphs")
 #   block size and warp count from there while the time drops (Inductor's own tuner, off by default);
 # - a convolution's tensors go channels-last where a table of average speedups per kind of
 #   convolution says so (not timed on this GPU or these shapes); the variant keeps their layout.
-# Each is recorded only where the default's code has what it changes (`needs`: a reduction kernel,
-# a persistent one, two kernels or more, a convolution), and one whose code comes out the same as
-# the default's is recorded as `same_as` (no second file).
+# Each is recorded only where the default's code has what it changes (`needs`: a split reduction,
+# a looped reduction, a persistent one, two kernels or more, a convolution), and one whose code
+# comes out the same as the default's is recorded as `same_as` (no second file).
 @dataclass(frozen=True)
 class Variant:
     options: dict[str, Any]   # Inductor's config patched over the default mode
     label: str                # what the user reads: "Triton kernels generated from torch.compile (LABEL)"
-    needs: str                # a pattern (re.M) in the default's code: what the variant changes
-    count: int                # how many of it there must be
+    # What the variant changes: patterns (re.M) in the default's code, each with how many of it
+    # there must be
+    needs: tuple[tuple[str, int], ...]
     missing: str              # what the default's code has not, when there are fewer
-    also: str = ""            # a pattern that must be there too (once), where one is not enough
 
 
 _TRITON = r"^\w+ = async_compile\.triton\('"
@@ -59,19 +59,19 @@ VARIANTS: dict[str, Variant] = {
     # A split reduction is a looped partial reduction and a second reduction over the partials,
     # which is persistent where the partials are few (an L1 norm over 16 x 16384: red, per, poi).
     "default-unsplit-reductions": Variant({"split_reductions": False}, "default, reductions not split",
-                                          _TRITON + "triton_(?:red|per)_", 2,
+                                          ((_TRITON + "triton_(?:red|per)_", 2), (_TRITON + "triton_red_", 1)),
                                           "fewer than two reduction kernels, one of them looped, so no split "
-                                          "reduction", also=_TRITON + "triton_red_"),
+                                          "reduction"),
     "default-tiled-reductions": Variant({"triton.tile_reductions": True}, "default, reductions tiled",
-                                        _TRITON + "triton_red_", 1, "no looped reduction kernel"),
+                                        ((_TRITON + "triton_red_", 1),), "no looped reduction kernel"),
     "default-looped-reductions": Variant({"triton.persistent_reductions": False}, "default, reductions looped",
-                                         _TRITON + "triton_per_", 1, "no persistent reduction kernel"),
+                                         ((_TRITON + "triton_per_", 1),), "no persistent reduction kernel"),
     "default-aggressive-fusion": Variant({"aggressive_fusion": True}, "default, aggressive fusion",
-                                         _TRITON + "triton_", 2, "fewer than two kernels to fuse"),
+                                         ((_TRITON + "triton_", 2),), "fewer than two kernels to fuse"),
     "default-coordinate-descent": Variant({"coordinate_descent_tuning": True}, "default, coordinate-descent tuned",
-                                          _TRITON + "triton_", 1, "no Triton kernel to tune"),
+                                          ((_TRITON + "triton_", 1),), "no Triton kernel to tune"),
     "default-layout-kept": Variant({"layout_optimization": False}, "default, convolution layout kept",
-                                   r"extern_kernels\.convolution\(", 1, "no convolution"),
+                                   ((r"extern_kernels\.convolution\(", 1),), "no convolution"),
 }
 
 
@@ -81,8 +81,7 @@ def variant_skip(mode: str, default_codes: list[str] | None) -> str | None:
     v = VARIANTS.get(mode)
     if v is None or not default_codes:
         return None
-    if (sum(len(re.findall(v.needs, c, re.M)) for c in default_codes) >= v.count
-            and (not v.also or any(re.search(v.also, c, re.M) for c in default_codes))):
+    if all(sum(len(re.findall(p, c, re.M)) for c in default_codes) >= n for p, n in v.needs):
         return None
     return f"not recorded: torch.compile's default code has {v.missing}"
 
