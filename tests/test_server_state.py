@@ -111,8 +111,8 @@ async def test_an_edit_makes_the_numbers_stale_and_a_save_measures_again(client:
     after = [p for p in client.publishes[before:] if p.uri == uri]
     shown = [(p.version, len(p.diagnostics)) for p in after]
     # One publish for the save, and it is the last. On a loaded machine the first measurement's
-    # complete result (torch.compile's baseline, after its early result) can come after the edit:
-    # published then for version 1, and shown stale, never as fresh.
+    # hot-op profile (run after its numbers are shown) can end after the edit: its hints are
+    # published then, for version 1, and shown stale, never as fresh.
     assert [p.version for p in after].count(2) == 1 and after[-1].version == 2, shown
     assert all(d.message.startswith("edited since") for p in after[:-1]
                for d in p.diagnostics if d.source == "kernel-lsp"), shown
